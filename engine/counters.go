@@ -1,0 +1,45 @@
+package engine
+
+import "sync/atomic"
+
+// counters are the engine's running totals. Every field is updated with
+// atomics on the question path.
+type counters struct {
+	upstreamFailed    atomic.Uint64
+	refused           atomic.Uint64
+	cancelled         atomic.Uint64
+	mismatchedReplies atomic.Uint64
+	attempts          [numOutcomes]atomic.Uint64
+	questions         [numResults]atomic.Uint64
+	cacheHits         atomic.Uint64
+}
+
+// Counters is a snapshot of the engine's totals.
+type Counters struct {
+	UpstreamFailed    uint64            `json:"upstream_failed"`
+	Refused           uint64            `json:"refused"`
+	Cancelled         uint64            `json:"cancelled"`
+	MismatchedReplies uint64            `json:"mismatched_replies"`
+	CacheHits         uint64            `json:"cache_hits"`
+	Attempts          map[string]uint64 `json:"attempts"`  // by outcome
+	Questions         map[string]uint64 `json:"questions"` // by result
+}
+
+func (c *counters) snapshot() Counters {
+	s := Counters{
+		UpstreamFailed:    c.upstreamFailed.Load(),
+		Refused:           c.refused.Load(),
+		Cancelled:         c.cancelled.Load(),
+		MismatchedReplies: c.mismatchedReplies.Load(),
+		CacheHits:         c.cacheHits.Load(),
+		Attempts:          make(map[string]uint64, numOutcomes),
+		Questions:         make(map[string]uint64, numResults),
+	}
+	for o := Outcome(0); o < numOutcomes; o++ {
+		s.Attempts[o.String()] = c.attempts[o].Load()
+	}
+	for r := Result(0); r < numResults; r++ {
+		s.Questions[r.String()] = c.questions[r].Load()
+	}
+	return s
+}

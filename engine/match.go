@@ -1,0 +1,85 @@
+package engine
+
+import "encoding/binary"
+
+const headerLen = 12
+
+// questionEnd returns the offset just past the single question of a wire
+// message, or -1 if the message is too short or the name is compressed.
+// Only the header and question are read: the rest may be anything.
+func questionEnd(m []byte) int {
+	off := headerLen
+	for {
+		if off >= len(m) {
+			return -1
+		}
+		l := int(m[off])
+		if l == 0 {
+			off++
+			break
+		}
+		if l&0xC0 != 0 { // a pointer or reserved label type
+			return -1
+		}
+		off += 1 + l
+	}
+	off += 4 // type and class
+	if off > len(m) {
+		return -1
+	}
+	return off
+}
+
+// replyMatches reports whether reply answers query: QR set, the same ID,
+// opcode QUERY and the same single question (name compared without regard
+// to ASCII case, type and class exactly). query is the engine's own wire
+// query, so its question is well formed; reply is anything at all.
+func replyMatches(reply, query []byte) bool {
+	if len(reply) < headerLen || len(query) < headerLen {
+		return false
+	}
+	if reply[0] != query[0] || reply[1] != query[1] {
+		return false
+	}
+	if reply[2]&0x80 == 0 || (reply[2]>>3)&0x0F != 0 { // QR, opcode
+		return false
+	}
+	if binary.BigEndian.Uint16(reply[4:]) != 1 {
+		return false
+	}
+	qe := questionEnd(query)
+	re := questionEnd(reply)
+	if qe < 0 || re != qe {
+		return false
+	}
+	return equalFoldASCII(reply[headerLen:re-4], query[headerLen:qe-4]) &&
+		string(reply[re-4:re]) == string(query[qe-4:qe])
+}
+
+// equalFoldASCII compares wire names folding only
+// ASCII letters, as DNS names compare. Label lengths are below 'A', so they
+// compare exactly.
+func equalFoldASCII(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// truncated reports the TC bit of a wire message.
+func truncated(m []byte) bool { return len(m) > 2 && m[2]&0x02 != 0 }

@@ -1,0 +1,76 @@
+package engine
+
+import "github.com/miekg/dns"
+
+// Result is how a question ended.
+type Result uint8
+
+const (
+	ResultAnswer      Result = iota // the upstream's NOERROR reply
+	ResultNXDomain                  // the upstream's NXDOMAIN, after every candidate
+	ResultUnavailable               // no usable answer: see Reason
+	ResultLocal                     // synthetic, hosts or cache
+	ResultCancelled                 // the client went away
+	numResults
+)
+
+var resultNames = [numResults]string{"answer", "nxdomain", "unavailable", "local", "cancelled"}
+
+func (r Result) String() string {
+	if r < numResults {
+		return resultNames[r]
+	}
+	return "unknown"
+}
+
+// Reason says why a question is unavailable.
+type Reason uint8
+
+const (
+	ReasonNone            Reason = iota
+	ReasonAttemptsSpent          // every attempt failed
+	ReasonInFlightCeiling        // refused by the ceiling
+	ReasonNoServers              // the scope has no servers
+	ReasonQuestionTimeout        // the question's own budget ran out
+	ReasonTruncated              // TC on the final attempt
+)
+
+var reasonNames = [...]string{"", "attempts spent", "in-flight ceiling", "no servers", "question timeout", "truncated on the last attempt"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// ede is the Extended DNS Error (RFC 8914) a client gets for an
+// unavailable question.
+func (r Reason) ede() (code uint16, text string) {
+	switch r {
+	case ReasonInFlightCeiling:
+		return dns.ExtendedErrorCodeOther, "in-flight ceiling"
+	case ReasonNoServers:
+		return dns.ExtendedErrorCodeNoReachableAuthority, "no servers"
+	case ReasonQuestionTimeout:
+		return dns.ExtendedErrorCodeNoReachableAuthority, "question timeout"
+	}
+	return dns.ExtendedErrorCodeNoReachableAuthority, ""
+}
+
+// unavailableReply is the SERVFAIL a client gets for an unavailable
+// question: its question echoed, RA set, and an EDE option saying why.
+func unavailableReply(q *dns.Msg, r Reason) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetRcode(q, dns.RcodeServerFailure)
+	m.RecursionAvailable = true
+	code, text := r.ede()
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+	opt.SetUDPSize(dns.DefaultMsgSize)
+	if qo := q.IsEdns0(); qo != nil && qo.Do() {
+		opt.SetDo()
+	}
+	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: text})
+	m.Extra = append(m.Extra, opt)
+	return m
+}

@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+)
+
+// upstream is one server address and its demotion mark. One upstream exists
+// per address, shared by every scope that lists it, so the mark belongs to
+// the address.
+type upstream struct {
+	addr netip.AddrPort
+	key  string // addr.String(), made once for logs and status
+	// until is the end of the demotion mark as nanoseconds on the engine's
+	// clock; 0 means no mark.
+	until atomic.Int64
+}
+
+func newUpstream(addr netip.AddrPort) *upstream {
+	return &upstream{addr: addr, key: addr.String()}
+}
+
+// demote marks the server until period from now; a later failure moves the
+// mark forward.
+func (u *upstream) demote(now, period time.Duration) {
+	u.until.Store(int64(now + period))
+}
+
+// clear removes the mark at once.
+func (u *upstream) clear() { u.until.Store(0) }
+
+// markUntil returns the mark's end, or 0.
+func (u *upstream) markUntil() time.Duration { return time.Duration(u.until.Load()) }
