@@ -47,11 +47,22 @@ type ScopeConfig struct {
 	SourcesV6    []string
 }
 
+// The cache's TTL bounds. Zero MaxTTL and NegativeMaxTTL take these.
+const (
+	DefaultCacheMaxTTL         = 24 * time.Hour
+	DefaultCacheNegativeMaxTTL = time.Hour
+)
+
 // CacheConfig bounds the answer cache.
 type CacheConfig struct {
-	MaxEntries     int
-	MinTTL         time.Duration
-	MaxTTL         time.Duration
+	// MaxEntries bounds the cache; 0 turns it off.
+	MaxEntries int
+	// MinTTL raises every cached TTL to at least this.
+	MinTTL time.Duration
+	// MaxTTL caps the TTLs of positive answers.
+	MaxTTL time.Duration
+	// NegativeMaxTTL caps the TTL of NXDOMAIN and NODATA answers, which
+	// is otherwise the SOA's (RFC 2308).
 	NegativeMaxTTL time.Duration
 }
 
@@ -68,6 +79,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InFlightCeiling <= 0 {
 		c.InFlightCeiling = DefaultInFlightCeiling
+	}
+	if c.Cache.MaxTTL <= 0 {
+		c.Cache.MaxTTL = DefaultCacheMaxTTL
+	}
+	if c.Cache.NegativeMaxTTL <= 0 {
+		c.Cache.NegativeMaxTTL = DefaultCacheNegativeMaxTTL
 	}
 	return c
 }

@@ -17,6 +17,7 @@ import (
 type Engine struct {
 	network  Network
 	observer Observer
+	first    Transport // UDP, or TCP under Options.TCPOnly
 	epoch    time.Time // the marks' clock starts here (monotonic)
 
 	values   atomic.Pointer[Config] // engine values, with defaults
@@ -36,6 +37,10 @@ type Options struct {
 	Network Network
 	// Observer receives attempt and question events; nil drops them.
 	Observer Observer
+	// TCPOnly makes TCP the first transport of every attempt, for hosts
+	// without UDP (Cloudflare Workers); the attempt, timeout and demotion
+	// rules are unchanged.
+	TCPOnly bool
 }
 
 // New returns an engine for cfg.
@@ -51,6 +56,9 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	}
 	if e.observer == nil {
 		e.observer = nopObserver{}
+	}
+	if opts.TCPOnly {
+		e.first = TCP
 	}
 	if err := e.Reconfigure(cfg); err != nil {
 		return nil, err
@@ -81,6 +89,7 @@ func (e *Engine) Reconfigure(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	r.takeCache(e.routes.Load())
 	e.upstreams = next
 	e.values.Store(&cfg)
 	e.inFlight.ceiling.Store(int64(cfg.InFlightCeiling))
@@ -93,7 +102,10 @@ func (e *Engine) now() time.Duration { return time.Since(e.epoch) }
 
 // Response is a question's result. Msg is always set: the answer, or the
 // SERVFAIL a client gets for an unavailable question. Its ID is the
-// client's.
+// client's. Msg's header, question, sections and OPT record are this
+// question's own; the records in its sections may be shared with the cache
+// and other questions and must not be changed (the slices are capped, so
+// appending is safe).
 type Response struct {
 	Msg      *dns.Msg
 	Result   Result
@@ -108,15 +120,17 @@ type Response struct {
 // QUERY and exactly one question. ctx is the client's budget.
 func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 	start := time.Now()
-	cfg := e.values.Load()
+	rt := e.routes.Load() // one configuration for the whole question
 	qs := q.Question[0]
 	qn := question{
 		e:      e,
 		ctx:    ctx,
-		cfg:    cfg,
+		cfg:    rt.cfg,
+		routes: rt,
 		client: q,
 		id:     e.questionIDs.Add(1),
-		scope:  e.routes.Load().route(qs.Name),
+		scope:  rt.route(qs.Name),
+		start:  start,
 	}
 	qn.setBudget(start)
 	resp := qn.resolve()
@@ -142,7 +156,9 @@ type question struct {
 	client *dns.Msg
 	id     uint64
 	scope  *scope
-	spent  int // attempts spent, across candidates and transports
+	routes *routes   // the configuration the question started with
+	start  time.Time // when it started: the clock of its cache lookups
+	spent  int       // attempts spent, across candidates and transports
 
 	// budgetEnd is the earlier of the client's deadline and the question
 	// timeout (zero: neither); budgetBy says which.
@@ -157,17 +173,6 @@ func (qn *question) setBudget(start time.Time) {
 	if d, ok := qn.ctx.Deadline(); ok && (qn.budgetEnd.IsZero() || d.Before(qn.budgetEnd)) {
 		qn.budgetEnd, qn.budgetBy = d, budgetClient
 	}
-}
-
-// resolve runs the question: its candidates in order, each asked until it
-// has an answer, while the shared attempt budget lasts.
-func (qn *question) resolve() Response {
-	if len(qn.scope.servers) == 0 {
-		return Response{Result: ResultUnavailable, Reason: ReasonNoServers}
-	}
-	name := qn.client.Question[0].Name
-	r := qn.ask(name)
-	return r
 }
 
 // ended returns the response of a question whose budget ran out: the
@@ -240,7 +245,7 @@ func (qn *question) ask(name string) Response {
 			}
 			order = serverOrder(order, until, clock)
 			pick = chooseServer(order, asked, n)
-			tx.server, tx.transport = servers[pick], UDP
+			tx.server, tx.transport = servers[pick], e.first
 		}
 		tx.source = qn.scope.source(tx.server.addr)
 		if !e.inFlight.acquire() {

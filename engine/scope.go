@@ -3,10 +3,13 @@ package engine
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/idna"
 )
 
 // FallbackScope is the scope name reported for questions that no
@@ -22,7 +25,8 @@ type scope struct {
 	search       []string // fully qualified
 	sourcesV4    []netip.Addr
 	sourcesV6    []netip.Addr
-	nextSource   atomic.Uint32
+	nextV4       atomic.Uint32 // round-robin position in sourcesV4
+	nextV6       atomic.Uint32
 	reported     bool // false for the fallback servers: their demotion is not reported
 }
 
@@ -30,27 +34,37 @@ type scope struct {
 // scope's sources of the server's family, round-robin; none gives the zero
 // Addr and the system chooses.
 func (s *scope) source(server netip.AddrPort) netip.Addr {
-	list := s.sourcesV4
+	list, next := s.sourcesV4, &s.nextV4
 	if server.Addr().Is6() {
-		list = s.sourcesV6
+		list, next = s.sourcesV6, &s.nextV6
 	}
 	if len(list) == 0 {
 		return netip.Addr{}
 	}
-	return list[int(s.nextSource.Add(1)-1)%len(list)]
+	return list[int(next.Add(1)-1)%len(list)]
 }
 
-// routes is one immutable configuration of scopes. Questions load it once
-// and keep it to their end, so a reload never changes a question midway.
+// routes is one immutable configuration: the engine values, the scopes,
+// the local names, the cache and the questions in flight upstream.
+// Questions load it once and keep it to their end, so a reload never
+// changes a question midway, and a question never joins a flight asked
+// under another configuration.
 type routes struct {
+	cfg      *Config
 	scopes   []*scope
 	fallback *scope
+	local    *localNames
+	cache    *answerCache // nil: no cache
+	flights  flights
 }
 
 // route returns the scope for name: the longest routing-domain suffix
 // (label-wise, case-insensitive; ties to the first scope), else the first
 // default-route scope with servers, else the fallback servers.
 func (r *routes) route(name string) *scope {
+	if !dns.IsFqdn(name) {
+		name = dns.Fqdn(name)
+	}
 	var best *scope
 	bestLen := -1
 	for _, s := range r.scopes {
@@ -87,10 +101,41 @@ func inDomain(name, domain string) bool {
 	return len(name) == len(domain) || name[len(name)-len(domain)-1] == '.'
 }
 
+// domainASCII returns a configured domain as the question path compares
+// it: fully qualified, lowercased, internationalized names in punycode.
+func domainASCII(d string) (string, error) {
+	d = strings.TrimSpace(d)
+	if d == "" {
+		return "", fmt.Errorf("empty name")
+	}
+	if !isASCII(d) {
+		a, err := idna.Lookup.ToASCII(d)
+		if err != nil {
+			return "", err
+		}
+		d = a
+	}
+	d = strings.ToLower(dns.Fqdn(d))
+	if _, ok := dns.IsDomainName(d); !ok {
+		return "", fmt.Errorf("%q is not a domain name", d)
+	}
+	return d, nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
 // buildRoutes turns configuration into routes, reusing the upstream of
-// every address already known so marks survive a reload.
+// every address already known so marks survive a reload. cfg has its
+// defaults.
 func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, error) {
-	r := &routes{}
+	r := &routes{cfg: &cfg}
 	seen := map[string]bool{}
 	for i, sc := range cfg.Scopes {
 		if sc.Name == "" {
@@ -102,16 +147,21 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 		seen[sc.Name] = true
 		s := &scope{name: sc.Name, defaultRoute: sc.DefaultRoute, reported: true}
 		for _, d := range sc.Domains {
-			if _, ok := dns.IsDomainName(d); !ok || d == "" {
-				return nil, fmt.Errorf("scope %q: domain %q is not a domain name", sc.Name, d)
+			fqdn, err := domainASCII(d)
+			if err != nil {
+				return nil, fmt.Errorf("scope %q: domain %q: %w", sc.Name, d, err)
 			}
-			s.domains = append(s.domains, strings.ToLower(dns.Fqdn(d)))
+			s.domains = append(s.domains, fqdn)
 		}
 		for _, d := range sc.Search {
-			if _, ok := dns.IsDomainName(d); !ok || d == "" || d == "." {
-				return nil, fmt.Errorf("scope %q: search domain %q is not a domain name", sc.Name, d)
+			fqdn, err := domainASCII(d)
+			if err == nil && fqdn == "." {
+				err = fmt.Errorf("the root is not a search domain")
 			}
-			s.search = append(s.search, dns.Fqdn(d))
+			if err != nil {
+				return nil, fmt.Errorf("scope %q: search domain %q: %w", sc.Name, d, err)
+			}
+			s.search = append(s.search, fqdn)
 		}
 		var err error
 		if s.servers, err = upstreams(sc.Servers, known); err != nil {
@@ -138,7 +188,40 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 		return nil, fmt.Errorf("fallback_servers: %w", err)
 	}
 	r.fallback = &scope{name: FallbackScope, servers: fb}
+	if r.local, err = buildLocal(cfg.Hosts); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// takeCache gives r its cache: prev's when the reload changes neither the
+// cache settings nor where questions go (scopes, servers, fallback), since
+// its answers are still the ones r would fetch; else a fresh one. Hosts
+// are answered before the cache, so they need no flush.
+func (r *routes) takeCache(prev *routes) {
+	if prev != nil && prev.cache != nil && prev.cfg.Cache == r.cfg.Cache &&
+		sameRouting(prev.cfg, r.cfg) {
+		r.cache = prev.cache
+		return
+	}
+	r.cache = newAnswerCache(r.cfg.Cache)
+}
+
+// sameRouting reports whether a and b send every question to the same
+// servers the same way.
+func sameRouting(a, b *Config) bool {
+	if a.ForwardECS != b.ForwardECS || !slices.Equal(a.FallbackServers, b.FallbackServers) ||
+		len(a.Scopes) != len(b.Scopes) {
+		return false
+	}
+	for i := range a.Scopes {
+		x, y := a.Scopes[i], b.Scopes[i]
+		if x.Name != y.Name || x.DefaultRoute != y.DefaultRoute || !slices.Equal(x.Domains, y.Domains) ||
+			!slices.Equal(x.Servers, y.Servers) || !slices.Equal(x.Search, y.Search) {
+			return false
+		}
+	}
+	return true
 }
 
 func upstreams(list []string, known func(netip.AddrPort) *upstream) ([]*upstream, error) {

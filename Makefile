@@ -1,0 +1,58 @@
+# dohfwd: `make run` starts it on the embedded default, `make test` runs
+# every test after installing what the tests need.
+#
+# Other engineers plug in through make fragments (edge/edge.mk,
+# deploy/deploy.mk, scripts/*.mk): they may add targets and append
+# target names to TEST_EXTRA, which `make test` runs after the Go tests,
+# and package import paths to NORACE_PKGS for packages tested without -race.
+
+SHELL := /bin/bash
+GOROOT_BIN := /usr/local/go/bin
+export PATH := $(GOROOT_BIN):$(shell PATH=$(GOROOT_BIN):$$PATH go env GOPATH 2>/dev/null)/bin:$(PATH)
+
+GO      ?= go
+MODULE  := github.com/dohfwd/dohfwd
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+BIN     := bin/dohfwd
+
+# Packages without concurrency run without the race detector.
+NORACE_PKGS := $(MODULE)/config
+# Targets run by `make test` after the Go tests; fragments append to it.
+TEST_EXTRA :=
+
+-include edge/edge.mk deploy/deploy.mk scripts/*.mk
+
+.PHONY: all build run test setup lint vet fmt-check unit tagcheck clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dohfwd
+
+run: build
+	./$(BIN)
+
+setup:
+	scripts/setup.sh
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: vet fmt-check
+
+unit:
+	$(GO) test -race -count=1 -timeout 10m $(filter-out $(NORACE_PKGS),$(shell $(GO) list ./...))
+	$(GO) test -count=1 -timeout 5m $(NORACE_PKGS)
+
+tagcheck:
+	@if [ -x ../shared/tools/tagcheck ]; then ../shared/tools/tagcheck; else echo "tagcheck: ../shared/tools/tagcheck not present, skipped"; fi
+
+test: setup lint unit $(TEST_EXTRA) tagcheck
+
+clean:
+	rm -rf bin

@@ -1,0 +1,63 @@
+// Package admin serves dohfwd's operator endpoints: GET /status (the
+// engine's scopes, servers, demotion, counters and in-flight as JSON),
+// GET /metrics (Prometheus) and GET /healthz.
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// StatusSource gives the engine's status snapshot.
+type StatusSource interface {
+	Status() engine.Status
+}
+
+// Status is the body of GET /status: the engine's snapshot and where the
+// running configuration came from.
+type Status struct {
+	Version string    `json:"version"`
+	Config  string    `json:"config"`
+	Started time.Time `json:"started"`
+	engine.Status
+}
+
+// Info describes the running process for /status.
+type Info struct {
+	Version string
+	// Config returns the source of the configuration in use; it changes on
+	// reload.
+	Config  func() string
+	Started time.Time
+}
+
+// Handler returns the admin endpoints. gatherer may be nil (no /metrics).
+func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st := Status{Version: info.Version, Started: info.Started, Status: src.Status()}
+		if info.Config != nil {
+			st.Config = info.Config()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write([]byte("ok\n"))
+	})
+	if gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	}
+	return mux
+}

@@ -1,0 +1,280 @@
+package certs
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+)
+
+// acmeTLS1Protocol is the ALPN protocol of TLS-ALPN-01 (RFC 8737).
+const acmeTLS1Protocol = "acme-tls/1"
+
+// acmeState is the ACME half of a Manager.
+type acmeState struct {
+	domains []string
+	ca      string
+	magic   *certmagic.Config
+	cache   *certmagic.Cache
+	issuer  *certmagic.ACMEIssuer
+	ready   chan struct{}
+	http01  *http.Server // nil unless HTTPListen is set
+
+	mu      sync.Mutex
+	lastErr error
+}
+
+// acmeSettings is ACMEConfig checked and with defaults filled in.
+type acmeSettings struct {
+	domains      []string
+	ca           string
+	roots        *x509.CertPool
+	storage      string
+	listenHost   string
+	httpPort     int
+	tlsALPNPort  int
+	httpListen   string
+	disableALPN  bool
+	disableHTTP  bool
+	email        string
+	profile      string
+	renewCheck   time.Duration
+	renewalRatio float64
+	retryMin     time.Duration
+}
+
+func checkACME(cfg Config) (acmeSettings, error) {
+	a := cfg.ACME
+	s := acmeSettings{
+		ca:           a.CA,
+		storage:      a.Storage,
+		httpListen:   a.HTTPListen,
+		disableALPN:  a.DisableTLSALPN,
+		disableHTTP:  a.HTTPListen == "",
+		email:        strings.TrimSpace(a.Email),
+		profile:      a.Profile,
+		renewCheck:   cfg.tuning.renewCheckInterval,
+		renewalRatio: cfg.tuning.renewalWindowRatio,
+		retryMin:     cfg.tuning.retryMin,
+	}
+	if len(a.Domains) == 0 {
+		return s, fmt.Errorf("tls.acme.domains: at least one domain is required when tls.mode is %q", ModeACME)
+	}
+	for _, d := range a.Domains {
+		d = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(d), "."))
+		if !certmagic.SubjectQualifiesForPublicCert(d) {
+			return s, fmt.Errorf("tls.acme.domains: %q cannot get a certificate from an ACME CA", d)
+		}
+		s.domains = append(s.domains, d)
+	}
+	if s.ca == "" {
+		s.ca = certmagic.LetsEncryptProductionCA
+	}
+	if u, err := url.Parse(s.ca); err != nil || u.Scheme != "https" || u.Host == "" {
+		return s, fmt.Errorf("tls.acme.ca: %q is not an https:// ACME directory URL", s.ca)
+	}
+	if a.CARoot != "" {
+		pemBytes, err := os.ReadFile(a.CARoot)
+		if err != nil {
+			return s, fmt.Errorf("tls.acme.ca_root: %w", err)
+		}
+		s.roots = x509.NewCertPool()
+		if !s.roots.AppendCertsFromPEM(pemBytes) {
+			return s, fmt.Errorf("tls.acme.ca_root %q: no PEM certificate found", a.CARoot)
+		}
+	}
+	if s.storage == "" {
+		s.storage = defaultStorage()
+	}
+	if err := os.MkdirAll(s.storage, 0o700); err != nil {
+		return s, fmt.Errorf("tls.acme.storage: %w", err)
+	}
+	alpnListen := a.TLSALPNListen
+	if alpnListen == "" {
+		alpnListen = ":443"
+	}
+	host, port, err := splitListen(alpnListen)
+	if err != nil {
+		return s, fmt.Errorf("tls.acme: HTTPS listen address %q: %w", alpnListen, err)
+	}
+	s.listenHost, s.tlsALPNPort = host, port
+	if a.HTTPListen != "" {
+		host, port, err := splitListen(a.HTTPListen)
+		if err != nil {
+			return s, fmt.Errorf("tls.acme.http_listen %q: %w", a.HTTPListen, err)
+		}
+		s.httpPort = port
+		if s.listenHost == "" {
+			s.listenHost = host
+		}
+	}
+	if s.disableALPN && s.disableHTTP {
+		return s, errors.New("tls.acme.http_listen: required when TLS-ALPN-01 is disabled (no challenge left to answer)")
+	}
+	if s.retryMin <= 0 {
+		s.retryMin = defaultRetryMin
+	}
+	return s, nil
+}
+
+func splitListen(addr string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not a number from 1 to 65535", p)
+	}
+	return host, port, nil
+}
+
+// defaultStorage is dohfwd's folder under the user's data directory
+// ($XDG_DATA_HOME, else ~/.local/share).
+func defaultStorage() string {
+	base := os.Getenv("XDG_DATA_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil || home == "" {
+			home = "."
+		}
+		base = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(base, "dohfwd", "acme")
+}
+
+func (m *Manager) startACME(ctx context.Context, cfg Config) error {
+	s, err := checkACME(cfg)
+	if err != nil {
+		return err
+	}
+	zl := zap.New(newZerologCore(m.log))
+
+	a := &acmeState{domains: s.domains, ca: s.ca, ready: make(chan struct{})}
+	a.cache = certmagic.NewCache(certmagic.CacheOptions{
+		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return a.magic, nil },
+		RenewCheckInterval: s.renewCheck,
+		Logger:             zl,
+	})
+	a.magic = certmagic.New(a.cache, certmagic.Config{
+		Storage:            &certmagic.FileStorage{Path: s.storage},
+		RenewalWindowRatio: s.renewalRatio,
+		// Clients that connect by IP send no SNI; give them the certificate.
+		DefaultServerName:  s.domains[0],
+		FallbackServerName: s.domains[0],
+		Logger:             zl,
+	})
+	a.issuer = certmagic.NewACMEIssuer(a.magic, certmagic.ACMEIssuer{
+		CA:                      s.ca,
+		Email:                   s.email,
+		Agreed:                  true,
+		TrustedRoots:            s.roots,
+		ListenHost:              s.listenHost,
+		AltHTTPPort:             s.httpPort,
+		AltTLSALPNPort:          s.tlsALPNPort,
+		DisableHTTPChallenge:    s.disableHTTP,
+		DisableTLSALPNChallenge: s.disableALPN,
+		Profile:                 s.profile,
+		Logger:                  zl,
+	})
+	a.magic.Issuers = []certmagic.Issuer{a.issuer}
+
+	if s.httpListen != "" {
+		ln, err := net.Listen("tcp", s.httpListen)
+		if err != nil {
+			a.cache.Stop()
+			return fmt.Errorf("tls.acme.http_listen: %w", err)
+		}
+		a.http01 = &http.Server{
+			Handler:           a.issuer.HTTPChallengeHandler(http.HandlerFunc(notACMEChallenge)),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          nil,
+		}
+		m.goTracked(func() {
+			if err := a.http01.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				m.log.Error().Err(err).Str("listen", s.httpListen).Msg("HTTP-01 challenge listener stopped")
+			}
+		})
+	}
+
+	m.acme = a
+	storageFolder := s.storage
+	m.goTracked(func() { m.obtain(ctx, s.retryMin, storageFolder) })
+	return nil
+}
+
+func notACMEChallenge(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "dohfwd: this port only answers ACME HTTP-01 challenges; use HTTPS", http.StatusNotFound)
+}
+
+// obtain gets the first certificate (from storage if another replica
+// already has it, else from the CA), retrying with backoff; from then on
+// certmagic's cache maintenance renews it in the background.
+func (m *Manager) obtain(ctx context.Context, retryMin time.Duration, storage string) {
+	a := m.acme
+	m.log.Info().Strs("domains", a.domains).Str("ca", a.ca).Str("storage", storage).
+		Msg("waiting for a certificate from the ACME CA; HTTPS handshakes fail until it arrives")
+	wait := retryMin
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err := a.magic.ManageSync(ctx, a.domains)
+		if err == nil {
+			ev := m.log.Info().Strs("domains", a.domains).Dur("took", time.Since(start))
+			if leaf := a.currentLeaf(); leaf != nil {
+				ev = ev.Str("fingerprint", fingerprint(leaf.Raw)).Str("serial", leaf.SerialNumber.Text(16)).
+					Time("not_after", leaf.NotAfter)
+			}
+			ev.Msg("certificate ready")
+			close(a.ready)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		a.setErr(err)
+		m.log.Error().Err(err).Strs("domains", a.domains).Str("ca", a.ca).Int("attempt", attempt).
+			Dur("retry_in", wait).Msg("could not obtain a certificate")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxRetry)
+	}
+}
+
+func (a *acmeState) setErr(err error) {
+	a.mu.Lock()
+	a.lastErr = err
+	a.mu.Unlock()
+}
+
+func (a *acmeState) lastError() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastErr
+}
+
+// currentLeaf is the newest cached certificate for the first domain: the
+// one handshakes get.
+func (a *acmeState) currentLeaf() *x509.Certificate {
+	var newest *x509.Certificate
+	for _, c := range a.cache.AllMatchingCertificates(a.domains[0]) {
+		if c.Leaf != nil && (newest == nil || c.Leaf.NotAfter.After(newest.NotAfter)) {
+			newest = c.Leaf
+		}
+	}
+	return newest
+}

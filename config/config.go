@@ -1,0 +1,248 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// DefaultSource names the embedded default in errors and logs.
+const DefaultSource = "(embedded default)"
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// DefaultYAML returns the embedded default configuration file.
+func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
+
+// Config is the whole file. The YAML keys are those of SPEC §5.
+type Config struct {
+	Listen          Listen              `yaml:"listen"`
+	TLS             TLS                 `yaml:"tls"`
+	Engine          Engine              `yaml:"engine"`
+	Scopes          []Scope             `yaml:"scopes"`
+	FallbackServers []string            `yaml:"fallback_servers"`
+	Hosts           map[string][]string `yaml:"hosts"`
+	Cache           Cache               `yaml:"cache"`
+	Log             Log                 `yaml:"log"`
+
+	// Source is the file the configuration came from, or DefaultSource.
+	Source string `yaml:"-"`
+}
+
+// Listen holds the listeners' addresses and the DoH path.
+type Listen struct {
+	HTTPS          string   `yaml:"https"` // "" turns it off
+	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
+	Admin          string   `yaml:"admin"` // "" turns it off
+	Path           string   `yaml:"path"`
+	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs or single IPs
+}
+
+// TLS chooses where the HTTPS listener's certificate comes from.
+type TLS struct {
+	Mode     string `yaml:"mode"` // self-signed | files | acme
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	ACME     ACME   `yaml:"acme"`
+}
+
+// ACME configures certificates from an ACME CA.
+type ACME struct {
+	Domains []string `yaml:"domains"`
+	Email   string   `yaml:"email"`
+	CA      string   `yaml:"ca"`      // directory URL; "" = Let's Encrypt production
+	CARoot  string   `yaml:"ca_root"` // PEM file to trust for the CA
+	Storage string   `yaml:"storage"`
+	// HTTPListen is where HTTP-01 challenges are answered; "" leaves
+	// TLS-ALPN-01 only.
+	HTTPListen string `yaml:"http_listen"`
+}
+
+// Engine holds the forwarding engine's values.
+type Engine struct {
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+	Attempts           int           `yaml:"attempts"`
+	DemotionPeriod     time.Duration `yaml:"demotion_period"`
+	InFlightCeiling    int           `yaml:"in_flight_ceiling"`
+	QuestionTimeout    time.Duration `yaml:"question_timeout"` // 0 = none
+	Probe              bool          `yaml:"probe"`
+	ForwardECS         bool          `yaml:"forward_ecs"`
+}
+
+// Scope is one scope: routing domains and the servers that answer them.
+type Scope struct {
+	Name         string   `yaml:"name"`
+	Domains      []string `yaml:"domains"`
+	DefaultRoute bool     `yaml:"default_route"`
+	Servers      []string `yaml:"servers"`
+	Search       []string `yaml:"search"`
+	SourcesV4    []string `yaml:"sources_v4"`
+	SourcesV6    []string `yaml:"sources_v6"`
+}
+
+// Cache bounds the answer cache.
+type Cache struct {
+	MaxEntries     int           `yaml:"max_entries"` // 0 turns the cache off
+	MinTTL         time.Duration `yaml:"min_ttl"`
+	MaxTTL         time.Duration `yaml:"max_ttl"`
+	NegativeMaxTTL time.Duration `yaml:"negative_max_ttl"`
+}
+
+// Log sets the log level and format.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // auto | json | console
+}
+
+// Error is one problem in a configuration file, located by line and key.
+type Error struct {
+	File string
+	Line int    // 0 when unknown
+	Key  string // dotted path, e.g. "scopes[0].servers[1]"; "" when unknown
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(e.Line))
+	}
+	if e.Key != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads and checks the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Default returns the embedded default with a default-route scope named
+// "system" whose servers are the nameservers of /etc/resolv.conf.
+func Default() (*Config, error) {
+	c, err := Parse(DefaultSource, defaultYAML)
+	if err != nil {
+		return nil, err // the embedded file is tested; this is a build bug
+	}
+	servers, err := SystemServers("/etc/resolv.conf")
+	if err == nil && len(servers) > 0 {
+		c.Scopes = append(c.Scopes, Scope{Name: "system", DefaultRoute: true, Servers: servers})
+	}
+	return c, nil
+}
+
+// Parse reads a configuration from data; name is the file name used in
+// errors. Keys left out keep their defaults.
+func Parse(name string, data []byte) (*Config, error) {
+	c := defaults()
+	c.Source = name
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, syntaxError(name, data, err)
+	}
+	if len(root.Content) == 0 {
+		return c, nil // an empty file: all defaults
+	}
+	idx := newKeyIndex()
+	if err := idx.walk(name, root.Content[0], typeOfConfig, ""); err != nil {
+		return nil, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return nil, idx.decodeError(name, err)
+	}
+	if err := c.validate(idx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// defaults returns the built-in values, the same as default.yaml without
+// the system scope.
+func defaults() *Config {
+	return &Config{
+		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{}},
+		TLS:    TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
+		Engine: Engine{
+			TransactionTimeout: 2 * time.Second, Attempts: 3, DemotionPeriod: 30 * time.Second,
+			InFlightCeiling: 4096,
+		},
+		Scopes:          []Scope{},
+		FallbackServers: []string{"1.1.1.1", "8.8.8.8", "9.9.9.9"},
+		Hosts:           map[string][]string{},
+		Cache:           Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour},
+		Log:             Log{Level: "info", Format: "auto"},
+	}
+}
+
+var yamlLine = regexp.MustCompile(`line (\d+): (.*)`)
+
+// syntaxError locates a YAML syntax error by line and, when the line holds
+// one, by its key.
+func syntaxError(name string, data []byte, err error) error {
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &Error{File: name, Msg: err.Error()}
+	}
+	line, _ := strconv.Atoi(m[1])
+	return &Error{File: name, Line: line, Key: keyOnLine(data, line), Msg: "malformed YAML: " + m[2]}
+}
+
+// keyOnLine returns the mapping key written on line n (1-based), if any.
+func keyOnLine(data []byte, n int) string {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for i := 1; sc.Scan(); i++ {
+		if i != n {
+			continue
+		}
+		s := strings.TrimLeft(strings.TrimSpace(sc.Text()), "- ")
+		if k, _, ok := strings.Cut(s, ":"); ok && k != "" && !strings.ContainsAny(k, " \t{[\"'") {
+			return k
+		}
+		return ""
+	}
+	return ""
+}
+
+// SystemServers returns the nameservers listed in a resolv.conf file.
+func SystemServers(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("resolv.conf: %w", err)
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			out = append(out, f[1])
+		}
+	}
+	return out, nil
+}
+
+// errs collects validation errors.
+type errs []error
+
+func (e *errs) add(err error) { *e = append(*e, err) }
+func (e errs) join() error  { return errors.Join(e...) }

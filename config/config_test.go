@@ -1,0 +1,158 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEmbeddedDefaultEqualsBuiltInDefaults(t *testing.T) {
+	c, err := Parse(DefaultSource, defaultYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaults()
+	want.Source = DefaultSource
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("default.yaml and defaults() differ:\n%+v\n%+v", c, want)
+	}
+	if c.Listen.HTTPS != "127.0.0.1:8443" || c.Listen.Admin != "127.0.0.1:9153" || c.TLS.Mode != "self-signed" {
+		t.Fatalf("embedded default: %+v", c.Listen)
+	}
+}
+
+func TestDefaultAddsSystemScope(t *testing.T) {
+	c, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers, _ := SystemServers("/etc/resolv.conf")
+	if len(servers) == 0 {
+		t.Skip("this machine's /etc/resolv.conf lists no nameserver")
+	}
+	if len(c.Scopes) != 1 || !c.Scopes[0].DefaultRoute || !reflect.DeepEqual(c.Scopes[0].Servers, servers) {
+		t.Fatalf("system scope: %+v", c.Scopes)
+	}
+}
+
+func TestEmptyFileIsAllDefaults(t *testing.T) {
+	c, err := Parse("empty.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Engine.Attempts != 3 || c.Engine.TransactionTimeout != 2*time.Second || c.Cache.MaxEntries != 100000 {
+		t.Fatalf("%+v", c)
+	}
+}
+
+// The SPEC §5 example file, every key written out.
+const fullFile = `listen:
+  https: 127.0.0.1:8443
+  http: "127.0.0.1:8080"
+  admin: 127.0.0.1:9153
+  path: /dns-query
+  trusted_proxies: [10.0.0.0/8, 192.0.2.1]
+tls:
+  mode: self-signed
+  cert_file: ""
+  key_file: ""
+  acme:
+    domains: [doh.example.net]
+    email: ""
+    ca: ""
+    ca_root: ""
+    storage: ""
+    http_listen: ""
+engine:
+  transaction_timeout: 2s
+  attempts: 3
+  demotion_period: 30s
+  in_flight_ceiling: 4096
+  question_timeout: 0s
+  probe: false
+  forward_ecs: false
+scopes:
+  - name: corp
+    domains: [corp.example]
+    default_route: false
+    servers: [10.0.0.53, "[2001:db8::53]:5353"]
+    search: [corp.example]
+    sources_v4: []
+    sources_v6: []
+fallback_servers: [1.1.1.1, 8.8.8.8, 9.9.9.9]
+hosts: {router.lan: [192.168.1.1]}
+cache:
+  max_entries: 100000
+  min_ttl: 0s
+  max_ttl: 24h
+  negative_max_ttl: 1h
+log:
+  level: info
+  format: auto
+`
+
+func TestEverySpecKeyIsAccepted(t *testing.T) {
+	c, err := Parse("full.yaml", []byte(fullFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := c.EngineConfig()
+	if len(ec.Scopes) != 1 || ec.Scopes[0].Servers[1] != "[2001:db8::53]:5353" || ec.Hosts["router.lan"][0] != "192.168.1.1" {
+		t.Fatalf("engine config: %+v", ec)
+	}
+}
+
+func TestErrorsNameFileLineAndKey(t *testing.T) {
+	cases := []struct {
+		name, file, want string
+	}{
+		{"unknown key", "listen:\n  https: 127.0.0.1:8443\n  admn: 127.0.0.1:9\n", "bad.yaml:3: listen.admn: unknown key"},
+		{"unknown top key", "log:\n  level: info\nfoo: 1\n", "bad.yaml:3: foo: unknown key"},
+		{"unknown key in scope", "scopes:\n  - name: a\n    server: [1.2.3.4]\n", "bad.yaml:3: scopes[0].server: unknown key"},
+		{"wrong type", "engine:\n  attempts: three\n", "bad.yaml:2: engine.attempts: wrong type"},
+		{"wrong duration", "engine:\n  transaction_timeout: soon\n", "bad.yaml:2: engine.transaction_timeout: wrong type"},
+		{"bad server", "fallback_servers:\n  - 1.1.1.1\n  - 300.1.1.1\n", "bad.yaml:3: fallback_servers[1]: server \"300.1.1.1\""},
+		{"bad scope server", "scopes:\n  - name: a\n    servers: [1.2.3.4:99999]\n", "bad.yaml:3: scopes[0].servers[0]:"},
+		{"bad listen", "listen:\n  admin: nowhere\n", "bad.yaml:2: listen.admin:"},
+		{"bad proxy", "listen:\n  trusted_proxies: [10.0.0.0/33]\n", "bad.yaml:2: listen.trusted_proxies[0]:"},
+		{"bad mode", "tls:\n  mode: magic\n", "bad.yaml:2: tls.mode:"},
+		{"files without cert", "tls:\n  mode: files\n", "bad.yaml:1: tls.cert_file: required"},
+		{"bad level", "log:\n  level: loud\n", "bad.yaml:2: log.level:"},
+		{"bad host address", "hosts:\n  router.lan: [192.168.1.300]\n", "bad.yaml:2: hosts.router.lan[0]:"},
+		{"zero attempts", "engine:\n  attempts: 0\n", "bad.yaml:2: engine.attempts: 0: must be at least 1"},
+		{"malformed", "listen:\n  https: [127.0.0.1\nlog: {\n", "bad.yaml:"},
+		{"tab indent", "listen:\n\thttps: x\n", "bad.yaml:2: "},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tc.file))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadNamesThePath(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "dohfwd.yaml")
+	os.WriteFile(p, []byte("cache:\n  max_entrys: 5\n"), 0o644)
+	_, err := Load(p)
+	if err == nil || !strings.HasPrefix(err.Error(), p+":2: cache.max_entrys: unknown key") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestSystemServers(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(p, []byte("# comment\nsearch lan\nnameserver 192.0.2.53\nnameserver ::1\noptions ndots:1\n"), 0o644)
+	got, err := SystemServers(p)
+	if err != nil || !reflect.DeepEqual(got, []string{"192.0.2.53", "::1"}) {
+		t.Fatalf("%v %v", got, err)
+	}
+}

@@ -1,0 +1,37 @@
+package config
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// EngineConfig returns the engine's part of the configuration.
+func (c *Config) EngineConfig() engine.Config {
+	ec := engine.Config{
+		TransactionTimeout: c.Engine.TransactionTimeout,
+		Attempts:           c.Engine.Attempts,
+		DemotionPeriod:     c.Engine.DemotionPeriod,
+		InFlightCeiling:    c.Engine.InFlightCeiling,
+		QuestionTimeout:    c.Engine.QuestionTimeout,
+		Probe:              c.Engine.Probe,
+		ForwardECS:         c.Engine.ForwardECS,
+		FallbackServers:    slices.Clone(c.FallbackServers),
+		Hosts:              maps.Clone(c.Hosts),
+		Cache: engine.CacheConfig{
+			MaxEntries:     c.Cache.MaxEntries,
+			MinTTL:         c.Cache.MinTTL,
+			MaxTTL:         c.Cache.MaxTTL,
+			NegativeMaxTTL: c.Cache.NegativeMaxTTL,
+		},
+	}
+	for _, s := range c.Scopes {
+		ec.Scopes = append(ec.Scopes, engine.ScopeConfig{
+			Name: s.Name, Domains: slices.Clone(s.Domains), DefaultRoute: s.DefaultRoute,
+			Servers: slices.Clone(s.Servers), Search: slices.Clone(s.Search),
+			SourcesV4: slices.Clone(s.SourcesV4), SourcesV6: slices.Clone(s.SourcesV6),
+		})
+	}
+	return ec
+}

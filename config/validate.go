@@ -1,0 +1,193 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// validate checks the values the decoder cannot: addresses, names, enums
+// and ranges. Every error names its key.
+func (c *Config) validate(x *keyIndex) error {
+	var es errs
+	bad := func(path, format string, a ...any) { es.add(x.errorAt(c.Source, path, fmt.Sprintf(format, a...))) }
+
+	for _, l := range []struct{ key, addr string }{
+		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP},
+		{"listen.admin", c.Listen.Admin}, {"tls.acme.http_listen", c.TLS.ACME.HTTPListen},
+	} {
+		if err := checkListenAddr(l.addr); err != nil {
+			bad(l.key, "%v", err)
+		}
+	}
+	if c.Listen.HTTPS == "" && c.Listen.HTTP == "" {
+		bad("listen", "no DoH listener: set listen.https or listen.http")
+	}
+	if !strings.HasPrefix(c.Listen.Path, "/") {
+		bad("listen.path", "%q must start with /", c.Listen.Path)
+	}
+	for i, p := range c.Listen.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("listen.trusted_proxies[%d]", i), "%v", err)
+		}
+	}
+
+	switch c.TLS.Mode {
+	case "self-signed":
+	case "files":
+		if c.TLS.CertFile == "" {
+			bad("tls.cert_file", "required with tls.mode files")
+		}
+		if c.TLS.KeyFile == "" {
+			bad("tls.key_file", "required with tls.mode files")
+		}
+	case "acme":
+		if len(c.TLS.ACME.Domains) == 0 {
+			bad("tls.acme.domains", "required with tls.mode acme")
+		}
+		for i, d := range c.TLS.ACME.Domains {
+			if _, ok := dns.IsDomainName(d); !ok || d == "" {
+				bad(fmt.Sprintf("tls.acme.domains[%d]", i), "%q is not a domain name", d)
+			}
+		}
+	default:
+		bad("tls.mode", "%q: want self-signed, files or acme", c.TLS.Mode)
+	}
+
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad(key, "%v: must be more than 0", d)
+		}
+	}
+	notNegative := func(key string, d time.Duration) {
+		if d < 0 {
+			bad(key, "%v: must not be negative", d)
+		}
+	}
+	positive("engine.transaction_timeout", c.Engine.TransactionTimeout)
+	positive("engine.demotion_period", c.Engine.DemotionPeriod)
+	notNegative("engine.question_timeout", c.Engine.QuestionTimeout)
+	if c.Engine.Attempts < 1 {
+		bad("engine.attempts", "%d: must be at least 1", c.Engine.Attempts)
+	}
+	if c.Engine.InFlightCeiling < 1 {
+		bad("engine.in_flight_ceiling", "%d: must be at least 1", c.Engine.InFlightCeiling)
+	}
+
+	names := map[string]bool{}
+	for i := range c.Scopes {
+		s := &c.Scopes[i]
+		key := fmt.Sprintf("scopes[%d]", i)
+		if s.Name == "" {
+			s.Name = "scope" + strconv.Itoa(i+1)
+		}
+		if names[s.Name] {
+			bad(key+".name", "%q: another scope has this name", s.Name)
+		}
+		names[s.Name] = true
+		checkNames(key+".domains", s.Domains, bad)
+		checkNames(key+".search", s.Search, bad)
+		checkServers(key+".servers", s.Servers, bad)
+		for j, a := range s.SourcesV4 {
+			if _, err := engine.ParseSource(a, 4); err != nil {
+				bad(fmt.Sprintf("%s.sources_v4[%d]", key, j), "%v", err)
+			}
+		}
+		for j, a := range s.SourcesV6 {
+			if _, err := engine.ParseSource(a, 6); err != nil {
+				bad(fmt.Sprintf("%s.sources_v6[%d]", key, j), "%v", err)
+			}
+		}
+	}
+	checkServers("fallback_servers", c.FallbackServers, bad)
+	for name, addrs := range c.Hosts {
+		key := "hosts." + name
+		if _, ok := dns.IsDomainName(name); !ok {
+			bad(key, "%q is not a domain name", name)
+		}
+		for j, a := range addrs {
+			if _, err := netip.ParseAddr(a); err != nil {
+				bad(fmt.Sprintf("%s[%d]", key, j), "%q is not an IP address", a)
+			}
+		}
+	}
+
+	if c.Cache.MaxEntries < 0 {
+		bad("cache.max_entries", "%d: must not be negative", c.Cache.MaxEntries)
+	}
+	notNegative("cache.min_ttl", c.Cache.MinTTL)
+	notNegative("cache.max_ttl", c.Cache.MaxTTL)
+	notNegative("cache.negative_max_ttl", c.Cache.NegativeMaxTTL)
+	if c.Cache.MaxTTL > 0 && c.Cache.MinTTL > c.Cache.MaxTTL {
+		bad("cache.min_ttl", "%v is more than cache.max_ttl %v", c.Cache.MinTTL, c.Cache.MaxTTL)
+	}
+
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q: want debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "auto", "json", "console":
+	default:
+		bad("log.format", "%q: want auto, json or console", c.Log.Format)
+	}
+	return es.join()
+}
+
+// checkListenAddr accepts "" (off) or host:port with an IP or empty host
+// and a numeric port; port 0 asks the system for a free one.
+func checkListenAddr(s string) error {
+	if s == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q: want IP:port or [IPv6]:port", s)
+	}
+	if host != "" && host != "localhost" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: %q is not an IP address", s, host)
+		}
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", s, port)
+	}
+	return nil
+}
+
+// ParsePrefix reads a trusted proxy: a CIDR, or one IP as a /32 or /128.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: want a CIDR such as 10.0.0.0/8 or an IP address", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func checkNames(key string, names []string, bad func(string, string, ...any)) {
+	for i, n := range names {
+		if _, ok := dns.IsDomainName(n); !ok || n == "" {
+			bad(fmt.Sprintf("%s[%d]", key, i), "%q is not a domain name", n)
+		}
+	}
+}
+
+func checkServers(key string, servers []string, bad func(string, string, ...any)) {
+	for i, s := range servers {
+		if _, err := engine.ParseServer(s); err != nil {
+			bad(fmt.Sprintf("%s[%d]", key, i), "%v", err)
+		}
+	}
+}

@@ -1,0 +1,16 @@
+// Package doh is the DNS-over-HTTPS front end: it turns HTTP requests into
+// checked DNS queries for a [Resolver] and its answers into HTTP responses.
+//
+// It speaks RFC 8484 (GET with a base64url "dns" parameter, POST with an
+// application/dns-message body) and the JSON form of public DoH services
+// (GET /resolve?name=&type=, or the DoH path with Accept:
+// application/dns-json). Bad input is answered here with a 4xx status and a
+// short text saying what is wrong; it never reaches the resolver. The
+// request context is the resolver's context, so a client that goes away
+// cancels its question.
+//
+// The handler builds for WebAssembly (GOOS=wasip1) as well, so the edge
+// module serves requests with the same code. [NewTLSServer] and
+// [NewPlainServer] wrap the handler in an [net/http.Server] with explicit
+// HTTP/2 limits from golang.org/x/net/http2.
+package doh

@@ -1,0 +1,78 @@
+package doh
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// TestHTTP2SettingsAnnounceLimits reads the server's first SETTINGS frame
+// over a real TLS connection (ALPN h2): the limits are announced.
+func TestHTTP2SettingsAnnounceLimits(t *testing.T) {
+	t.Parallel()
+	l := Limits{MaxConcurrentStreams: 77, MaxReadFrameSize: 32 << 10, MaxHeaderBytes: 8 << 10}
+	base, _ := startTLS(t, NewHandler(&recordingResolver{}, Options{}), l)
+	_, pool := testCert()
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{RootCAs: pool, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q, want h2", p)
+	}
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(conn, http2.ClientPreface)
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok {
+		t.Fatalf("first frame %v, want SETTINGS", f)
+	}
+	want := map[http2.SettingID]uint32{
+		http2.SettingMaxConcurrentStreams: 77,
+		http2.SettingMaxFrameSize:         32 << 10,
+	}
+	for id, v := range want {
+		if got, ok := sf.Value(id); !ok || got != v {
+			t.Errorf("%v = %d (sent %v), want %d", id, got, ok, v)
+		}
+	}
+	// net/http adds its own slack to MaxHeaderBytes; the setting must be
+	// there and in the same range.
+	if got, ok := sf.Value(http2.SettingMaxHeaderListSize); !ok || got < 8<<10 || got > 16<<10 {
+		t.Errorf("MAX_HEADER_LIST_SIZE = %d (sent %v), want about %d", got, ok, 8<<10)
+	}
+}
+
+// TestSlowHeadersAreCut: a client that starts a request and never ends
+// its headers is disconnected after ReadHeaderTimeout.
+func TestSlowHeadersAreCut(t *testing.T) {
+	t.Parallel()
+	base, _ := startTLS(t, NewHandler(&recordingResolver{}, Options{}), Limits{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	_, pool := testCert()
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /dns-query?dns=AAABAAABAAAAAAAAB2V4YW1wbGUDb3JnAAABAAE HTTP/1.1\r\nHost: x\r\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	_, err = io.ReadAll(conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the server kept a slow client for 5 s")
+	}
+	t.Logf("slow client cut after %v (err %v)", time.Since(start).Round(time.Millisecond), err)
+}

@@ -1,0 +1,221 @@
+package doh
+
+import (
+	"encoding/base64"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+var (
+	errTooLarge     = errors.New("request body too large: a DNS message is at most 65535 bytes")
+	errParamTooLong = errors.New("too long for a DNS message of 65535 bytes")
+)
+
+// queryParam returns the first value of key in a raw URL query, unescaped.
+// It does not build the map url.ParseQuery would: this runs for every GET.
+func queryParam(raw, key string) (string, bool) {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k != key {
+			continue
+		}
+		if strings.ContainsAny(v, "%+") {
+			u, err := url.QueryUnescape(v)
+			if err != nil {
+				return "", true
+			}
+			v = u
+		}
+		return v, true
+	}
+	return "", false
+}
+
+func hasQueryParam(raw, key string) bool {
+	_, ok := queryParam(raw, key)
+	return ok
+}
+
+// maxParamLen is the longest dns parameter that can hold a message of
+// MaxMessageSize bytes.
+var maxParamLen = base64.RawURLEncoding.EncodedLen(MaxMessageSize)
+
+// decodeDNSParam decodes a dns parameter into buf. RFC 8484 asks for
+// base64url without padding; trailing '=' padding is accepted too, since
+// it cannot change the bytes decoded.
+func decodeDNSParam(v string, buf []byte) ([]byte, error) {
+	v = strings.TrimRight(v, "=")
+	if len(v) > maxParamLen {
+		return buf, errParamTooLong
+	}
+	n := base64.RawURLEncoding.DecodedLen(len(v))
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	n, err := base64.RawURLEncoding.Decode(buf, []byte(v))
+	if err != nil {
+		return buf[:0], errors.New("not base64url")
+	}
+	return buf[:n], nil
+}
+
+// readMessage reads a request body into buf, refusing more than
+// MaxMessageSize bytes whatever Content-Length said.
+func readMessage(body io.Reader, buf []byte) ([]byte, error) {
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(2*cap(buf)+512, MaxMessageSize+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > MaxMessageSize {
+			return buf, errTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// isMediaType reports whether a Content-Type header names want, ignoring
+// case and parameters.
+func isMediaType(header, want string) bool {
+	if strings.EqualFold(header, want) {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(header)
+	return err == nil && mt == want
+}
+
+// acceptsJSON reports whether the client asks for the JSON form.
+func acceptsJSON(h http.Header) bool {
+	for _, v := range h["Accept"] {
+		if strings.Contains(strings.ToLower(v), MediaTypeJSON) {
+			return true
+		}
+	}
+	return false
+}
+
+// DNS header bits and sizes, for checks before a full unpack.
+const (
+	headerSize = 12
+	flagQR     = 0x80 // in byte 2
+)
+
+// checkQuery reads a wire query and sorts it into one of three cases:
+//   - status != 200: not a query we can answer at all (the problem says
+//     why); no DNS response.
+//   - reply != nil: a query answered here with a DNS error (NOTIMP,
+//     FORMERR, BADVERS); problem says why.
+//   - otherwise q is ready for the resolver: QR clear, opcode QUERY, one
+//     question.
+func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
+	if len(raw) < headerSize {
+		return nil, nil, http.StatusBadRequest, "undecodable DNS message: shorter than the 12-byte header"
+	}
+	if raw[2]&flagQR != 0 {
+		return nil, nil, http.StatusBadRequest, "not a query: the message is a response (QR set)"
+	}
+	q = new(dns.Msg)
+	err := q.Unpack(raw)
+	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
+		// The header says what it is; answer it even if the rest is odd.
+		return q, errorReply(q, raw, dns.RcodeNotImplemented), http.StatusOK,
+			"opcode " + opcodeName(op) + " is not implemented"
+	}
+	if qd := int(raw[4])<<8 | int(raw[5]); qd != 1 {
+		return nil, nil, http.StatusBadRequest, "want exactly one question, QDCOUNT is " + strconv.Itoa(qd)
+	}
+	if err != nil {
+		if len(q.Question) == 1 {
+			// Header and question read: the rest is malformed.
+			return q, errorReply(q, raw, dns.RcodeFormatError), http.StatusOK,
+				"malformed DNS message: " + err.Error()
+		}
+		return nil, nil, http.StatusBadRequest, "undecodable DNS message: " + err.Error()
+	}
+	if len(q.Question) != 1 {
+		return nil, nil, http.StatusBadRequest, "undecodable DNS message: the question is missing"
+	}
+	if rcode, why := queryProblem(q); rcode != dns.RcodeSuccess {
+		return q, errorReply(q, raw, rcode), http.StatusOK, why
+	}
+	return q, nil, http.StatusOK, ""
+}
+
+// queryProblem checks a parsed query with one question for what a DNS
+// server would refuse to read: records in the answer or authority section,
+// more than one OPT or an OPT misplaced, a meta type as the question, an
+// EDNS version above 0.
+func queryProblem(q *dns.Msg) (rcode int, why string) {
+	if len(q.Answer) != 0 || len(q.Ns) != 0 {
+		return dns.RcodeFormatError, "malformed query: records in the answer or authority section"
+	}
+	opts := 0
+	for _, rr := range q.Extra {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			opts++
+			if rr.Header().Name != "." {
+				return dns.RcodeFormatError, "malformed query: OPT record with a name other than the root"
+			}
+		}
+	}
+	if opts > 1 {
+		return dns.RcodeFormatError, "malformed query: more than one OPT record"
+	}
+	switch q.Question[0].Qtype {
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY:
+		return dns.RcodeFormatError, "malformed query: " + dns.TypeToString[q.Question[0].Qtype] + " as the question type"
+	case dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
+		return dns.RcodeNotImplemented, "question type " + dns.TypeToString[q.Question[0].Qtype] + " is not implemented"
+	}
+	if o := q.IsEdns0(); o != nil && o.Version() != 0 {
+		return dns.RcodeBadVers, "EDNS version " + strconv.Itoa(int(o.Version())) + " is not supported"
+	}
+	return dns.RcodeSuccess, ""
+}
+
+// errorReply is the DNS error answer to a query: the query's ID, opcode,
+// RD and CD bits and question when it has one, and an OPT record when the
+// query had one (BADVERS needs it).
+func errorReply(q *dns.Msg, raw []byte, rcode int) *dns.Msg {
+	m := new(dns.Msg)
+	m.Id = messageID(raw)
+	m.Response = true
+	m.Opcode = int(raw[2]>>3) & 0xF
+	m.RecursionDesired = raw[2]&0x01 != 0
+	m.RecursionAvailable = true
+	m.CheckingDisabled = raw[3]&0x10 != 0
+	m.Rcode = rcode
+	if q != nil && len(q.Question) == 1 {
+		m.Question = q.Question
+	}
+	if q != nil && q.IsEdns0() != nil || rcode > 0xF {
+		m.SetEdns0(dns.DefaultMsgSize, false)
+	}
+	return m
+}
+
+func opcodeName(op int) string {
+	if s, ok := dns.OpcodeToString[op]; ok {
+		return s
+	}
+	return strconv.Itoa(op)
+}

@@ -1,0 +1,180 @@
+//go:build wasip1
+
+// Command module is dohfwd built as a WebAssembly reactor
+// (GOOS=wasip1 GOARCH=wasm, -buildmode=c-shared): the engine and the DoH
+// request handling, unchanged, behind a few exports. Its only way to the
+// network is the socket interface its host imports (network.go); the
+// layout of what crosses the boundary is package edge/abi.
+//
+// The host calls _initialize, then dohfwd_init once with the same YAML the
+// server reads, then dohfwd_serve once per DoH request. An instance runs
+// one call at a time: a blocking socket import stops the whole instance,
+// so hosts get concurrency from several instances. Each instance has its
+// own engine, so demotion marks and the cache live per instance.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"unsafe"
+
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+func main() {}
+
+// The instance's state. Exports run one at a time, so no locks.
+var (
+	buf     = make([]byte, 64<<10) // the buffer shared with the host
+	eng     *engine.Engine
+	handler http.Handler
+)
+
+// InitTCPOnly is the dohfwd_init flag of hosts without UDP.
+const initTCPOnly = 1
+
+//go:wasmexport dohfwd_buffer
+func exportBuffer(n uint32) uint32 {
+	if int(n) > cap(buf) {
+		next := make([]byte, n, max(int(n), 2*cap(buf)))
+		copy(next, buf[:cap(buf)])
+		buf = next
+	}
+	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(buf[:cap(buf)]))))
+}
+
+// setResult leaves out at the start of the buffer and returns its length.
+func setResult(out []byte) uint32 {
+	exportBuffer(uint32(len(out)))
+	return uint32(copy(buf[:cap(buf)], out))
+}
+
+//go:wasmexport dohfwd_init
+func exportInit(n uint32, flags uint32) uint32 {
+	if err := setup(bytes.Clone(buf[:n]), flags); err != nil {
+		return setResult([]byte(err.Error()))
+	}
+	return 0
+}
+
+func setup(yaml []byte, flags uint32) error {
+	cfg, err := config.Parse("edge config", yaml)
+	if err != nil {
+		return err
+	}
+	obs, err := newObserver(cfg)
+	if err != nil {
+		return err
+	}
+	e, err := engine.New(cfg.EngineConfig(), engine.Options{
+		Network:  hostNetwork{},
+		Observer: obs,
+		TCPOnly:  flags&initTCPOnly != 0,
+	})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	h, err := newHandler(e, cfg)
+	if err != nil {
+		return err
+	}
+	eng, handler = e, h
+	return nil
+}
+
+//go:wasmexport dohfwd_serve
+func exportServe(n uint32) uint32 {
+	req, err := abi.ParseRequest(bytes.Clone(buf[:n]))
+	var resp abi.Response
+	switch {
+	case err != nil:
+		resp = abi.Response{Status: http.StatusBadRequest, Body: []byte(err.Error())}
+	case handler == nil:
+		resp = abi.Response{Status: http.StatusServiceUnavailable, Body: []byte("dohfwd_init was not called")}
+	default:
+		resp = serve(&req)
+	}
+	out := abi.AppendResponse(buf[:0], &resp)
+	buf = out[:cap(out)]
+	return uint32(len(out))
+}
+
+//go:wasmexport dohfwd_status
+func exportStatus() uint32 {
+	if eng == nil {
+		return setResult([]byte("{}"))
+	}
+	b, _ := json.Marshal(eng.Status())
+	return setResult(b)
+}
+
+// serve runs the DoH handler on a request built from the host's data.
+func serve(r *abi.Request) abi.Response {
+	u, err := url.ParseRequestURI(r.Target)
+	if err != nil {
+		return abi.Response{Status: http.StatusBadRequest, Body: []byte("bad request target")}
+	}
+	hr := &http.Request{
+		Method:        r.Method,
+		URL:           u,
+		RequestURI:    r.Target,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        make(http.Header, len(r.Headers)),
+		ContentLength: int64(len(r.Body)),
+		RemoteAddr:    r.Remote,
+	}
+	hr.Body = readCloser{bytes.NewReader(r.Body)}
+	for _, h := range r.Headers {
+		if strings.EqualFold(h[0], "Host") {
+			hr.Host = h[1]
+			continue
+		}
+		hr.Header.Add(h[0], h[1])
+	}
+	hr = hr.WithContext(context.Background())
+	w := &responseWriter{header: http.Header{}}
+	handler.ServeHTTP(w, hr)
+	resp := abi.Response{Status: w.status, Body: w.body.Bytes()}
+	if resp.Status == 0 {
+		resp.Status = http.StatusOK
+	}
+	for k, vs := range w.header {
+		for _, v := range vs {
+			resp.Headers = append(resp.Headers, [2]string{k, v})
+		}
+	}
+	return resp
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// responseWriter keeps the handler's response in memory for the host.
+type responseWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *responseWriter) Header() http.Header { return w.header }
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(b)
+}

@@ -1,0 +1,64 @@
+// Package moduletest builds the edge WebAssembly module (edge/module) once
+// per test binary, for the tests of its hosts.
+package moduletest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	once  sync.Once
+	wasm  []byte
+	path  string
+	built error
+)
+
+// Build returns the module's bytes and a file holding them, building it
+// with the same flags as `make wasm`. Go's build cache makes repeated
+// builds quick.
+func Build(t testing.TB) (wasmBytes []byte, file string) {
+	t.Helper()
+	once.Do(func() {
+		var dir string
+		dir, built = os.MkdirTemp("", "dohfwd-wasm-")
+		if built != nil {
+			return
+		}
+		path = filepath.Join(dir, "dohfwd.wasm")
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", path, "github.com/dohfwd/dohfwd/edge/module")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			built = &buildError{err: err, out: strings.TrimSpace(string(out))}
+			return
+		}
+		wasm, built = os.ReadFile(path)
+	})
+	if built != nil {
+		t.Fatalf("building the edge module: %v", built)
+	}
+	return wasm, path
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
+
+// CacheDir is a wazero compilation cache shared by test runs, so only the
+// first run pays for compiling the module.
+func CacheDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(os.TempDir(), "dohfwd-wazero-test-cache")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

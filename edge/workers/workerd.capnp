@@ -1,0 +1,29 @@
+# Local run of the Worker under workerd:
+#   make wasm-workers && npx workerd serve workerd.capnp --experimental
+# DoH is then on http://127.0.0.1:8787/dns-query. The module reaches
+# upstream servers on loopback only through the "local" network service.
+using Workerd = import "/workerd/workerd.capnp";
+
+const config :Workerd.Config = (
+  services = [
+    (name = "dohfwd", worker = .dohfwd),
+    (name = "local", network = (allow = ["local"])),
+  ],
+  sockets = [
+    (name = "http", address = "127.0.0.1:8787", http = (), service = "dohfwd"),
+  ],
+);
+
+const dohfwd :Workerd.Worker = (
+  modules = [
+    (name = "worker.mjs", esModule = embed "worker.mjs"),
+    (name = "wasi.mjs", esModule = embed "wasi.mjs"),
+    (name = "sockets.mjs", esModule = embed "sockets.mjs"),
+    (name = "dohfwd.wasm", wasm = embed "dohfwd.wasm"),
+  ],
+  bindings = [
+    (name = "DOHFWD_CONFIG", text = embed "dohfwd.yaml"),
+  ],
+  compatibilityDate = "2025-09-01",
+  globalOutbound = "local",
+);

@@ -1,0 +1,228 @@
+// Package workers holds dohfwd's Cloudflare Workers glue (JavaScript, no
+// Go); its test runs the glue and the real module under workerd.
+package workers
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/edge/moduletest"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+)
+
+// workerdBinary finds workerd as `npm ci` installs it here, running npm ci
+// when it is missing (scripts/setup.d/40-workerd.sh does the same).
+func workerdBinary(t *testing.T) string {
+	t.Helper()
+	bin, _ := filepath.Abs(filepath.Join("node_modules", ".bin", "workerd"))
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	out, err := exec.Command("npm", "ci", "--no-audit", "--no-fund").CombinedOutput()
+	if _, serr := os.Stat(bin); serr != nil {
+		t.Skipf("WORKERD IS NOT INSTALLED and `npm ci` in edge/workers failed (%v): %s\nthe Workers host is NOT tested", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startWorkerd runs `workerd serve` on the repository's workerd.capnp with
+// the glue, the module and configYAML, on a free loopback port, and
+// returns the base URL.
+func startWorkerd(t *testing.T, configYAML string) string {
+	t.Helper()
+	bin := workerdBinary(t)
+	wasm, _ := moduletest.Build(t)
+	dir := t.TempDir()
+	for _, f := range []string{"workerd.capnp", "worker.mjs", "wasi.mjs", "sockets.mjs"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dohfwd.wasm"), wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dohfwd.yaml"), []byte(configYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "serve", "workerd.capnp", "--socket-addr", "http="+addr)
+	cmd.Dir = dir
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("workerd output:\n%s", logs.String())
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workerd did not listen on %s: %v\n%s", addr, err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "http://" + addr
+}
+
+func ask(t *testing.T, method, base, name string) (*dns.Msg, time.Duration) {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	q.Id = 0
+	wire, _ := q.Pack()
+	var req *http.Request
+	if method == "GET" {
+		req, _ = http.NewRequest("GET", base+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+		req.Header.Set("Accept", "application/dns-message")
+	} else {
+		req, _ = http.NewRequest("POST", base+"/dns-query", bytes.NewReader(wire))
+		req.Header.Set("Content-Type", "application/dns-message")
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/dns-message" {
+		t.Fatalf("%s %s: HTTP %d %q: %s", method, name, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(body); err != nil {
+		t.Fatalf("not a DNS message: %v", err)
+	}
+	return m, took
+}
+
+func wantA(t *testing.T, m *dns.Msg, ip string) {
+	t.Helper()
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+		t.Fatalf("want one answer, got\n%v", m)
+	}
+	if a, ok := m.Answer[0].(*dns.A); !ok || a.A.String() != ip {
+		t.Fatalf("want A %s, got %v", ip, m.Answer[0])
+	}
+}
+
+func onlyTCP(t *testing.T, s *upstreamtest.Server) {
+	t.Helper()
+	for _, q := range s.Queries() {
+		if q.Transport != "tcp" {
+			t.Fatalf("upstream %s got a %s query: Workers have no UDP, the engine must use TCP only", s, q.Transport)
+		}
+	}
+}
+
+// TestWorkerd runs the module under workerd with TCP as its only transport.
+// One workerd process serves two scopes: "plain" with one answering
+// server, and "drop" whose first server drops every query.
+func TestWorkerd(t *testing.T) {
+	plain := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	s1 := upstreamtest.Start(t, upstreamtest.Drop())
+	s2 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	base := startWorkerd(t, fmt.Sprintf(`scopes:
+  - name: plain
+    domains: [plain.test]
+    servers: [%q]
+  - name: drop
+    domains: [drop.test]
+    servers: [%q, %q]
+fallback_servers: []
+cache:
+  max_entries: 0
+log:
+  level: warn
+`, plain, s1, s2))
+
+	t.Run("GET and POST over TCP", func(t *testing.T) {
+		m, took := ask(t, "GET", base, "www.plain.test")
+		wantA(t, m, "192.0.2.1")
+		t.Logf("GET (first request, instantiates the module): %v", took)
+		m, took = ask(t, "POST", base, "mail.plain.test")
+		wantA(t, m, "192.0.2.1")
+		t.Logf("POST: %v", took)
+		if n := len(plain.Queries()); n != 2 {
+			t.Fatalf("upstream read %d queries, want 2", n)
+		}
+		onlyTCP(t, plain)
+	})
+
+	// engine-servers.server-choice-rule, engine-servers.transaction-timeout:
+	// the dropping first server costs the 2 s timeout, then the second
+	// answers; the next question goes to the second server first
+	// (engine-servers.healthy-first-then-demoted).
+	t.Run("dropping first server moves on after 2 s", func(t *testing.T) {
+		m, took := ask(t, "GET", base, "one.drop.test")
+		wantA(t, m, "192.0.2.2")
+		q1, q2 := s1.Queries(), s2.Queries()
+		if len(q1) != 1 || len(q2) != 1 {
+			t.Fatalf("first server read %d queries, second %d; want 1 and 1", len(q1), len(q2))
+		}
+		gap := q2[0].At.Sub(q1[0].At)
+		if gap < 1900*time.Millisecond || gap > 3500*time.Millisecond {
+			t.Fatalf("second server asked %v after the first; want the 2 s transaction timeout", gap)
+		}
+		t.Logf("moved to the second server after %v; the question took %v", gap, took)
+
+		m, _ = ask(t, "POST", base, "two.drop.test")
+		wantA(t, m, "192.0.2.2")
+		if len(s1.Queries()) != 1 || len(s2.Queries()) != 2 {
+			t.Fatalf("after demotion: first server read %d, second %d; want 1 and 2", len(s1.Queries()), len(s2.Queries()))
+		}
+		onlyTCP(t, s1)
+		onlyTCP(t, s2)
+	})
+
+	t.Run("bad input answered by the module", func(t *testing.T) {
+		resp, err := http.Get(base + "/dns-query?dns=!!!")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("bad dns parameter: HTTP %d, want 400", resp.StatusCode)
+		}
+		if strings.Contains(resp.Header.Get("Content-Type"), "dns-message") {
+			t.Fatalf("a 400 carries no DNS message")
+		}
+	})
+}

@@ -1,0 +1,59 @@
+package engine
+
+import "sync"
+
+// flights lets concurrent identical questions (one cache key) share one
+// upstream question. The first to arrive leads: it asks upstream on its own
+// goroutine, under its own budget. The others follow: they wait, allocate
+// no transaction and so are never refused by the ceiling, and build their
+// own reply from the leader's entry.
+//
+// A leader that ends for reasons of its own (its client went away, its
+// question timeout ran out) abandons the flight; its followers then race to
+// lead a new one, so one client leaving never fails the others.
+type flights struct {
+	mu sync.Mutex
+	m  map[cacheKey]*flight
+}
+
+// flight is one shared upstream question.
+type flight struct {
+	done chan struct{} // closed when the fields below are set
+
+	entry     *entry   // the answer or NXDOMAIN; nil otherwise
+	result    Response // the result when entry is nil (unavailable), without Msg
+	abandoned bool     // ended by the leader's own budget: ask again
+}
+
+// join returns the flight for k, and whether the caller leads it.
+func (f *flights) join(k cacheKey) (*flight, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.m[k]; fl != nil {
+		return fl, false
+	}
+	if f.m == nil {
+		f.m = map[cacheKey]*flight{}
+	}
+	fl := &flight{done: make(chan struct{})}
+	f.m[k] = fl
+	return fl, true
+}
+
+// land ends the flight for k: later questions start a new one (or find the
+// cache), and the followers wake.
+func (f *flights) land(k cacheKey, fl *flight) {
+	f.mu.Lock()
+	if f.m[k] == fl {
+		delete(f.m, k)
+	}
+	f.mu.Unlock()
+	close(fl.done)
+}
+
+// abandons reports whether a leader's result is its own and not the
+// question's: its client went away or its own question timeout ran out.
+// A follower asks again rather than take it.
+func abandons(r Response) bool {
+	return r.Result == ResultCancelled || (r.Result == ResultUnavailable && r.Reason == ReasonQuestionTimeout)
+}

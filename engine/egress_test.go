@@ -1,0 +1,139 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/miekg/dns"
+)
+
+// egressConfig is one default-route scope on srv with the given sources.
+func egressConfig(srv *upstreamtest.Server, v4, v6 []string) engine.Config {
+	return engine.Config{Scopes: []engine.ScopeConfig{{
+		Name: "egress", DefaultRoute: true, Servers: []string{srv.String()}, SourcesV4: v4, SourcesV6: v6,
+	}}}
+}
+
+func sourcesSeen(srv *upstreamtest.Server) []string {
+	var from []string
+	for _, q := range srv.Queries() {
+		from = append(from, q.Transport+" "+q.From.Addr().String())
+	}
+	return from
+}
+
+// Linux routes all of 127.0.0.0/8 to lo, so 127.0.0.2 and .3 are local
+// addresses that can be bound without configuring anything.
+func TestEgressSourceRoundRobinSeenByUpstream(t *testing.T) {
+	t.Parallel()
+	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e := startEngine(t, egressConfig(srv, []string{"127.0.0.2", "127.0.0.3"}, []string{"::1"}), engine.NativeNetwork{})
+	for i := range 4 {
+		if r := e.Resolve(context.Background(), queryFor(fmt.Sprintf("e%d.example.", i), dns.TypeA)); r.Result != engine.ResultAnswer {
+			t.Fatalf("question %d: %v (%v)", i, r.Result, r.Reason)
+		}
+	}
+	want := "udp 127.0.0.2,udp 127.0.0.3,udp 127.0.0.2,udp 127.0.0.3"
+	if got := strings.Join(sourcesSeen(srv), ","); got != want {
+		t.Fatalf("upstream saw queries from %s, want %s (IPv4 sources round-robin, the IPv6 one unused)", got, want)
+	}
+}
+
+func TestEgressSourceOverTCPRetry(t *testing.T) {
+	t.Parallel()
+	truncated := func(q upstreamtest.Query) upstreamtest.Action {
+		m := upstreamtest.ReplyTo(q.Msg, dns.RcodeSuccess)
+		m.Truncated = true
+		return upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: m}}}
+	}
+	srv := upstreamtest.Start(t, upstreamtest.ByTransport(truncated, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
+	e := startEngine(t, egressConfig(srv, []string{"127.0.0.2", "127.0.0.3"}, nil), engine.NativeNetwork{})
+	if r := e.Resolve(context.Background(), queryFor("tc.example.", dns.TypeA)); r.Result != engine.ResultAnswer {
+		t.Fatalf("%v (%v), want the TCP answer", r.Result, r.Reason)
+	}
+	want := "udp 127.0.0.2,tcp 127.0.0.3"
+	if got := strings.Join(sourcesSeen(srv), ","); got != want {
+		t.Fatalf("upstream saw %s, want %s: every transaction takes the next source", got, want)
+	}
+}
+
+func TestEgressSourceIPv6(t *testing.T) {
+	t.Parallel()
+	pc, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("SKIPPED LOUDLY: no IPv6 loopback here (%v): the IPv6 source family is untested", err)
+	}
+	var mu sync.Mutex
+	var from []string
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		mu.Lock()
+		from = append(from, w.RemoteAddr().(*net.UDPAddr).IP.String())
+		mu.Unlock()
+		w.WriteMsg(upstreamtest.ReplyTo(q, dns.RcodeSuccess, "@ 60 IN A 192.0.2.1"))
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	// The IPv6 server is asked from the IPv6 source: an IPv4 source
+	// could not even be bound for it.
+	cfg := engine.Config{Scopes: []engine.ScopeConfig{{Name: "v6", DefaultRoute: true,
+		Servers: []string{pc.LocalAddr().String()}, SourcesV4: []string{"127.0.0.2"}, SourcesV6: []string{"::1"}}}}
+	e := startEngine(t, cfg, engine.NativeNetwork{})
+	if r := e.Resolve(context.Background(), queryFor("six.example.", dns.TypeA)); r.Result != engine.ResultAnswer {
+		t.Fatalf("%v (%v), want the answer over IPv6", r.Result, r.Reason)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(from) != 1 || from[0] != "::1" {
+		t.Fatalf("IPv6 upstream saw queries from %v, want [::1]", from)
+	}
+}
+
+// A source that cannot be bound is a local error (resolvd: EADDRNOTAVAIL):
+// the attempt is spent and upstream_failed counts it, but the server is not
+// demoted and nothing is sent.
+func TestEgressUnbindableSourceIsLocalError(t *testing.T) {
+	t.Parallel()
+	if b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_nonlocal_bind"); strings.TrimSpace(string(b)) == "1" {
+		t.Skip("net.ipv4.ip_nonlocal_bind=1: any address can be bound here")
+	}
+	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	var events []engine.AttemptEvent
+	obs := attemptRecorder{on: func(ev engine.AttemptEvent) { events = append(events, ev) }}
+	// 192.0.2.1 (TEST-NET-1) is on no interface.
+	e, err := engine.New(egressConfig(srv, []string{"192.0.2.1"}, nil), engine.Options{Network: engine.NativeNetwork{}, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.Resolve(context.Background(), queryFor("nobind.example.", dns.TypeA))
+	if r.Result != engine.ResultUnavailable || r.Attempts != 3 {
+		t.Fatalf("%v (%v) after %d attempts, want unavailable after 3", r.Result, r.Reason, r.Attempts)
+	}
+	for _, ev := range events {
+		if ev.Outcome != engine.OutcomeLocalError || ev.Demoted {
+			t.Fatalf("attempt %d: outcome %v demoted %v, want local_error without demotion", ev.Attempt, ev.Outcome, ev.Demoted)
+		}
+	}
+	st := e.Status()
+	if c := st.Counters; c.UpstreamFailed != 3 {
+		t.Fatalf("upstream_failed %d, want 3", c.UpstreamFailed)
+	}
+	if st.Scopes[0].Servers[0].Demoted {
+		t.Fatal("the server is demoted for a local bind error")
+	}
+	if n := len(srv.Queries()); n != 0 {
+		t.Fatalf("upstream saw %d queries, want none", n)
+	}
+}
+
+// attemptRecorder is an Observer that hands attempts to on.
+type attemptRecorder struct{ on func(engine.AttemptEvent) }
+
+func (a attemptRecorder) Attempt(ev engine.AttemptEvent) { a.on(ev) }
+func (attemptRecorder) Question(engine.QuestionEvent)    {}

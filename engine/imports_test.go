@@ -1,0 +1,44 @@
+package engine_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The engine's only network I/O is its socket interface: it must not
+// import net/http or the front end, and it must build for wasip1.
+
+func TestEngineImportsNoHTTP(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "net/http" || strings.HasPrefix(p, "net/http/") || strings.HasPrefix(p, "github.com/dohfwd/dohfwd/doh") ||
+			strings.HasPrefix(p, "golang.org/x/net/http") || strings.HasPrefix(p, "github.com/caddyserver/") {
+			t.Errorf("engine depends on %s", p)
+		}
+	}
+}
+
+func TestEngineBuildsForWasip1(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds for wasip1: skipped in -short")
+	}
+	cmd := exec.Command("go", "build", "-o", os.DevNull, ".")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("GOOS=wasip1 GOARCH=wasm go build: %v\n%s", err, out)
+	}
+	cmd = exec.Command("go", "list", "-deps", ".")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "net/http") {
+		t.Fatal("the wasip1 engine depends on net/http")
+	}
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// localTTL is the TTL of local answers: short, since hosts change on reload.
+const localTTL = 60
+
+// Names answered without asking upstream (RFC 6761).
+const (
+	localhostDomain = "localhost."
+	invalidDomain   = "invalid."
+	ptrLocalhostV4  = "1.0.0.127.in-addr.arpa."
+	ptrLocalhostV6  = "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa."
+)
+
+// localNames answers the names the engine knows itself: RFC 6761's
+// localhost and invalid, and the configured static hosts.
+//
+// For a hosts name, A and AAAA get its addresses of that family and any
+// other type (MX, TXT, HTTPS, ...) NODATA: the name exists, and asking
+// upstream could only contradict the operator's entry.
+type localNames struct {
+	addrs map[string][]netip.Addr // lowercased name → addresses
+	ptrs  map[string][]string     // lowercased reverse name → names
+}
+
+// buildLocal reads hosts (name → addresses).
+func buildLocal(hosts map[string][]string) (*localNames, error) {
+	l := &localNames{addrs: map[string][]netip.Addr{}, ptrs: map[string][]string{}}
+	// Sorted, so the PTR records of an address shared by names come in
+	// the same order on every reload.
+	for _, name := range slices.Sorted(maps.Keys(hosts)) {
+		fqdn, err := domainASCII(name)
+		if err != nil || fqdn == "." {
+			return nil, fmt.Errorf("hosts %q: not a domain name", name)
+		}
+		for _, s := range hosts[name] {
+			a, err := netip.ParseAddr(strings.TrimSpace(s))
+			if err != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("hosts %q: address %q is not an IP address", name, s)
+			}
+			a = a.Unmap()
+			if !slices.Contains(l.addrs[fqdn], a) {
+				l.addrs[fqdn] = append(l.addrs[fqdn], a)
+			}
+			rev, _ := dns.ReverseAddr(a.String())
+			if !slices.Contains(l.ptrs[rev], fqdn) {
+				l.ptrs[rev] = append(l.ptrs[rev], fqdn)
+			}
+		}
+	}
+	return l, nil
+}
+
+// answer returns the local reply to client's question asked as name, or
+// nil when name is not local. Only class IN is answered locally.
+func (l *localNames) answer(client *dns.Msg, name string) *dns.Msg {
+	q := client.Question[0]
+	if q.Qclass != dns.ClassINET {
+		return nil
+	}
+	switch {
+	case inDomain(name, invalidDomain):
+		return localReply(client, dns.RcodeNameError)
+	case inDomain(name, localhostDomain):
+		m := localReply(client, dns.RcodeSuccess)
+		switch q.Qtype {
+		case dns.TypeA:
+			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dns.TypeA), A: netip.MustParseAddr("127.0.0.1").AsSlice()})
+		case dns.TypeAAAA:
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dns.TypeAAAA), AAAA: netip.IPv6Loopback().AsSlice()})
+		}
+		return m
+	}
+	if q.Qtype == dns.TypePTR && (strings.EqualFold(name, ptrLocalhostV4) || strings.EqualFold(name, ptrLocalhostV6)) {
+		m := localReply(client, dns.RcodeSuccess)
+		m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: localhostDomain})
+		return m
+	}
+	if len(l.addrs) == 0 {
+		return nil
+	}
+	key := strings.ToLower(name)
+	if q.Qtype == dns.TypePTR {
+		if targets, ok := l.ptrs[key]; ok {
+			m := localReply(client, dns.RcodeSuccess)
+			for _, t := range targets {
+				m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: t})
+			}
+			return m
+		}
+	}
+	addrs, ok := l.addrs[key]
+	if !ok {
+		return nil
+	}
+	m := localReply(client, dns.RcodeSuccess)
+	for _, a := range addrs {
+		switch {
+		case q.Qtype == dns.TypeA && a.Is4():
+			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dns.TypeA), A: a.AsSlice()})
+		case q.Qtype == dns.TypeAAAA && a.Is6():
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dns.TypeAAAA), AAAA: a.AsSlice()})
+		}
+	}
+	return m
+}
+
+// localReply is a reply to client with rcode and no records yet: RA set,
+// and an OPT record when the client sent one.
+func localReply(client *dns.Msg, rcode int) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetRcode(client, rcode)
+	m.RecursionAvailable = true
+	if co := client.IsEdns0(); co != nil {
+		m.SetEdns0(upstreamUDPSize, co.Do())
+	}
+	return m
+}
+
+func localHdr(name string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: localTTL}
+}

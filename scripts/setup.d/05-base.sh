@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the real DNS servers and clients the end-to-end tests use:
+# nsd (upstream), dig, kdig, curl, h2load. Idempotent: apt-get runs only
+# when a tool is missing, and `apt-get update` at most once.
+set -u
+
+declare -A need=(
+	[nsd]=nsd
+	[dig]=bind9-dnsutils
+	[kdig]=knot-dnsutils
+	[knotd]=knot
+	[curl]=curl
+	[h2load]=nghttp2-client
+)
+missing=()
+for tool in "${!need[@]}"; do
+	command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing+=("${need[$tool]}")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "05-base: nsd dig kdig knotd curl h2load present"
+	exit 0
+fi
+echo "05-base: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+if ! { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; }; then
+	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
+	echo "!!! 05-base: WARNING: could not install ${missing[*]}." >&2
+	echo "!!! The end-to-end tests in ./cmd/dohfwd will FAIL without them." >&2
+	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
+fi
+# The Debian nsd/knot packages start system services we do not want.
+for svc in nsd knot; do
+	command -v systemctl >/dev/null 2>&1 && $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || true
+done
+exit 0

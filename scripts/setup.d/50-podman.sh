@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the rootful podman stack that deploy's container test and
+# `make container` use (see TOOLING.md, Containers), plus busybox-static for
+# the local stand-in builder image. Idempotent: does nothing when every
+# piece is there. Never fails the run: without podman the container test
+# says so loudly and skips, and the rest of `make test` goes on.
+set -u
+
+packages=(podman buildah runc conmon fuse-overlayfs slirp4netns uidmap
+	containernetworking-plugins golang-github-containers-common
+	catatonit iptables busybox-static)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "setup 50-podman: podman stack already installed"
+	exit 0
+fi
+
+echo "setup 50-podman: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+install() { apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1; }
+if ! install && ! { apt-get update >/dev/null 2>&1 && install; }; then
+	echo "!!! setup 50-podman: WARNING: could not install the podman stack;" >&2
+	echo "!!! the container test and 'make container' will NOT run !!!" >&2
+	exit 0
+fi
+echo "setup 50-podman: $(podman --version 2>/dev/null) installed"

@@ -1,0 +1,272 @@
+// Package server runs dohfwd's listeners around a DoH handler: HTTPS
+// (HTTP/2 and HTTP/1.1), the optional plaintext HTTP/1.1 + h2c listener and
+// the admin listener. It reloads the configuration on SIGHUP and drains
+// questions in flight on SIGTERM. It serves any DoH handler over any
+// Backend, so the native binary and the WebAssembly edge host share it.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/admin"
+	"github.com/dohfwd/dohfwd/certs"
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh"
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
+)
+
+// Backend is what the server needs from the engine behind the handler.
+type Backend interface {
+	Status() engine.Status
+	Counters() engine.Counters
+	InFlight() int64
+	// Reconfigure takes a reloaded configuration; on error nothing changes.
+	Reconfigure(engine.Config) error
+}
+
+// DefaultDrainTimeout bounds the wait for questions in flight at SIGTERM:
+// longer than the slowest question (three 2 s attempts).
+const DefaultDrainTimeout = 10 * time.Second
+
+// Options are what Run serves.
+type Options struct {
+	Config  *config.Config
+	Handler http.Handler // the DoH handler, served on the HTTPS and HTTP listeners
+	Backend Backend
+	Metrics *telemetry.Metrics // served at /metrics; nil = no /metrics
+	Log     zerolog.Logger
+	Version string
+
+	// Load reads the configuration again on SIGHUP. Nil re-reads
+	// Config.Source, or keeps the embedded default.
+	Load func() (*config.Config, error)
+	// Limits are the DoH listeners' HTTP limits; zero = doh.DefaultLimits.
+	Limits doh.Limits
+	// DrainTimeout bounds the drain at SIGTERM; 0 = DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// Signals, when set, replaces the process's SIGHUP/SIGTERM/SIGINT.
+	Signals <-chan os.Signal
+	// OnListen, when set, is told each listener's bound address.
+	OnListen func(name string, addr net.Addr)
+}
+
+// listener is one running http.Server.
+type listener struct {
+	name string
+	srv  *http.Server
+	ln   net.Listener
+	tls  bool
+}
+
+// Run serves until ctx ends or a SIGTERM/SIGINT arrives, then stops
+// accepting, waits for requests in flight (bounded by DrainTimeout) and
+// returns nil. It returns an error when a listener cannot start.
+func Run(ctx context.Context, o Options) error {
+	log := o.Log
+	cfg := o.Config
+	current := new(atomic.Pointer[config.Config])
+	current.Store(cfg)
+	log.Info().Str("version", o.Version).Str("config", cfg.Source).Int("scopes", len(cfg.Scopes)).
+		Msg("starting")
+
+	listeners, closeAll, err := listen(ctx, o, current)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		log.Info().Str("listener", l.name).Str("addr", l.ln.Addr().String()).Msg("listening")
+		if o.OnListen != nil {
+			o.OnListen(l.name, l.ln.Addr())
+		}
+		go func() {
+			var err error
+			if l.tls {
+				err = l.srv.ServeTLS(l.ln, "", "")
+			} else {
+				err = l.srv.Serve(l.ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s listener %s: %w", l.name, l.ln.Addr(), err)
+			}
+		}()
+	}
+
+	sigs := o.Signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 4)
+		signal.Notify(ch, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+	reason := "context done"
+	var runErr error
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err := <-errc:
+			log.Error().Err(err).Msg("listener failed")
+			reason, runErr = "listener failed", err
+			break wait
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				reload(o, current)
+				continue
+			}
+			reason = sig.String()
+			break wait
+		}
+	}
+	drain(o, listeners, reason)
+	return runErr
+}
+
+// listen opens every configured listener; closeAll releases what listen
+// made (the certificate manager).
+func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Config]) ([]*listener, func(), error) {
+	cfg, log := o.Config, o.Log
+	var (
+		out     []*listener
+		closers []func()
+	)
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	fail := func(err error) ([]*listener, func(), error) {
+		for _, l := range out {
+			l.ln.Close()
+		}
+		closeAll()
+		return nil, func() {}, err
+	}
+	if cfg.Listen.HTTPS != "" {
+		cm, err := certs.New(ctx, cfg.CertsConfig(), log)
+		if err != nil {
+			return fail(fmt.Errorf("tls: %w", err))
+		}
+		closers = append(closers, func() { cm.Close() })
+		log.Info().Str("mode", cm.Mode()).Str("fingerprint", cm.Fingerprint()).Msg("certificate")
+		srv, err := doh.NewTLSServer(o.Handler, cm.TLSConfig(), o.Limits)
+		if err != nil {
+			return fail(err)
+		}
+		ln, err := net.Listen("tcp", cfg.Listen.HTTPS)
+		if err != nil {
+			return fail(fmt.Errorf("listen.https %s: %w", cfg.Listen.HTTPS, err))
+		}
+		out = append(out, &listener{name: "https", srv: srv, ln: ln, tls: true})
+	}
+	if cfg.Listen.HTTP != "" {
+		ln, err := net.Listen("tcp", cfg.Listen.HTTP)
+		if err != nil {
+			return fail(fmt.Errorf("listen.http %s: %w", cfg.Listen.HTTP, err))
+		}
+		out = append(out, &listener{name: "http", srv: doh.NewPlainServer(o.Handler, o.Limits), ln: ln})
+	}
+	if cfg.Listen.Admin != "" {
+		ln, err := net.Listen("tcp", cfg.Listen.Admin)
+		if err != nil {
+			return fail(fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err))
+		}
+		h := admin.Handler(o.Backend, gatherer(o.Metrics), admin.Info{
+			Version: o.Version, Started: time.Now(),
+			Config: func() string { return current.Load().Source },
+		})
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+		out = append(out, &listener{name: "admin", srv: srv, ln: ln})
+	}
+	return out, closeAll, nil
+}
+
+// reload applies a new configuration file: scopes, servers, hosts, engine
+// values and the log level. A file that does not load, or that the engine
+// refuses, is logged and the running configuration stays.
+func reload(o Options, current *atomic.Pointer[config.Config]) {
+	log := o.Log
+	old := current.Load()
+	load := o.Load
+	if load == nil {
+		load = func() (*config.Config, error) {
+			if old.Source == config.DefaultSource {
+				return config.Default()
+			}
+			return config.Load(old.Source)
+		}
+	}
+	next, err := load()
+	if err != nil {
+		log.Error().Err(err).Str("config", old.Source).Msg("reload rejected: keeping the running configuration")
+		return
+	}
+	if err := o.Backend.Reconfigure(next.EngineConfig()); err != nil {
+		log.Error().Err(err).Str("config", next.Source).Msg("reload rejected: keeping the running configuration")
+		return
+	}
+	telemetry.SetLevel(next.Log.Level)
+	current.Store(next)
+	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP ||
+		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
+		!reflect.DeepEqual(next.Listen.TrustedProxies, old.Listen.TrustedProxies) || !reflect.DeepEqual(next.TLS, old.TLS) {
+		log.Warn().Msg("listen and tls changes take effect at the next restart")
+	}
+	log.Info().Str("config", next.Source).Int("scopes", len(next.Scopes)).
+		Int("fallback_servers", len(next.FallbackServers)).Int("hosts", len(next.Hosts)).
+		Str("log_level", next.Log.Level).Msg("reloaded")
+}
+
+// drain stops every listener from accepting and waits, at most
+// DrainTimeout, for requests in flight to be answered.
+func drain(o Options, listeners []*listener, reason string) {
+	log := o.Log
+	timeout := o.DrainTimeout
+	if timeout <= 0 {
+		timeout = DefaultDrainTimeout
+	}
+	log.Info().Str("reason", reason).Int64("in_flight", o.Backend.InFlight()).Dur("timeout_ms", timeout).Msg("draining")
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var unfinished atomic.Int32
+	for _, l := range listeners {
+		wg.Go(func() {
+			if err := l.srv.Shutdown(ctx); err != nil {
+				unfinished.Add(1)
+				log.Warn().Err(err).Str("listener", l.name).Msg("drain cut short")
+				l.srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	log.Info().Dur("took_ms", time.Since(start)).Bool("complete", unfinished.Load() == 0).Msg("stopped")
+}
+
+// gatherer returns m's registry, or nil (no /metrics) without metrics.
+func gatherer(m *telemetry.Metrics) prometheus.Gatherer {
+	if m == nil {
+		return nil
+	}
+	return m.Registry
+}

@@ -1,0 +1,147 @@
+package telemetry
+
+import (
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// EngineStats is what the metrics read from the engine at scrape time.
+type EngineStats interface {
+	Counters() engine.Counters
+	InFlight() int64
+}
+
+// Metrics are dohfwd's Prometheus metrics. The engine's own totals are
+// read from its counters at scrape time, so /metrics and /status agree;
+// the rest are observed as they happen.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests       *prometheus.CounterVec   // DoH requests by HTTP status and DNS rcode
+	attemptLatency *prometheus.HistogramVec // upstream attempt RTT by server
+	perServer      sync.Map                 // netip.AddrPort -> prometheus.Observer
+}
+
+// NewMetrics registers the dohfwd_* metrics observed as they happen, plus
+// the Go runtime and process collectors, in a new registry. CollectEngine
+// adds the engine's totals.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dohfwd_doh_requests_total",
+			Help: "DoH requests answered, by HTTP status and DNS rcode (\"\" when no DNS message was answered).",
+		}, []string{"status", "rcode"}),
+		attemptLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dohfwd_upstream_attempt_duration_seconds",
+			Help:    "Round-trip time of upstream attempts, by server, whatever their outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 4},
+		}, []string{"server"}),
+	}
+	m.Registry.MustRegister(m.requests, m.attemptLatency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// CollectEngine exports stats' counters and in-flight gauge, read at
+// scrape time. Call it once, when the engine exists.
+func (m *Metrics) CollectEngine(stats EngineStats) {
+	m.Registry.MustRegister(engineCollector{stats})
+}
+
+func (m *Metrics) observeAttempt(ev engine.AttemptEvent) {
+	o, ok := m.perServer.Load(ev.Server)
+	if !ok {
+		o, _ = m.perServer.LoadOrStore(ev.Server, m.attemptLatency.WithLabelValues(ev.Server.String()))
+	}
+	o.(prometheus.Observer).Observe(ev.RTT.Seconds())
+}
+
+// ObserveRequest counts one DoH request. rcode < 0 means the answer held
+// no DNS message (a 4xx, or an error page).
+func (m *Metrics) ObserveRequest(status, rcode int) {
+	m.requests.WithLabelValues(statusLabel(status), rcodeLabel(rcode)).Inc()
+}
+
+// ForgetServers drops the latency series of servers no longer configured.
+func (m *Metrics) ForgetServers(keep func(netip.AddrPort) bool) {
+	m.perServer.Range(func(k, _ any) bool {
+		if ap := k.(netip.AddrPort); !keep(ap) {
+			m.perServer.Delete(ap)
+			m.attemptLatency.DeleteLabelValues(ap.String())
+		}
+		return true
+	})
+}
+
+var statusLabels = func() map[int]string {
+	m := map[int]string{}
+	for _, c := range []int{200, 400, 404, 405, 413, 415, 500, 502, 503, 504} {
+		m[c] = strconv.Itoa(c)
+	}
+	return m
+}()
+
+func statusLabel(code int) string {
+	if s, ok := statusLabels[code]; ok {
+		return s
+	}
+	return strconv.Itoa(code)
+}
+
+func rcodeLabel(rc int) string {
+	if rc < 0 {
+		return ""
+	}
+	if s, ok := dns.RcodeToString[rc]; ok {
+		return s
+	}
+	return strconv.Itoa(rc)
+}
+
+// engineCollector exports the engine's counters as they are at scrape time.
+type engineCollector struct{ stats EngineStats }
+
+var (
+	descUpstreamFailed = prometheus.NewDesc("dohfwd_upstream_failed_total", "Upstream attempts charged to a server (resolvd's upstream_failed).", nil, nil)
+	descRefused        = prometheus.NewDesc("dohfwd_refused_total", "Questions refused by the in-flight ceiling.", nil, nil)
+	descCancelled      = prometheus.NewDesc("dohfwd_cancelled_total", "Transactions ended by the client's or the question's budget, not charged to a server.", nil, nil)
+	descMismatched     = prometheus.NewDesc("dohfwd_mismatched_replies_total", "Replies ignored because they did not match their transaction, or did not parse.", nil, nil)
+	descCacheHits      = prometheus.NewDesc("dohfwd_cache_hits_total", "Questions answered from the cache.", nil, nil)
+	descAttempts       = prometheus.NewDesc("dohfwd_attempts_total", "Upstream attempts by outcome.", []string{"outcome"}, nil)
+	descQuestions      = prometheus.NewDesc("dohfwd_questions_total", "Questions by result.", []string{"result"}, nil)
+	descInFlight       = prometheus.NewDesc("dohfwd_in_flight", "Upstream transactions outstanding.", nil, nil)
+)
+
+func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUpstreamFailed, descRefused, descCancelled, descMismatched,
+		descCacheHits, descAttempts, descQuestions, descInFlight} {
+		ch <- d
+	}
+}
+
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats.Counters()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descUpstreamFailed, s.UpstreamFailed)
+	counter(descRefused, s.Refused)
+	counter(descCancelled, s.Cancelled)
+	counter(descMismatched, s.MismatchedReplies)
+	counter(descCacheHits, s.CacheHits)
+	for o, v := range s.Attempts {
+		counter(descAttempts, v, o)
+	}
+	for r, v := range s.Questions {
+		counter(descQuestions, v, r)
+	}
+	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(c.stats.InFlight()))
+}

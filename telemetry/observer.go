@@ -1,0 +1,87 @@
+package telemetry
+
+import (
+	"github.com/miekg/dns"
+	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// Observer turns the engine's events into log events and metrics. It
+// implements engine.Observer without allocating per event.
+type Observer struct {
+	log     zerolog.Logger
+	metrics *Metrics // may be nil
+}
+
+// NewObserver returns an Observer logging to log and, when m is not nil,
+// counting into m.
+func NewObserver(log zerolog.Logger, m *Metrics) *Observer {
+	return &Observer{log: log, metrics: m}
+}
+
+var _ engine.Observer = (*Observer)(nil)
+
+// Attempt writes the "attempt" event: one per upstream attempt, whatever
+// its outcome.
+func (o *Observer) Attempt(ev engine.AttemptEvent) {
+	if o.metrics != nil {
+		o.metrics.observeAttempt(ev)
+	}
+	e := o.log.Info()
+	if e == nil {
+		return
+	}
+	var server [64]byte
+	e = e.Uint64("question", ev.Question).
+		Str("qname", ev.QName)
+	e = typeField(e, ev.QType).
+		Str("scope", ev.Scope).
+		Int("attempt", ev.Attempt).
+		Bytes("server", ev.Server.AppendTo(server[:0])).
+		Str("transport", ev.Transport.String()).
+		Str("outcome", ev.Outcome.String())
+	e = rcodeField(e, ev.Rcode).
+		Float64("rtt_ms", float64(ev.RTT.Microseconds())/1000).
+		Bool("demoted", ev.Demoted)
+	e.Msg("attempt")
+}
+
+// Question writes the "question" event at the end of each question.
+func (o *Observer) Question(ev engine.QuestionEvent) {
+	e := o.log.Info()
+	if e == nil {
+		return
+	}
+	e = e.Uint64("question", ev.Question).Str("qname", ev.QName)
+	e = typeField(e, ev.QType).
+		Str("scope", ev.Scope).
+		Str("result", ev.Result.String())
+	if ev.Reason != engine.ReasonNone {
+		e = e.Str("reason", ev.Reason.String())
+	}
+	e.Int("attempts", ev.Attempts).
+		Bool("cache_hit", ev.CacheHit).
+		Float64("duration_ms", float64(ev.Duration.Microseconds())/1000).
+		Msg("question")
+}
+
+// typeField writes qtype as its mnemonic, or its number when it has none.
+func typeField(e *zerolog.Event, t uint16) *zerolog.Event {
+	if s, ok := dns.TypeToString[t]; ok {
+		return e.Str("qtype", s)
+	}
+	return e.Uint16("qtype", t)
+}
+
+// rcodeField writes the reply's rcode mnemonic, or "" when no reply was
+// used (timeouts, errors, cancellations).
+func rcodeField(e *zerolog.Event, rc int) *zerolog.Event {
+	if rc < 0 {
+		return e.Str("rcode", "")
+	}
+	if s, ok := dns.RcodeToString[rc]; ok {
+		return e.Str("rcode", s)
+	}
+	return e.Int("rcode", rc)
+}

@@ -1,0 +1,146 @@
+package telemetry
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+var sampleAttempt = engine.AttemptEvent{
+	Question: 7, QName: "www.example.org.", QType: dns.TypeAAAA, Scope: "corp", Attempt: 2,
+	Server: netip.MustParseAddrPort("[2001:db8::53]:5353"), Transport: engine.TCP,
+	Outcome: engine.OutcomeTimeout, Rcode: -1, RTT: 2 * time.Second, Demoted: true,
+}
+
+func TestAttemptEventHasEveryField(t *testing.T) {
+	var buf bytes.Buffer
+	o := NewObserver(zerolog.New(&buf), nil)
+	o.Attempt(sampleAttempt)
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, buf.Bytes())
+	}
+	want := map[string]any{
+		"message": "attempt", "level": "info", "question": 7.0, "qname": "www.example.org.", "qtype": "AAAA",
+		"scope": "corp", "attempt": 2.0, "server": "[2001:db8::53]:5353", "transport": "tcp",
+		"outcome": "timeout", "rcode": "", "rtt_ms": 2000.0, "demoted": true,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v (%T), want %v", k, got[k], got[k], v)
+		}
+	}
+}
+
+func TestQuestionEventHasEveryField(t *testing.T) {
+	var buf bytes.Buffer
+	o := NewObserver(zerolog.New(&buf), nil)
+	o.Question(engine.QuestionEvent{Question: 9, QName: "a.example.", QType: dns.TypeA, Scope: "fallback",
+		Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent, Attempts: 3, Duration: 1500 * time.Microsecond})
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"message": "question", "question": 9.0, "result": "unavailable",
+		"reason": "attempts spent", "attempts": 3.0, "cache_hit": false, "duration_ms": 1.5, "qtype": "A"} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+func TestAttemptEventDoesNotAllocate(t *testing.T) {
+	m := NewMetrics()
+	o := NewObserver(zerolog.New(io.Discard), m)
+	o.Attempt(sampleAttempt) // creates the server's histogram series
+	if n := testing.AllocsPerRun(200, func() { o.Attempt(sampleAttempt) }); n != 0 {
+		t.Fatalf("Attempt allocates %v times per event", n)
+	}
+	qe := engine.QuestionEvent{Question: 1, QName: "a.", QType: 1, Result: engine.ResultAnswer}
+	if n := testing.AllocsPerRun(200, func() { o.Question(qe) }); n != 0 {
+		t.Fatalf("Question allocates %v times per event", n)
+	}
+}
+
+func TestLevelFiltersEvents(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := NewLogger(&buf, "json", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer SetLevel("info")
+	NewObserver(log, nil).Attempt(sampleAttempt)
+	if buf.Len() != 0 {
+		t.Fatalf("info event written at warn: %s", buf.Bytes())
+	}
+	SetLevel("debug")
+	NewObserver(log, nil).Attempt(sampleAttempt)
+	if !strings.Contains(buf.String(), `"message":"attempt"`) {
+		t.Fatalf("no event after SetLevel: %q", buf.String())
+	}
+	if _, err := NewLogger(&buf, "json", "loud"); err == nil {
+		t.Fatal("bad level accepted")
+	}
+}
+
+type fakeStats struct{}
+
+func (fakeStats) Counters() engine.Counters {
+	return engine.Counters{UpstreamFailed: 4, Refused: 2, Cancelled: 1, MismatchedReplies: 3,
+		Attempts: map[string]uint64{"answer": 10, "timeout": 4}, Questions: map[string]uint64{"answer": 9}}
+}
+func (fakeStats) InFlight() int64 { return 5 }
+
+func TestMetricsNamesAndValues(t *testing.T) {
+	m := NewMetrics()
+	m.CollectEngine(fakeStats{})
+	NewObserver(zerolog.Nop(), m).Attempt(sampleAttempt)
+	m.ObserveRequest(200, dns.RcodeNameError)
+	m.ObserveRequest(200, dns.RcodeServerFailure)
+	m.ObserveRequest(400, -1)
+	for _, name := range []string{"dohfwd_upstream_failed_total", "dohfwd_refused_total",
+		"dohfwd_cancelled_total", "dohfwd_mismatched_replies_total", "dohfwd_in_flight", "dohfwd_cache_hits_total"} {
+		got, err := testutil.GatherAndCount(m.Registry, name)
+		if err != nil || got != 1 {
+			t.Errorf("%s: %d series, %v", name, got, err)
+		}
+	}
+	exp := `
+# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP status and DNS rcode ("" when no DNS message was answered).
+# TYPE dohfwd_doh_requests_total counter
+dohfwd_doh_requests_total{rcode="",status="400"} 1
+dohfwd_doh_requests_total{rcode="NXDOMAIN",status="200"} 1
+dohfwd_doh_requests_total{rcode="SERVFAIL",status="200"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), "dohfwd_doh_requests_total"); err != nil {
+		t.Error(err)
+	}
+	exp = `
+# HELP dohfwd_upstream_failed_total Upstream attempts charged to a server (resolvd's upstream_failed).
+# TYPE dohfwd_upstream_failed_total counter
+dohfwd_upstream_failed_total 4
+# HELP dohfwd_in_flight Upstream transactions outstanding.
+# TYPE dohfwd_in_flight gauge
+dohfwd_in_flight 5
+# HELP dohfwd_attempts_total Upstream attempts by outcome.
+# TYPE dohfwd_attempts_total counter
+dohfwd_attempts_total{outcome="answer"} 10
+dohfwd_attempts_total{outcome="timeout"} 4
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), "dohfwd_upstream_failed_total", "dohfwd_attempts_total", "dohfwd_in_flight"); err != nil {
+		t.Error(err)
+	}
+	if n, _ := testutil.GatherAndCount(m.Registry, "dohfwd_upstream_attempt_duration_seconds"); n != 1 {
+		t.Errorf("latency series: %d", n)
+	}
+}
