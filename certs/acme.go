@@ -32,8 +32,9 @@ type acmeState struct {
 	ready   chan struct{}
 	http01  *http.Server // nil unless HTTPListen is set
 
-	mu      sync.Mutex
-	lastErr error
+	readyOnce sync.Once
+	mu        sync.Mutex
+	lastErr   error
 }
 
 // acmeSettings is ACMEConfig checked and with defaults filled in.
@@ -52,7 +53,6 @@ type acmeSettings struct {
 	profile      string
 	renewCheck   time.Duration
 	renewalRatio float64
-	retryMin     time.Duration
 }
 
 func checkACME(cfg Config) (acmeSettings, error) {
@@ -67,7 +67,6 @@ func checkACME(cfg Config) (acmeSettings, error) {
 		profile:      a.Profile,
 		renewCheck:   cfg.tuning.renewCheckInterval,
 		renewalRatio: cfg.tuning.renewalWindowRatio,
-		retryMin:     cfg.tuning.retryMin,
 	}
 	if len(a.Domains) == 0 {
 		return s, fmt.Errorf("tls.acme.domains: at least one domain is required when tls.mode is %q", ModeACME)
@@ -123,9 +122,6 @@ func checkACME(cfg Config) (acmeSettings, error) {
 	if s.disableALPN && s.disableHTTP {
 		return s, errors.New("tls.acme.http_listen: required when TLS-ALPN-01 is disabled (no challenge left to answer)")
 	}
-	if s.retryMin <= 0 {
-		s.retryMin = defaultRetryMin
-	}
 	return s, nil
 }
 
@@ -175,6 +171,11 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 		DefaultServerName:  s.domains[0],
 		FallbackServerName: s.domains[0],
 		Logger:             zl,
+		OnEvent: func(_ context.Context, event string, data map[string]any) error {
+			m.onACMEEvent(event, data)
+			return nil
+		},
+		ShouldEmitFunc: wantedACMEEvent, // keeps per-handshake events off the hot path
 	})
 	a.issuer = certmagic.NewACMEIssuer(a.magic, certmagic.ACMEIssuer{
 		CA:                      s.ca,
@@ -210,49 +211,73 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	}
 
 	m.acme = a
-	storageFolder := s.storage
-	m.goTracked(func() { m.obtain(ctx, s.retryMin, storageFolder) })
+	m.log.Info().Strs("domains", a.domains).Str("ca", a.ca).Str("storage", s.storage).
+		Msg("waiting for a certificate from the ACME CA; HTTPS handshakes fail until it arrives")
+	// ManageAsync loads the certificate from storage (another replica may
+	// have it) or obtains one in the background, never prompting, retrying
+	// with certmagic's backoff (1 min, 2 min, ... up to 30 days, which keeps
+	// clear of the CA's failed-validation rate limits); its cache then
+	// renews it. Readiness and failures come back through onACMEEvent.
+	if err := a.magic.ManageAsync(ctx, a.domains); err != nil {
+		m.cancel()
+		if a.http01 != nil {
+			_ = a.http01.Close()
+		}
+		m.wg.Wait()
+		a.cache.Stop()
+		return fmt.Errorf("tls.acme: %w", err)
+	}
+	m.goTracked(func() { m.reportReady(ctx) })
 	return nil
+}
+
+// wantedACMEEvent lists the certmagic events onACMEEvent handles.
+func wantedACMEEvent(event string) bool {
+	return event == "cached_managed_cert" || event == "cert_failed"
+}
+
+func (m *Manager) onACMEEvent(event string, data map[string]any) {
+	a := m.acme
+	switch event {
+	case "cached_managed_cert":
+		sans, _ := data["sans"].([]string)
+		for _, san := range sans {
+			if san == a.domains[0] {
+				a.readyOnce.Do(func() { close(a.ready) })
+			}
+		}
+	case "cert_failed":
+		err, _ := data["error"].(error)
+		if err == nil {
+			err = fmt.Errorf("%v", data["error"])
+		}
+		a.setErr(err)
+		renewal, _ := data["renewal"].(bool)
+		id, _ := data["identifier"].(string)
+		m.log.Error().Err(err).Str("identifier", id).Bool("renewal", renewal).Str("ca", a.ca).
+			Msg("could not obtain a certificate; retrying with backoff")
+	}
+}
+
+// reportReady logs once the first certificate is in the cache.
+func (m *Manager) reportReady(ctx context.Context) {
+	a := m.acme
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.ready:
+	}
+	ev := m.log.Info().Strs("domains", a.domains).Dur("took", time.Since(start))
+	if leaf := a.currentLeaf(); leaf != nil {
+		ev = ev.Str("fingerprint", fingerprint(leaf.Raw)).Str("serial", leaf.SerialNumber.Text(16)).
+			Time("not_after", leaf.NotAfter)
+	}
+	ev.Msg("certificate ready")
 }
 
 func notACMEChallenge(w http.ResponseWriter, _ *http.Request) {
 	http.Error(w, "dohfwd: this port only answers ACME HTTP-01 challenges; use HTTPS", http.StatusNotFound)
-}
-
-// obtain gets the first certificate (from storage if another replica
-// already has it, else from the CA), retrying with backoff; from then on
-// certmagic's cache maintenance renews it in the background.
-func (m *Manager) obtain(ctx context.Context, retryMin time.Duration, storage string) {
-	a := m.acme
-	m.log.Info().Strs("domains", a.domains).Str("ca", a.ca).Str("storage", storage).
-		Msg("waiting for a certificate from the ACME CA; HTTPS handshakes fail until it arrives")
-	wait := retryMin
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		err := a.magic.ManageSync(ctx, a.domains)
-		if err == nil {
-			ev := m.log.Info().Strs("domains", a.domains).Dur("took", time.Since(start))
-			if leaf := a.currentLeaf(); leaf != nil {
-				ev = ev.Str("fingerprint", fingerprint(leaf.Raw)).Str("serial", leaf.SerialNumber.Text(16)).
-					Time("not_after", leaf.NotAfter)
-			}
-			ev.Msg("certificate ready")
-			close(a.ready)
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		a.setErr(err)
-		m.log.Error().Err(err).Strs("domains", a.domains).Str("ca", a.ca).Int("attempt", attempt).
-			Dur("retry_in", wait).Msg("could not obtain a certificate")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, maxRetry)
-	}
 }
 
 func (a *acmeState) setErr(err error) {

@@ -111,8 +111,8 @@ func TestACMEObtainsViaTLSALPN01OnTheDoHListener(t *testing.T) {
 	out := logs.String()
 	for _, want := range []string{
 		"waiting for a certificate from the ACME CA", // ours, at start
-		"certificate obtained successfully",        // certmagic's zap line, bridged
-		"certificate ready",                        // ours
+		"certificate obtained successfully",          // certmagic's zap line, bridged
+		"certificate ready",                          // ours
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log stream lacks %q", want)

@@ -67,14 +67,9 @@ type tuning struct {
 	filePoll           time.Duration // files mode: how often files are checked
 	renewCheckInterval time.Duration // acme: certmagic maintenance period
 	renewalWindowRatio float64       // acme: remaining:lifetime ratio that triggers renewal
-	retryMin           time.Duration // acme: first wait after a failed obtain
 }
 
-const (
-	defaultFilePoll = time.Second
-	defaultRetryMin = 5 * time.Second
-	maxRetry        = 10 * time.Minute
-)
+const defaultFilePoll = time.Second
 
 // Manager holds the current certificate and keeps it fresh.
 type Manager struct {
@@ -114,7 +109,7 @@ func fingerprint(der []byte) string {
 // CA's TLS-ALPN-01 validation must reach the HTTPS listener that serves
 // TLSConfig. Bind that listener before the CA gets to validate — in practice
 // right after New — or certmagic will bind the port itself for the challenge.
-// Close stops the background work.
+// Cancelling ctx does not stop the background work; Close does.
 func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Manager, error) {
 	log = log.With().Str("component", "certs").Logger()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -217,7 +212,7 @@ func (m *Manager) Close() error {
 	return m.closeErr
 }
 
-// go runs f in a goroutine that Close waits for.
+// goTracked runs f in a goroutine that Close waits for.
 func (m *Manager) goTracked(f func()) {
 	m.wg.Add(1)
 	go func() {

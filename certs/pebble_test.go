@@ -294,6 +294,5 @@ func (p *pebble) acmeConfig(t *testing.T, domain, storage string) Config {
 		// Pebble picks a random profile for orders that name none.
 		Profile: "default",
 	}}
-	cfg.tuning.retryMin = 200 * time.Millisecond
 	return cfg
 }

@@ -47,7 +47,6 @@ func runReplica(specJSON string) int {
 	}
 	spec.Config.TLSALPNListen = ln.Addr().String()
 	cfg := Config{Mode: ModeACME, ACME: spec.Config}
-	cfg.tuning.retryMin = 200 * time.Millisecond
 	log := zerolog.New(os.Stderr).With().Str("replica", "child").Logger()
 	m, err := New(context.Background(), cfg, log)
 	if err != nil {

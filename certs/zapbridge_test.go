@@ -49,7 +49,6 @@ func TestACMESaysWhyItHasNoCertificate(t *testing.T) {
 		CA:      fmt.Sprintf("https://127.0.0.1:%d/dir", closedPort),
 		Storage: t.TempDir(),
 	}}
-	cfg.tuning.retryMin = 50 * time.Millisecond
 	m, err := New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)

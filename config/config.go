@@ -206,7 +206,7 @@ func syntaxError(name string, data []byte, err error) error {
 		return &Error{File: name, Msg: err.Error()}
 	}
 	line, _ := strconv.Atoi(m[1])
-	return &Error{File: name, Line: line, Key: keyOnLine(data, line), Msg: "malformed YAML: " + m[2]}
+	return &Error{File: name, Line: line, Key: keyOnLine(data, line), Msg: "malformed YAML at or just after this line: " + m[2]}
 }
 
 // keyOnLine returns the mapping key written on line n (1-based), if any.
@@ -245,4 +245,4 @@ func SystemServers(path string) ([]string, error) {
 type errs []error
 
 func (e *errs) add(err error) { *e = append(*e, err) }
-func (e errs) join() error  { return errors.Join(e...) }
+func (e errs) join() error    { return errors.Join(e...) }

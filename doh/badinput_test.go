@@ -10,8 +10,6 @@ import (
 	"github.com/miekg/dns"
 )
 
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
-
 // TestBadInputNeverReachesResolver sends every kind of bad request through
 // a real HTTP/2-over-TLS server and checks the status, the Allow header
 // where it applies, a body that says what is wrong, and that the resolver
@@ -176,5 +174,26 @@ func TestDNSErrorsAnsweredHere(t *testing.T) {
 	}
 	if n := res.calls.Load(); n != 0 {
 		t.Fatalf("the resolver was asked %d times", n)
+	}
+}
+
+// TestBodyLimitBoundary: a query of exactly 65535 bytes (a padded one) is
+// answered (one byte more is 413: see the bad-input matrix).
+func TestBodyLimitBoundary(t *testing.T) {
+	t.Parallel()
+	res := &recordingResolver{}
+	base, c := startTLS(t, NewHandler(res, Options{}), Limits{})
+	q := query(t, "example.org.", dns.TypeA, 3)
+	q.SetEdns0(1232, false)
+	pad := &dns.EDNS0_PADDING{}
+	q.IsEdns0().Option = append(q.IsEdns0().Option, pad)
+	pad.Padding = make([]byte, MaxMessageSize-len(pack(t, q)))
+	wire := pack(t, q)
+	if len(wire) != MaxMessageSize {
+		t.Fatalf("query of %d bytes", len(wire))
+	}
+	r, body := do(t, c, newRequest(t, "POST", base+DefaultPath, wire, "Content-Type", MediaTypeDNS))
+	if r.StatusCode != 200 || res.calls.Load() != 1 {
+		t.Fatalf("65535 bytes: status %d, %d calls, %q", r.StatusCode, res.calls.Load(), body[:min(len(body), 80)])
 	}
 }

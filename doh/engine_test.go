@@ -171,6 +171,16 @@ func TestGetPostAndJSONThroughEngine(t *testing.T) {
 			t.Errorf("CD not echoed: %s", body)
 		}
 	})
+	t.Run("JSON SERVFAIL carries the EDE", func(t *testing.T) {
+		r, body := do(t, c, newRequest(t, "GET", base+JSONPath+"?name=fail.example.test", nil))
+		var typed jsonMessage
+		if err := json.Unmarshal(body, &typed); err != nil || r.StatusCode != 200 {
+			t.Fatalf("status %d body %q: %v", r.StatusCode, body, err)
+		}
+		if typed.Status != dns.RcodeServerFailure || !strings.Contains(typed.Comment, "No Reachable Authority") || r.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("JSON %s, Cache-Control %q", body, r.Header.Get("Cache-Control"))
+		}
+	})
 }
 
 func TestCacheControl(t *testing.T) {

@@ -153,8 +153,8 @@ func (h *handler) client(r *http.Request) (peer netip.AddrPort, ip netip.Addr) {
 }
 
 // Buffers for reading queries and packing answers. Most DNS messages are
-// far below 4 KiB; bigger ones get a buffer of their own, not pooled, so
-// the pool stays small.
+// far below 4 KiB; a buffer grown past 16 KiB for a big one is left to the
+// garbage collector, so the pool stays small.
 const pooledBufferSize = 4096
 
 var buffers = sync.Pool{New: func() any { b := make([]byte, 0, pooledBufferSize); return &b }}
@@ -234,9 +234,12 @@ func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange)
 func (h *handler) resolve(ctx context.Context, q *dns.Msg, x *Exchange) bool {
 	x.Resolved = true
 	x.Response = h.resolver.Resolve(ctx, q)
-	if ctx.Err() != nil || x.Response.Msg == nil {
+	if ctx.Err() != nil {
 		x.Status = StatusClientClosed
 		return false
+	}
+	if x.Response.Msg == nil { // a Resolver that breaks its contract
+		x.Response.Msg = new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
 	}
 	return true
 }

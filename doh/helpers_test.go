@@ -1,6 +1,7 @@
 package doh
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -13,7 +14,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,7 +153,7 @@ func newRequest(t testing.TB, method, url string, body []byte, header ...string)
 	t.Helper()
 	var r io.Reader
 	if body != nil {
-		r = bytesReader(body)
+		r = bytes.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, r)
 	if err != nil {
@@ -186,5 +186,3 @@ func (e *exchanges) last(t testing.TB) Exchange {
 	}
 	return e.list[len(e.list)-1]
 }
-
-var _ = netip.Addr{}

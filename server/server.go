@@ -84,6 +84,8 @@ func Run(ctx context.Context, o Options) error {
 	log.Info().Str("version", o.Version).Str("config", cfg.Source).Int("scopes", len(cfg.Scopes)).
 		Msg("starting")
 
+	active := new(atomic.Int64) // DoH requests in flight
+	o.Handler = countRequests(o.Handler, active)
 	listeners, closeAll, err := listen(ctx, o, current)
 	if err != nil {
 		return err
@@ -136,7 +138,7 @@ wait:
 			break wait
 		}
 	}
-	drain(o, listeners, reason)
+	drain(o, listeners, active, reason)
 	return runErr
 }
 
@@ -224,7 +226,6 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 		log.Error().Err(err).Str("config", next.Source).Msg("reload rejected: keeping the running configuration")
 		return
 	}
-	telemetry.SetLevel(next.Log.Level)
 	current.Store(next)
 	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
@@ -234,33 +235,69 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 	log.Info().Str("config", next.Source).Int("scopes", len(next.Scopes)).
 		Int("fallback_servers", len(next.FallbackServers)).Int("hosts", len(next.Hosts)).
 		Str("log_level", next.Log.Level).Msg("reloaded")
+	// Last, so that the event above is written whatever the new level.
+	telemetry.SetLevel(next.Log.Level)
 }
 
 // drain stops every listener from accepting and waits, at most
-// DrainTimeout, for requests in flight to be answered.
-func drain(o Options, listeners []*listener, reason string) {
+// DrainTimeout, for the DoH requests in flight to be answered, then
+// closes what is left. It does not rely on http.Server.Shutdown alone:
+// an HTTP/2 connection a client keeps open can hold Shutdown until its
+// deadline although no request is left.
+func drain(o Options, listeners []*listener, active *atomic.Int64, reason string) {
 	log := o.Log
 	timeout := o.DrainTimeout
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	log.Info().Str("reason", reason).Int64("in_flight", o.Backend.InFlight()).Dur("timeout_ms", timeout).Msg("draining")
+	log.Info().Str("reason", reason).Int64("requests", active.Load()).Int64("in_flight", o.Backend.InFlight()).
+		Dur("timeout_ms", timeout).Msg("draining")
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	var unfinished atomic.Int32
-	for _, l := range listeners {
-		wg.Go(func() {
-			if err := l.srv.Shutdown(ctx); err != nil {
-				unfinished.Add(1)
-				log.Warn().Err(err).Str("listener", l.name).Msg("drain cut short")
-				l.srv.Close()
+	shutdown := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, l := range listeners {
+			wg.Go(func() { l.srv.Shutdown(ctx) })
+		}
+		wg.Wait()
+		close(shutdown)
+	}()
+	complete := true
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	quiet := 0 // ticks in a row without a request in flight
+wait:
+	for {
+		select {
+		case <-shutdown:
+			break wait
+		case <-ctx.Done():
+			complete = false
+			log.Warn().Int64("requests", active.Load()).Msg("drain cut short by its timeout")
+			break wait
+		case <-tick.C:
+			if active.Load() > 0 {
+				quiet = 0
+			} else if quiet++; quiet >= 5 {
+				break wait
 			}
-		})
+		}
 	}
-	wg.Wait()
-	log.Info().Dur("took_ms", time.Since(start)).Bool("complete", unfinished.Load() == 0).Msg("stopped")
+	for _, l := range listeners {
+		l.srv.Close()
+	}
+	log.Info().Dur("took_ms", time.Since(start)).Bool("complete", complete).Msg("stopped")
+}
+
+// countRequests wraps h so that active counts its requests in flight.
+func countRequests(h http.Handler, active *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		active.Add(1)
+		defer active.Add(-1)
+		h.ServeHTTP(w, r)
+	})
 }
 
 // gatherer returns m's registry, or nil (no /metrics) without metrics.

@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/dohfwd/dohfwd/edge/host"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -31,6 +33,8 @@ const usage = `usage:
   dohfwd check-config [FILE]     check FILE (default: the embedded default) and exit
   dohfwd status [--admin ADDR]   print a running server's status (default admin 127.0.0.1:9153)
   dohfwd healthcheck [--config FILE | --admin ADDR]  exit 0 when the admin /healthz answers 200
+  dohfwd edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
+                                 serve through the WebAssembly module under wazero (edge/host)
   dohfwd version                 print the version
 `
 
@@ -49,6 +53,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusCommand(ctx, args, stdout, stderr)
 	case "healthcheck":
 		return healthcheckCommand(ctx, args, stderr)
+	case "edge":
+		if err := host.Main(ctx, args, stderr, versionString()); err != nil {
+			fmt.Fprintln(stderr, "dohfwd edge:", err)
+			return 1
+		}
+		return 0
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "dohfwd", versionString())
 		return 0

@@ -42,6 +42,8 @@ const (
 	ExportInit   = "dohfwd_init"   // (len, flags u32) -> errlen u32: config YAML in; 0, or the error text's length
 	ExportServe  = "dohfwd_serve"  // (len u32) -> len u32: a Request in, a Response out
 	ExportStatus = "dohfwd_status" // () -> len u32: the engine's status as JSON
+	// (len u32) -> errlen u32: an engine.Config as JSON in (a reload); 0, or the error text's length
+	ExportReconfigure = "dohfwd_reconfigure"
 )
 
 // Transport codes for sock_open.

@@ -145,7 +145,7 @@ func (e *edge) do(t *testing.T, req *http.Request) (*dns.Msg, *http.Response) {
 
 func (e *edge) status(t *testing.T) engine.Status {
 	t.Helper()
-	st, err := e.pool.Status(context.Background())
+	st, err := e.pool.Statuses(context.Background())
 	if err != nil || len(st) != 1 {
 		t.Fatalf("status: %v %v", st, err)
 	}

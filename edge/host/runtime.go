@@ -83,9 +83,9 @@ func (r *Runtime) Close(ctx context.Context) error { return r.rt.Close(ctx) }
 // Instance is one instantiated module with its engine. It serves one call
 // at a time; it is not safe for concurrent use.
 type Instance struct {
-	mod                   api.Module
-	buffer, serve, status api.Function
-	sockets               sockets
+	mod                                api.Module
+	buffer, serve, status, reconfigure api.Function
+	sockets                            sockets
 }
 
 // NewInstance instantiates the module and configures it with configYAML,
@@ -107,8 +107,9 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 	in.buffer = mod.ExportedFunction(abi.ExportBuffer)
 	in.serve = mod.ExportedFunction(abi.ExportServe)
 	in.status = mod.ExportedFunction(abi.ExportStatus)
+	in.reconfigure = mod.ExportedFunction(abi.ExportReconfigure)
 	initFn := mod.ExportedFunction(abi.ExportInit)
-	if in.buffer == nil || in.serve == nil || in.status == nil || initFn == nil {
+	if in.buffer == nil || in.serve == nil || in.status == nil || in.reconfigure == nil || initFn == nil {
 		mod.Close(ctx)
 		return nil, errors.New("edge: module lacks the dohfwd exports")
 	}
@@ -180,6 +181,23 @@ func (in *Instance) Status(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("edge: status: %w", err)
 	}
 	return in.result(ctx, uint32(res[0]))
+}
+
+// Reconfigure hands the instance's engine a new configuration as JSON.
+func (in *Instance) Reconfigure(ctx context.Context, cfgJSON []byte) error {
+	ctx = withInstance(ctx, in)
+	if err := in.put(ctx, cfgJSON); err != nil {
+		return err
+	}
+	res, err := in.reconfigure.Call(ctx, uint64(len(cfgJSON)))
+	if err != nil {
+		return fmt.Errorf("edge: reconfigure: %w", err)
+	}
+	if n := uint32(res[0]); n != 0 {
+		msg, _ := in.result(ctx, n)
+		return fmt.Errorf("edge: reconfigure: %s", msg)
+	}
+	return nil
 }
 
 // Close ends the instance.

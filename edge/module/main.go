@@ -106,6 +106,22 @@ func exportServe(n uint32) uint32 {
 	return uint32(len(out))
 }
 
+//go:wasmexport dohfwd_reconfigure
+func exportReconfigure(n uint32) uint32 {
+	var cfg engine.Config
+	err := json.Unmarshal(buf[:n], &cfg)
+	if err == nil && eng == nil {
+		err = fmt.Errorf("dohfwd_init was not called")
+	}
+	if err == nil {
+		err = eng.Reconfigure(cfg)
+	}
+	if err != nil {
+		return setResult([]byte(err.Error()))
+	}
+	return 0
+}
+
 //go:wasmexport dohfwd_status
 func exportStatus() uint32 {
 	if eng == nil {

@@ -1,0 +1,101 @@
+package host
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/server"
+	"github.com/dohfwd/dohfwd/telemetry"
+)
+
+// Usage is the edge subcommand's synopsis.
+const Usage = `dohfwd edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
+    serve DoH through the WebAssembly module under wazero, with the same
+    configuration, listeners, TLS and admin as dohfwd serve`
+
+// DefaultInstances is the pool size: each instance answers one question at
+// a time and waits on the network most of that time, so more instances
+// than cores pay off.
+func DefaultInstances() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
+
+// Main is `dohfwd edge`: it loads the configuration (the file, or the
+// embedded default), starts a pool of module instances configured with
+// the same YAML, and serves them through package server until ctx ends or
+// SIGTERM.
+func Main(ctx context.Context, args []string, stderr io.Writer, version string) error {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration `FILE` (default: the embedded default)")
+	modPath := fs.String("module", filepath.Join("dist", "dohfwd.wasm"), "the WebAssembly `FILE` built by make wasm")
+	instances := fs.Int("instances", DefaultInstances(), "module instances, each serving one request at a time")
+	cacheDir := fs.String("cache-dir", defaultCacheDir(), "compilation cache `DIR` (\"\" compiles in memory)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var cfg *config.Config
+	var err error
+	if *cfgPath == "" {
+		cfg, err = config.Default()
+	} else {
+		cfg, err = config.Load(*cfgPath)
+	}
+	if err != nil {
+		return err
+	}
+	wasm, err := os.ReadFile(*modPath)
+	if err != nil {
+		return fmt.Errorf("module: %w", err)
+	}
+	log, err := telemetry.NewLogger(stderr, cfg.Log.Format, cfg.Log.Level)
+	if err != nil {
+		return err
+	}
+	// The module gets the configuration as loaded (the embedded default
+	// with its system scope included) in the same YAML form.
+	configYAML, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+
+	rt, err := NewRuntime(ctx, wasm, Options{CacheDir: *cacheDir, Stderr: stderr})
+	if err != nil {
+		return err
+	}
+	defer rt.Close(context.Background())
+	pool, err := NewPool(ctx, rt, configYAML, *instances)
+	if err != nil {
+		return err
+	}
+	defer pool.Close(context.Background())
+	log.Info().Str("module", *modPath).Int("instances", *instances).Str("cache_dir", *cacheDir).Msg("edge module ready")
+
+	metrics := telemetry.NewMetrics()
+	metrics.CollectEngine(pool)
+	return server.Run(ctx, server.Options{
+		Config:  cfg,
+		Handler: Handler{Pool: pool},
+		Backend: pool,
+		Metrics: metrics,
+		Log:     log,
+		Version: version,
+	})
+}
+
+func defaultCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "dohfwd", "wazero")
+}

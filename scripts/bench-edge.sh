@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Figures for the edge build (issue 6), all from one run on one machine:
+#   1. requests per second through `dohfwd edge` (the module under wazero)
+#      against `dohfwd serve`, same upstream (nsd on loopback), same load;
+#   2. the latency each adds per request (one client, one stream);
+#   3. per-request latency of the module under workerd (TCP upstream).
+# The cache is off, so every request goes upstream through the engine.
+# Usage: scripts/bench-edge.sh [REQUESTS]   (default 20000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+
+N=${1:-20000}
+INSTANCES=${INSTANCES:-16}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+need() { command -v "$1" >/dev/null || { echo "bench-edge: $1 is not installed (${2})" >&2; exit 1; }; }
+need nsd "apt-get install nsd"
+need h2load "apt-get install nghttp2-client"
+
+freeport() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+waitport() { for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "bench-edge: nothing on port $1" >&2; return 1; }
+
+echo "building dohfwd and the module..."
+go build -trimpath -o "$work/dohfwd" ./cmd/dohfwd
+make -s wasm >/dev/null
+wasm=dist/dohfwd.wasm
+
+# The upstream: nsd with one zone, rate limiting off.
+dnsport=$(freeport)
+cat >"$work/bench.test.zone" <<ZONE
+\$TTL 60
+@   IN SOA ns.bench.test. admin.bench.test. 1 3600 600 86400 60
+@   IN NS  ns.bench.test.
+ns  IN A   127.0.0.1
+www IN A   192.0.2.80
+ZONE
+cat >"$work/nsd.conf" <<CONF
+server:
+  ip-address: 127.0.0.1@$dnsport
+  username: ""
+  chroot: ""
+  zonesdir: "$work"
+  database: ""
+  pidfile: "$work/nsd.pid"
+  xfrdfile: "$work/xfrd.state"
+  zonelistfile: "$work/zone.list"
+  rrl-ratelimit: 0
+  verbosity: 0
+remote-control:
+  control-enable: no
+zone:
+  name: bench.test
+  zonefile: bench.test.zone
+CONF
+nsd -d -c "$work/nsd.conf" >"$work/nsd.log" 2>&1 &
+pids+=($!)
+
+config() { # https port
+	cat <<YAML
+listen: {https: "127.0.0.1:$1", admin: ""}
+scopes:
+  - {name: bench, default_route: true, servers: ["127.0.0.1:$dnsport"]}
+fallback_servers: []
+cache: {max_entries: 0}
+log: {level: error}
+YAML
+}
+serveport=$(freeport); edgeport=$(freeport); wdport=$(freeport)
+config "$serveport" >"$work/serve.yaml"
+config "$edgeport" >"$work/edge.yaml"
+"$work/dohfwd" serve --config "$work/serve.yaml" 2>"$work/serve.log" &
+pids+=($!)
+"$work/dohfwd" edge --config "$work/edge.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/edge.log" &
+pids+=($!)
+waitport "$serveport"
+waitport "$edgeport"
+
+# workerd with the glue and the same module; TCP to nsd.
+if [ -x edge/workers/node_modules/.bin/workerd ]; then
+	mkdir "$work/workers"
+	cp edge/workers/{workerd.capnp,worker.mjs,wasi.mjs,sockets.mjs} "$work/workers/"
+	cp "$wasm" "$work/workers/dohfwd.wasm"
+	config 0 >"$work/workers/dohfwd.yaml"
+	(cd "$work/workers" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$wdport" >"$work/workerd.log" 2>&1) &
+	pids+=($!)
+	waitport "$wdport"
+else
+	wdport=""
+	echo "!!! workerd is not installed (scripts/setup.d/40-workerd.sh): no Workers figure" >&2
+fi
+
+# www.bench.test A, id 0, RD, as base64url.
+q=AAABAAABAAAAAAAAA3d3dwViZW5jaAR0ZXN0AAABAAE
+path="/dns-query?dns=$q"
+
+rps() { sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p'; }
+mean() { sed -n 's/^time for request: *[^ ]* *[^ ]* *\([0-9.]*[mu]*s\).*/\1/p' | head -1; }
+ok() { sed -n 's/.*requests: .* \([0-9]*\) succeeded.*/\1/p'; }
+to_us() { awk '{v=$1; if (v ~ /ms$/) {sub(/ms/,"",v); v*=1000} else if (v ~ /us$/) {sub(/us/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000000}; print v}'; }
+
+warm() { h2load -n 200 -c 2 -m 4 -H 'accept: application/dns-message' "$1" >/dev/null 2>&1 || true; }
+warm "https://127.0.0.1:$serveport$path"
+warm "https://127.0.0.1:$edgeport$path"
+
+load() { h2load -n "$N" -c 4 -m 10 -H 'accept: application/dns-message' "$1" 2>&1; }
+single() { h2load -n 2000 -c 1 -m 1 -H 'accept: application/dns-message' "$@" 2>&1; }
+
+echo "load: $N requests, 4 connections x 10 streams, HTTP/2 over TLS; cache off; nsd upstream over UDP"
+s_out=$(load "https://127.0.0.1:$serveport$path")
+e_out=$(load "https://127.0.0.1:$edgeport$path")
+s_rps=$(echo "$s_out" | rps); e_rps=$(echo "$e_out" | rps)
+printf '  dohfwd serve:            %10.0f req/s  (%s ok)\n' "$s_rps" "$(echo "$s_out" | ok)"
+printf '  dohfwd edge (wazero x%d): %9.0f req/s  (%s ok)\n' "$INSTANCES" "$e_rps" "$(echo "$e_out" | ok)"
+printf '  edge / serve:            %10.2f\n' "$(echo "$e_rps / $s_rps" | bc -l)"
+
+echo "latency: 2000 requests, 1 connection x 1 stream"
+s_lat=$(single "https://127.0.0.1:$serveport$path" | mean | to_us)
+e_lat=$(single "https://127.0.0.1:$edgeport$path" | mean | to_us)
+printf '  dohfwd serve:            %8.0f us/request\n' "$s_lat"
+printf '  dohfwd edge (wazero):    %8.0f us/request\n' "$e_lat"
+printf '  added by the module:     %8.0f us/request (x%.2f)\n' "$(echo "$e_lat - $s_lat" | bc -l)" "$(echo "$e_lat / $s_lat" | bc -l)"
+
+if [ -n "$wdport" ]; then
+	warm_out=$(h2load --h1 -n 50 -c 1 -m 1 "http://127.0.0.1:$wdport$path" 2>&1 || true)
+	w_out=$(h2load --h1 -n 1000 -c 1 -m 1 "http://127.0.0.1:$wdport$path" 2>&1)
+	w_lat=$(echo "$w_out" | mean | to_us)
+	printf '  workerd (TCP upstream, HTTP/1.1, no TLS): %8.0f us/request, %s req/s (%s ok)\n' "$w_lat" "$(echo "$w_out" | rps)" "$(echo "$w_out" | ok)"
+	printf '  workerd / dohfwd serve latency:  x%.2f\n' "$(echo "$w_lat / $s_lat" | bc -l)"
+fi
+echo "module: $(stat -c %s $wasm) bytes raw, $(gzip -9c $wasm | wc -c) bytes gzipped"
