@@ -55,7 +55,7 @@ cleanup() {
 		ip link delete cni-podman0 2>/dev/null
 	fi
 }
-[ -n "${KEEP:-}" ] || trap cleanup EXIT
+trap cleanup EXIT
 
 "${P[@]}" info >/dev/null 2>"$work/info.err" || loud_skip "podman cannot run here: $(tail -1 "$work/info.err")"
 
@@ -157,6 +157,13 @@ dns_query() {
 }
 b64url() { base64 -w0 | tr '+/' '-_' | tr -d '='; }
 
+# status_ok JSON SERVER: /status (indented or not) names SERVER and has the
+# counters and the in-flight figure.
+status_ok() {
+	grep -Eq "\"address\": *\"$2\"" <<<"$1" && grep -Eq '"counters": *\{' <<<"$1" &&
+		grep -Eq '"in_flight": *[0-9]' <<<"$1"
+}
+
 # run_checks LABEL DOH ADMIN UPSTREAM: the DoH and admin checks both runs share.
 run_checks() {
 	local label=$1 doh=$2 admin=$3 upstream=$4 out q
@@ -188,7 +195,7 @@ run_checks() {
 	fi
 	out=$(curl -sS --max-time 5 "http://$admin/status")
 	check "$label: /status lists the scope's server, counters and in-flight" \
-		bash -c '[[ $0 == *"\"address\":\"$1\""* && $0 == *"\"counters\""* && $0 == *"\"in_flight\""* ]]' "$out" "$upstream"
+		status_ok "$out" "$upstream"
 	out=$(curl -sS --max-time 5 "http://$admin/metrics")
 	check "$label: /metrics has dohfwd_ series" grep -q '^dohfwd_' <<<"$out"
 }
@@ -234,7 +241,7 @@ if "${P[@]}" run -d --name dohfwd-test-host --network host \
 		"https://127.0.0.1:$doh_port/resolve?name=x.slow.test&type=A" >"$work/slow.code" 2>&1 &
 	slow=$!
 	for _ in $(seq 50); do
-		curl -s "http://127.0.0.1:$admin_port/status" | grep -q '"in_flight":[1-9]' && break
+		curl -s "http://127.0.0.1:$admin_port/status" | grep -Eq '"in_flight": *[1-9]' && break
 		sleep 0.1
 	done
 	start=$(date +%s.%N)
@@ -243,7 +250,6 @@ if "${P[@]}" run -d --name dohfwd-test-host --network host \
 	wait $slow
 	code=$("${P[@]}" inspect --format '{{.State.ExitCode}}' dohfwd-test-host)
 	logs=$("${P[@]}" logs dohfwd-test-host 2>&1)
-	[ -n "${KEEP:-}" ] && printf "%s\n" "$logs" >"$work/host.log"
 	echo "  podman stop took ${took}s"
 	check "A: podman stop (SIGTERM) exits with code 0 (got $code)" test "$code" = 0
 	check "A: the question in flight at SIGTERM got its answer (HTTP $(cat "$work/slow.code"), SERVFAIL)" \
@@ -251,6 +257,7 @@ if "${P[@]}" run -d --name dohfwd-test-host --network host \
 	check "A: log shows draining with a question in flight" grep -q '"message":"draining".*"in_flight":[1-9]\|"in_flight":[1-9].*"message":"draining"' <<<"$logs"
 	check "A: log shows the drain completed" grep -q '"complete":true' <<<"$logs"
 	check "A: one attempt event per upstream attempt is logged" grep -q '"message":"attempt"' <<<"$logs"
+	[ "$failed" = 0 ] || { echo "  --- container log (last 15 lines):"; tail -15 <<<"$logs"; }
 else
 	fail "A: container starts with a mounted configuration" "$(cat "$work/run.err")"
 fi

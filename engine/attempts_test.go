@@ -244,3 +244,19 @@ func TestTCPRetrySpendsAnAttempt(t *testing.T) {
 		})
 	})
 }
+
+// engine-servers.tcp-retry-spends-an-attempt: a TCP reply that still has
+// TC set is the best the server can give; it is used, not retried again.
+func TestTCPRetrySpendsAnAttemptTCWithTCIsUsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigScope(2))
+		r.net.Handle(rigServer(1), memnet.Respond(memnet.Truncated(dns.RcodeSuccess)))
+		res := r.ask("big.example.")
+		if res.Result != engine.ResultAnswer || res.Attempts != 2 {
+			t.Fatalf("result %v after %d attempts, want answer after 2 (UDP TC, then TCP used)", res.Result, res.Attempts)
+		}
+		if got := r.log.outcomes(); !equalStrings(got, []string{"udp/truncated", "tcp/answer"}) {
+			t.Fatalf("outcomes %v", got)
+		}
+	})
+}

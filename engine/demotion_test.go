@@ -229,3 +229,4 @@ func TestFallbackDemotionNotReported(t *testing.T) {
 		}
 	})
 }
+

@@ -193,8 +193,14 @@ const maxStackServers = 16
 // after a truncated UDP reply.
 func (qn *question) ask(name string) Response {
 	e, cfg, servers := qn.e, qn.cfg, qn.scope.servers
-	wire, release := packQuery(qn.client, name, cfg.ForwardECS)
-	defer release()
+	bp, err := packQuery(qn.client, name, cfg.ForwardECS)
+	if err != nil {
+		// Nothing can be sent for a name that does not pack; no server
+		// is at fault.
+		return Response{Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+	}
+	defer queryBuffers.Put(bp)
+	wire := *bp
 
 	var (
 		untilBuf [maxStackServers]time.Duration

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"encoding/binary"
+	"fmt"
 	"sync"
 
 	"github.com/miekg/dns"
@@ -10,44 +12,84 @@ import (
 // (the DNS Flag Day 2020 value).
 const upstreamUDPSize = 1232
 
-var queryBuffers = sync.Pool{New: func() any { b := make([]byte, 2, 512); return &b }}
+var queryBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // packQuery builds the upstream query for one candidate name once: the
 // client's RD and CD bits, EDNS0 at 1232 bytes with the client's DO bit,
 // the client's ECS option only when forwardECS. The two bytes in front are
-// for the TCP length; each transaction writes its own ID.
-func packQuery(client *dns.Msg, name string, forwardECS bool) (wire []byte, release func()) {
-	cq := client.Question[0]
-	m := dns.Msg{
-		MsgHdr: dns.MsgHdr{
-			Opcode:           dns.OpcodeQuery,
-			RecursionDesired: client.RecursionDesired,
-			CheckingDisabled: client.CheckingDisabled,
-		},
-		Question: []dns.Question{{Name: name, Qtype: cq.Qtype, Qclass: cq.Qclass}},
+// for the TCP length; each transaction writes its own ID. The caller
+// returns the buffer to queryBuffers.
+//
+// The message is written by hand: a header, one question and an OPT record
+// are all a query is, and this runs for every question.
+func packQuery(client *dns.Msg, name string, forwardECS bool) (*[]byte, error) {
+	bp := queryBuffers.Get().(*[]byte)
+	buf, err := appendQuery((*bp)[:0], client, name, forwardECS)
+	if err != nil {
+		queryBuffers.Put(bp)
+		return nil, fmt.Errorf("query %q: %w", name, err)
 	}
-	opt := dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: upstreamUDPSize}}
-	if co := client.IsEdns0(); co != nil {
-		if co.Do() {
-			opt.SetDo()
-		}
-		if forwardECS {
-			for _, o := range co.Option {
-				if o.Option() == dns.EDNS0SUBNET {
-					opt.Option = append(opt.Option, o)
-				}
+	*bp = buf
+	return bp, nil
+}
+
+// appendQuery appends the TCP length placeholder and the query to dst.
+func appendQuery(dst []byte, client *dns.Msg, name string, forwardECS bool) ([]byte, error) {
+	var flags uint16
+	if client.RecursionDesired {
+		flags |= 1 << 8
+	}
+	if client.CheckingDisabled {
+		flags |= 1 << 4
+	}
+	dst = append(dst, 0, 0) // TCP length, written per transaction
+	dst = binary.BigEndian.AppendUint16(dst, 0) // ID, written per transaction
+	dst = binary.BigEndian.AppendUint16(dst, flags)
+	dst = binary.BigEndian.AppendUint16(dst, 1) // QDCOUNT
+	dst = binary.BigEndian.AppendUint16(dst, 0) // ANCOUNT
+	dst = binary.BigEndian.AppendUint16(dst, 0) // NSCOUNT
+	dst = binary.BigEndian.AppendUint16(dst, 1) // ARCOUNT: the OPT
+
+	start := len(dst)
+	dst = append(dst, make([]byte, 256)...)[:start] // room for any name
+	dst = dst[:start+256]
+	end, err := dns.PackDomainName(name, dst, start, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	dst = dst[:end]
+	cq := client.Question[0]
+	dst = binary.BigEndian.AppendUint16(dst, cq.Qtype)
+	dst = binary.BigEndian.AppendUint16(dst, cq.Qclass)
+
+	co := client.IsEdns0()
+	var ttl uint32 // extended rcode 0, version 0, flags
+	if co != nil && co.Do() {
+		ttl |= 1 << 15
+	}
+	var ecs []dns.EDNS0
+	if forwardECS && co != nil {
+		for _, o := range co.Option {
+			if o.Option() == dns.EDNS0SUBNET {
+				ecs = append(ecs, o)
 			}
 		}
 	}
-	m.Extra = []dns.RR{&opt}
-	bp := queryBuffers.Get().(*[]byte)
-	packed, err := m.PackBuffer((*bp)[2:cap(*bp)])
-	if err != nil {
-		// The front end checked the question; a name that cannot be
-		// packed here still gets a well-formed (empty) query.
-		packed = nil
+	if len(ecs) > 0 {
+		// Rare: let miekg/dns pack the options.
+		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: upstreamUDPSize, Ttl: ttl}, Option: ecs}
+		off := len(dst)
+		dst = append(dst, make([]byte, dns.Len(opt)+64)...)
+		end, err := dns.PackRR(opt, dst, off, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		return dst[:end], nil
 	}
-	buf := append((*bp)[:2], packed...)
-	*bp = buf
-	return buf, func() { queryBuffers.Put(bp) }
+	dst = append(dst, 0) // root name
+	dst = binary.BigEndian.AppendUint16(dst, dns.TypeOPT)
+	dst = binary.BigEndian.AppendUint16(dst, upstreamUDPSize)
+	dst = binary.BigEndian.AppendUint32(dst, ttl)
+	dst = binary.BigEndian.AppendUint16(dst, 0) // RDLENGTH
+	return dst, nil
 }

@@ -24,7 +24,15 @@ func newUpstream(addr netip.AddrPort) *upstream {
 // demote marks the server until period from now; a later failure moves the
 // mark forward.
 func (u *upstream) demote(now, period time.Duration) {
-	u.until.Store(int64(now + period))
+	next := int64(now + period)
+	for {
+		cur := u.until.Load()
+		// Concurrent failures may finish out of order: the mark only
+		// moves forward.
+		if cur >= next || u.until.CompareAndSwap(cur, next) {
+			return
+		}
+	}
 }
 
 // clear removes the mark at once.

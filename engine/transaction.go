@@ -99,7 +99,7 @@ func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, q
 			e.counters.mismatchedReplies.Add(1)
 			continue
 		}
-		if r, ok := e.matched(buf[:n], query); ok {
+		if r, ok := e.matched(buf[:n], query, UDP); ok {
 			return r
 		}
 	}
@@ -117,7 +117,7 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 			}
 			m := pending[2 : 2+l]
 			pending = pending[2+l:]
-			if r, ok := e.matched(m, query); ok {
+			if r, ok := e.matched(m, query, TCP); ok {
 				return r
 			}
 		}
@@ -131,7 +131,7 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 
 // matched checks one reply against the query. A reply that does not match,
 // or matches but does not parse, counts as mismatched and is ignored.
-func (e *Engine) matched(m, query []byte) (exchangeResult, bool) {
+func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 	if !replyMatches(m, query) {
 		e.counters.mismatchedReplies.Add(1)
 		return exchangeResult{}, false
@@ -143,7 +143,9 @@ func (e *Engine) matched(m, query []byte) (exchangeResult, bool) {
 	}
 	r := exchangeResult{reply: reply, rcode: reply.Rcode}
 	switch {
-	case reply.Truncated:
+	case reply.Truncated && t == UDP:
+		// Over TCP there is nothing bigger to retry with: the reply
+		// is used as it is.
 		r.outcome = OutcomeTruncated
 	case reply.Rcode == dns.RcodeSuccess:
 		r.outcome = OutcomeAnswer

@@ -9,5 +9,5 @@
 # <= 48 MiB heap for 4 096 in flight.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go test ./engine/ -run '^$' -bench 'BenchmarkForwardUDP' -benchtime "${BENCH_N:-50000}x" -count "${BENCH_COUNT:-3}"
+go test ./engine/ -run '^$' -bench 'BenchmarkForwardUDP|BenchmarkPeerMiekgExchange' -benchtime "${BENCH_N:-50000}x" -count "${BENCH_COUNT:-3}"
 go test ./engine/ -run '^$' -bench 'BenchmarkInFlight4096' -benchtime 3x -count 1

@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"net"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+// The hand-written upstream query is what miekg/dns reads back: the
+// question, RD and CD, EDNS0 at 1232 with DO, and ECS only when asked.
+func TestAppendQueryParsesBack(t *testing.T) {
+	client := new(dns.Msg)
+	client.SetQuestion("Www.Example.ORG.", dns.TypeAAAA)
+	client.CheckingDisabled = true
+	client.SetEdns0(4096, true)
+	ecs := &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0)}
+	opt := client.IsEdns0()
+	opt.Option = append(opt.Option, ecs)
+
+	for _, forward := range []bool{false, true} {
+		wire, err := appendQuery(nil, client, client.Question[0].Name, forward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m dns.Msg
+		if err := m.Unpack(wire[2:]); err != nil {
+			t.Fatalf("forward=%v: unpack: %v", forward, err)
+		}
+		if m.Question[0] != client.Question[0] || !m.RecursionDesired || !m.CheckingDisabled || m.Response || m.Opcode != dns.OpcodeQuery {
+			t.Fatalf("forward=%v: header/question %+v", forward, m)
+		}
+		o := m.IsEdns0()
+		if o == nil || o.UDPSize() != 1232 || !o.Do() || o.Version() != 0 {
+			t.Fatalf("forward=%v: OPT %v", forward, o)
+		}
+		if got := len(o.Option); (got == 1) != forward {
+			t.Fatalf("forward=%v: %d options", forward, got)
+		}
+	}
+	long := make([]byte, 0, 300)
+	for len(long) < 260 {
+		long = append(long, "abcdefghi."...)
+	}
+	if _, err := appendQuery(nil, client, string(long), false); err == nil {
+		t.Fatal("a name over 255 octets packed")
+	}
+}
