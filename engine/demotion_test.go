@@ -229,4 +229,3 @@ func TestFallbackDemotionNotReported(t *testing.T) {
 		}
 	})
 }
-

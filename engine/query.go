@@ -42,7 +42,7 @@ func appendQuery(dst []byte, client *dns.Msg, name string, forwardECS bool) ([]b
 	if client.CheckingDisabled {
 		flags |= 1 << 4
 	}
-	dst = append(dst, 0, 0) // TCP length, written per transaction
+	dst = append(dst, 0, 0)                     // TCP length, written per transaction
 	dst = binary.BigEndian.AppendUint16(dst, 0) // ID, written per transaction
 	dst = binary.BigEndian.AppendUint16(dst, flags)
 	dst = binary.BigEndian.AppendUint16(dst, 1) // QDCOUNT
