@@ -1,3 +1,8 @@
+//go:build !wasip1
+
+// The listeners are the native server's; the edge module serves requests
+// its host hands it, so it carries no HTTP/2 server of its own.
+
 package doh
 
 import (

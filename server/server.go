@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +28,7 @@ import (
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/metrics"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
@@ -48,7 +50,7 @@ type Options struct {
 	Config  *config.Config
 	Handler http.Handler // the DoH handler, served on the HTTPS and HTTP listeners
 	Backend Backend
-	Metrics *telemetry.Metrics // served at /metrics; nil = no /metrics
+	Metrics *metrics.Metrics // served at /metrics; nil = no /metrics
 	Log     zerolog.Logger
 	Version string
 
@@ -163,21 +165,22 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		return nil, func() {}, err
 	}
 	if cfg.Listen.HTTPS != "" {
-		cm, err := certs.New(ctx, cfg.CertsConfig(), log)
+		// The port is held before ACME starts, so a TLS-ALPN-01 validation
+		// always reaches this listener and never a stand-in of certmagic's.
+		ln, err := net.Listen("tcp", cfg.Listen.HTTPS)
+		if err != nil {
+			return fail(fmt.Errorf("listen.https %s: %w", cfg.Listen.HTTPS, err))
+		}
+		out = append(out, &listener{name: "https", ln: ln, tls: true})
+		cm, err := certs.New(ctx, certsConfig(cfg), log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
 		}
 		closers = append(closers, func() { cm.Close() })
 		log.Info().Str("mode", cm.Mode()).Str("fingerprint", cm.Fingerprint()).Msg("certificate")
-		srv, err := doh.NewTLSServer(o.Handler, cm.TLSConfig(), o.Limits)
-		if err != nil {
+		if out[len(out)-1].srv, err = doh.NewTLSServer(o.Handler, cm.TLSConfig(), o.Limits); err != nil {
 			return fail(err)
 		}
-		ln, err := net.Listen("tcp", cfg.Listen.HTTPS)
-		if err != nil {
-			return fail(fmt.Errorf("listen.https %s: %w", cfg.Listen.HTTPS, err))
-		}
-		out = append(out, &listener{name: "https", srv: srv, ln: ln, tls: true})
 	}
 	if cfg.Listen.HTTP != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.HTTP)
@@ -301,9 +304,28 @@ func countRequests(h http.Handler, active *atomic.Int64) http.Handler {
 }
 
 // gatherer returns m's registry, or nil (no /metrics) without metrics.
-func gatherer(m *telemetry.Metrics) prometheus.Gatherer {
+func gatherer(m *metrics.Metrics) prometheus.Gatherer {
 	if m == nil {
 		return nil
 	}
 	return m.Registry
+}
+
+// certsConfig is the certificate manager's part of the configuration.
+// TLS-ALPN-01 challenges are answered on the HTTPS listener.
+func certsConfig(c *config.Config) certs.Config {
+	return certs.Config{
+		Mode:     c.TLS.Mode,
+		CertFile: c.TLS.CertFile,
+		KeyFile:  c.TLS.KeyFile,
+		ACME: certs.ACMEConfig{
+			Domains:       slices.Clone(c.TLS.ACME.Domains),
+			Email:         c.TLS.ACME.Email,
+			CA:            c.TLS.ACME.CA,
+			CARoot:        c.TLS.ACME.CARoot,
+			Storage:       c.TLS.ACME.Storage,
+			HTTPListen:    c.TLS.ACME.HTTPListen,
+			TLSALPNListen: c.Listen.HTTPS,
+		},
+	}
 }

@@ -7,16 +7,22 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
+// AttemptMetrics counts attempts for metrics; package metrics implements
+// it. Logs do not depend on it, so the edge module logs without it.
+type AttemptMetrics interface {
+	ObserveAttempt(engine.AttemptEvent)
+}
+
 // Observer turns the engine's events into log events and metrics. It
 // implements engine.Observer without allocating per event.
 type Observer struct {
 	log     zerolog.Logger
-	metrics *Metrics // may be nil
+	metrics AttemptMetrics // may be nil
 }
 
 // NewObserver returns an Observer logging to log and, when m is not nil,
 // counting into m.
-func NewObserver(log zerolog.Logger, m *Metrics) *Observer {
+func NewObserver(log zerolog.Logger, m AttemptMetrics) *Observer {
 	return &Observer{log: log, metrics: m}
 }
 
@@ -26,7 +32,7 @@ var _ engine.Observer = (*Observer)(nil)
 // its outcome.
 func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	if o.metrics != nil {
-		o.metrics.observeAttempt(ev)
+		o.metrics.ObserveAttempt(ev)
 	}
 	e := o.log.Info()
 	if e == nil {

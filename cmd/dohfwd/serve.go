@@ -9,6 +9,7 @@ import (
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/metrics"
 	"github.com/dohfwd/dohfwd/server"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
@@ -48,15 +49,15 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	if err != nil {
 		return err
 	}
-	metrics := telemetry.NewMetrics()
+	met := metrics.NewMetrics()
 	eng, err := engine.New(cfg.EngineConfig(), engine.Options{
 		Network:  engine.NativeNetwork{},
-		Observer: telemetry.NewObserver(log, metrics),
+		Observer: telemetry.NewObserver(log, met),
 	})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	metrics.CollectEngine(eng)
+	met.CollectEngine(eng)
 
 	trusted := make([]netip.Prefix, 0, len(cfg.Listen.TrustedProxies))
 	for _, p := range cfg.Listen.TrustedProxies {
@@ -70,7 +71,7 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		Path:           cfg.Listen.Path,
 		TrustedProxies: trusted,
 		Observe: func(x doh.Exchange) {
-			metrics.ObserveRequest(x.Status, x.Rcode)
+			met.ObserveRequest(x.Status, x.Rcode)
 			if x.Problem != "" {
 				log.Debug().Int("status", x.Status).Int("rcode", x.Rcode).Str("problem", x.Problem).
 					Str("client", x.ClientIP.String()).Str("method", x.Method).Msg("bad request")
@@ -81,7 +82,7 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		Config:  cfg,
 		Handler: handler,
 		Backend: eng,
-		Metrics: metrics,
+		Metrics: met,
 		Log:     log,
 		Version: versionString(),
 	})

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/metrics"
 	"github.com/dohfwd/dohfwd/server"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
@@ -80,13 +81,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	defer pool.Close(context.Background())
 	log.Info().Str("module", *modPath).Int("instances", *instances).Str("cache_dir", *cacheDir).Msg("edge module ready")
 
-	metrics := telemetry.NewMetrics()
-	metrics.CollectEngine(pool)
+	met := metrics.NewMetrics()
+	met.CollectEngine(pool)
 	return server.Run(ctx, server.Options{
 		Config:  cfg,
 		Handler: Handler{Pool: pool},
 		Backend: pool,
-		Metrics: metrics,
+		Metrics: met,
 		Log:     log,
 		Version: version,
 	})

@@ -3,9 +3,11 @@
 package moduletest
 
 import (
+	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -60,5 +62,35 @@ func CacheDir(t testing.TB) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	pruneOnce.Do(func() { prune(dir, 3) })
 	return dir
+}
+
+var pruneOnce sync.Once
+
+// prune keeps the newest keep entries of each folder of the cache: every
+// change to the module adds a compiled copy of about 50 MB.
+func prune(dir string, keep int) {
+	subs, _ := os.ReadDir(dir)
+	for _, sub := range subs {
+		if !sub.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, sub.Name())
+		entries, _ := os.ReadDir(p)
+		type aged struct {
+			name string
+			mod  int64
+		}
+		var files []aged
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil {
+				files = append(files, aged{e.Name(), info.ModTime().UnixNano()})
+			}
+		}
+		slices.SortFunc(files, func(a, b aged) int { return cmp.Compare(b.mod, a.mod) })
+		for _, f := range files[min(keep, len(files)):] {
+			os.RemoveAll(filepath.Join(p, f.name))
+		}
+	}
 }

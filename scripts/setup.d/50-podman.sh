@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the rootful podman stack that deploy's container test and
-# `make container` use (see TOOLING.md, Containers), plus busybox-static for
-# the local stand-in builder image. Idempotent: does nothing when every
-# piece is there. Never fails the run: without podman the container test
-# says so loudly and skips, and the rest of `make test` goes on.
+# `make container` use (see TOOLING.md, Containers), busybox-static for the
+# local stand-in builder image, and nsd (the container test's upstream).
+# Idempotent: does nothing when every piece is there. Never fails the run:
+# without podman the container test says so loudly and skips, and the
+# rest of `make test` goes on.
 set -u
 
 packages=(podman buildah runc conmon fuse-overlayfs slirp4netns uidmap
 	containernetworking-plugins golang-github-containers-common
-	catatonit iptables busybox-static)
+	catatonit iptables busybox-static nsd)
 
 missing=()
 for p in "${packages[@]}"; do

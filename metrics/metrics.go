@@ -1,4 +1,4 @@
-package telemetry
+package metrics
 
 import (
 	"net/netip"
@@ -56,7 +56,7 @@ func (m *Metrics) CollectEngine(stats EngineStats) {
 	m.Registry.MustRegister(engineCollector{stats})
 }
 
-func (m *Metrics) observeAttempt(ev engine.AttemptEvent) {
+func (m *Metrics) ObserveAttempt(ev engine.AttemptEvent) {
 	o, ok := m.perServer.Load(ev.Server)
 	if !ok {
 		o, _ = m.perServer.LoadOrStore(ev.Server, m.attemptLatency.WithLabelValues(ev.Server.String()))

@@ -1,0 +1,223 @@
+package manifestcheck
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+const (
+	repoRoot   = "../.."
+	kubeDir    = "../kubernetes"
+	flyToml    = "../fly.toml"
+	unitFile   = "../systemd/dohfwd.service"
+	deployment = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: x
+spec:
+  selector:
+    matchLabels: {app: x}
+  template:
+    metadata:
+      labels: {app: x}
+    spec:
+      containers:
+        - name: x
+          image: x
+`
+)
+
+func loadSet(t *testing.T) *Set {
+	t.Helper()
+	s, err := LoadKustomization(kubeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestKubernetesManifestsDecodeStrictlyAndFit(t *testing.T) {
+	s := loadSet(t)
+	if len(s.Namespaces) != 1 || len(s.ConfigMaps) != 1 || len(s.Deployments) != 1 || len(s.Services) < 1 ||
+		len(s.PDBs) != 1 || len(s.HPAs) != 1 || len(s.Certificates) != 1 {
+		t.Fatalf("kustomization resources: %d Namespace, %d ConfigMap, %d Deployment, %d Service, %d PDB, %d HPA, %d Certificate",
+			len(s.Namespaces), len(s.ConfigMaps), len(s.Deployments), len(s.Services), len(s.PDBs), len(s.HPAs), len(s.Certificates))
+	}
+	for _, err := range Check(s) {
+		t.Error(err)
+	}
+}
+
+func TestStrictDecodingRejectsBadDocuments(t *testing.T) {
+	for name, doc := range map[string]string{
+		"unknown field":       strings.Replace(deployment, "  selector:", "  replica: 2\n  selector:", 1),
+		"misspelt probe key":  deployment + "          readinessProbe:\n            httpGet: {path: /healthz, prot: admin}\n",
+		"wrong type":          strings.Replace(deployment, "spec:\n  selector:", "spec:\n  replicas: two\n  selector:", 1),
+		"duplicate key":       strings.Replace(deployment, "  name: x\n", "  name: x\n  name: y\n", 1),
+		"unknown kind":        "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
+		"certificate typo":    "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: x}\nspec:\n  secretName: s\n  dnsName: [a.example]\n  issuerRef: {name: i}\n",
+		"hpa old api field":   "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: x}\nspec:\n  scaleTargetRef: {kind: Deployment, name: x}\n  maxReplicas: 3\n  targetCPUUtilizationPercentage: 70\n",
+		"service port string": "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec:\n  ports:\n    - port: https\n",
+	} {
+		if err := new(Set).add([]byte(doc)); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+	if err := new(Set).add([]byte(deployment)); err != nil {
+		t.Errorf("the valid base document: %v", err)
+	}
+}
+
+// Each break of the real manifests must be caught by Check.
+func TestCheckCatchesMismatches(t *testing.T) {
+	for name, breakIt := range map[string]func(*Set){
+		"probe on the DoH port": func(s *Set) {
+			s.Deployments[0].Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Port = intstr.FromString("doh")
+		},
+		"liveness path": func(s *Set) {
+			s.Deployments[0].Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Path = "/status"
+		},
+		"service selector": func(s *Set) { s.Services[0].Spec.Selector = map[string]string{"app": "other"} },
+		"service targetPort": func(s *Set) {
+			s.Services[0].Spec.Ports[0].TargetPort = intstr.FromString("https")
+		},
+		"pdb selector": func(s *Set) { s.PDBs[0].Spec.Selector.MatchLabels = map[string]string{"app": "other"} },
+		"hpa target":   func(s *Set) { s.HPAs[0].Spec.ScaleTargetRef.Name = "other" },
+		"secret name":  func(s *Set) { s.Certificates[0].Spec.SecretName = "elsewhere" },
+		"runs as root": func(s *Set) { *s.Deployments[0].Spec.Template.Spec.SecurityContext.RunAsUser = 0 },
+		"short grace":  func(s *Set) { *s.Deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds = 5 },
+		"config port": func(s *Set) {
+			s.ConfigMaps[0].Data[ConfigKey] = strings.Replace(s.ConfigMaps[0].Data[ConfigKey], "0.0.0.0:9153", "0.0.0.0:9154", 1)
+		},
+		"config on loopback": func(s *Set) {
+			s.ConfigMaps[0].Data[ConfigKey] = strings.Replace(s.ConfigMaps[0].Data[ConfigKey], "0.0.0.0:8443", "127.0.0.1:8443", 1)
+		},
+		"tls mode": func(s *Set) {
+			s.ConfigMaps[0].Data[ConfigKey] = strings.Replace(s.ConfigMaps[0].Data[ConfigKey], "mode: files", "mode: self-signed", 1)
+		},
+		"secret by subPath": func(s *Set) {
+			for i, m := range s.Deployments[0].Spec.Template.Spec.Containers[0].VolumeMounts {
+				if m.Name == "tls" {
+					s.Deployments[0].Spec.Template.Spec.Containers[0].VolumeMounts[i].SubPath = "tls.crt"
+				}
+			}
+		},
+	} {
+		s := loadSet(t)
+		breakIt(s)
+		if errs := Check(s); len(errs) == 0 {
+			t.Errorf("%s: Check found nothing wrong", name)
+		}
+	}
+}
+
+func TestFlyTomlFitsItsConfiguration(t *testing.T) {
+	for _, err := range CheckFly(flyToml, repoRoot) {
+		t.Error(err)
+	}
+	broken := filepath.Join(t.TempDir(), "fly.toml")
+	data, err := os.ReadFile(flyToml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string][2]string{
+		"unknown key":  {"[http_service]\n", "[http_service]\ninternal_prot = 1\n"},
+		"wrong port":   {"internal_port = 8080", "internal_port = 8443"},
+		"short drain":  {`kill_timeout = "20s"`, `kill_timeout = "5s"`},
+		"check target": {"port = 9153", "port = 8080"},
+	} {
+		if err := os.WriteFile(broken, []byte(strings.Replace(string(data), edit[0], edit[1], 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if errs := CheckFly(broken, repoRoot); len(errs) == 0 {
+			t.Errorf("%s: CheckFly found nothing wrong", name)
+		}
+	}
+}
+
+func TestSystemdUnitIsHardened(t *testing.T) {
+	unit, err := os.ReadFile(unitFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range CheckUnit(unit) {
+		t.Error(err)
+	}
+	if errs := CheckUnit([]byte(strings.Replace(string(unit), "DynamicUser=yes", "User=root", 1))); len(errs) == 0 {
+		t.Error("a unit without DynamicUser passed")
+	}
+	// systemd's own parser: unknown directives and bad values are errors.
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Log("systemd-analyze not installed: the unit was checked by CheckUnit only")
+		return
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "dohfwd")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The unit names /usr/local/bin/dohfwd; point it at a stand-in so
+	// verify checks the unit, not this machine's install.
+	local := strings.ReplaceAll(string(unit), "/usr/local/bin/dohfwd", bin)
+	path := filepath.Join(dir, "dohfwd.service")
+	if err := os.WriteFile(path, []byte(local), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	if err != nil || strings.Contains(string(out), "Unknown") || strings.Contains(string(out), "Failed to parse") {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// dohfwdBinary is DOHFWD_BIN (set by make manifest-check), else a fresh
+// build of the main module's command.
+func dohfwdBinary(t *testing.T) string {
+	if bin := os.Getenv("DOHFWD_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), "dohfwd")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/dohfwd")
+	cmd.Dir = repoRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building dohfwd for check-config: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Every dohfwd configuration shipped in deploy/ passes dohfwd's own check.
+func TestShippedConfigurationsPassCheckConfig(t *testing.T) {
+	bin := dohfwdBinary(t)
+	files := map[string][]byte{}
+	for _, f := range []string{"../container.yaml", "../fly.dohfwd.yaml", "../systemd/dohfwd.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[filepath.Base(f)] = data
+	}
+	files["configmap "+ConfigKey] = []byte(loadSet(t).ConfigMaps[0].Data[ConfigKey])
+	files["broken"] = []byte("listen:\n  htps: 0.0.0.0:8443\n") // must fail: proves the check runs
+	dir := t.TempDir()
+	for name, data := range files {
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "check-config", path).CombinedOutput()
+		if name == "broken" {
+			if err == nil {
+				t.Errorf("check-config accepted an unknown key: %s", out)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: dohfwd check-config: %v\n%s", name, err, out)
+		}
+	}
+}

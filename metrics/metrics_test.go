@@ -1,0 +1,69 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/metrics"
+	"github.com/dohfwd/dohfwd/telemetry"
+)
+
+var sampleAttempt = engine.AttemptEvent{Question: 7, QName: "www.example.", QType: dns.TypeA, Scope: "main",
+	Attempt: 1, Transport: engine.UDP, Outcome: engine.OutcomeAnswer, Rcode: 0}
+
+type fakeStats struct{}
+
+func (fakeStats) Counters() engine.Counters {
+	return engine.Counters{UpstreamFailed: 4, Refused: 2, Cancelled: 1, MismatchedReplies: 3,
+		Attempts: map[string]uint64{"answer": 10, "timeout": 4}, Questions: map[string]uint64{"answer": 9}}
+}
+func (fakeStats) InFlight() int64 { return 5 }
+
+func TestMetricsNamesAndValues(t *testing.T) {
+	m := metrics.NewMetrics()
+	m.CollectEngine(fakeStats{})
+	telemetry.NewObserver(zerolog.Nop(), m).Attempt(sampleAttempt)
+	m.ObserveRequest(200, dns.RcodeNameError)
+	m.ObserveRequest(200, dns.RcodeServerFailure)
+	m.ObserveRequest(400, -1)
+	for _, name := range []string{"dohfwd_upstream_failed_total", "dohfwd_refused_total",
+		"dohfwd_cancelled_total", "dohfwd_mismatched_replies_total", "dohfwd_in_flight", "dohfwd_cache_hits_total"} {
+		got, err := testutil.GatherAndCount(m.Registry, name)
+		if err != nil || got != 1 {
+			t.Errorf("%s: %d series, %v", name, got, err)
+		}
+	}
+	exp := `
+# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP status and DNS rcode ("" when no DNS message was answered).
+# TYPE dohfwd_doh_requests_total counter
+dohfwd_doh_requests_total{rcode="",status="400"} 1
+dohfwd_doh_requests_total{rcode="NXDOMAIN",status="200"} 1
+dohfwd_doh_requests_total{rcode="SERVFAIL",status="200"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), "dohfwd_doh_requests_total"); err != nil {
+		t.Error(err)
+	}
+	exp = `
+# HELP dohfwd_upstream_failed_total Upstream attempts charged to a server (resolvd's upstream_failed).
+# TYPE dohfwd_upstream_failed_total counter
+dohfwd_upstream_failed_total 4
+# HELP dohfwd_in_flight Upstream transactions outstanding.
+# TYPE dohfwd_in_flight gauge
+dohfwd_in_flight 5
+# HELP dohfwd_attempts_total Upstream attempts by outcome.
+# TYPE dohfwd_attempts_total counter
+dohfwd_attempts_total{outcome="answer"} 10
+dohfwd_attempts_total{outcome="timeout"} 4
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), "dohfwd_upstream_failed_total", "dohfwd_attempts_total", "dohfwd_in_flight"); err != nil {
+		t.Error(err)
+	}
+	if n, _ := testutil.GatherAndCount(m.Registry, "dohfwd_upstream_attempt_duration_seconds"); n != 1 {
+		t.Errorf("latency series: %d", n)
+	}
+}
