@@ -68,7 +68,8 @@ go mod download
 modcache=$(go env GOMODCACHE)
 gocache=$(go env GOCACHE)
 
-$PODMAN build --pull=never --format docker \
+previous=$($PODMAN image inspect --format '{{.Id}}' "$IMAGE:latest" 2>/dev/null || true)
+$PODMAN build --pull=never --layers=false --format docker \
 	-f deploy/Dockerfile --ignorefile deploy/Dockerfile.dockerignore \
 	--volume "$modcache:/go/pkg/mod:ro" \
 	--volume "$gocache:/root/.cache/go-build" \
@@ -83,6 +84,12 @@ health=$($PODMAN image inspect --format '{{json .HealthCheck.Test}}' "$IMAGE:lat
 user=$($PODMAN image inspect --format '{{.Config.User}}' "$IMAGE:latest")
 case $health in *'"CMD"'*dohfwd*healthcheck*) ;; *) echo "build-image: no exec-form HEALTHCHECK: $health" >&2; exit 1 ;; esac
 case $user in 0 | 0:* | root* | "") echo "build-image: image runs as root ($user)" >&2; exit 1 ;; esac
+
+# The image this build replaced would stay behind untagged; remove it.
+current=$($PODMAN image inspect --format '{{.Id}}' "$IMAGE:latest")
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+	$PODMAN rmi "$previous" >/dev/null 2>&1 || true
+fi
 
 mkdir -p "$(dirname "$ARCHIVE")"
 rm -f "$ARCHIVE"
