@@ -196,11 +196,25 @@ func toJSON(m *dns.Msg) jsonMessage {
 		}
 		for _, o := range opt.Option {
 			if ede, ok := o.(*dns.EDNS0_EDE); ok {
-				j.Comment = ede.String()
+				j.Comment = edeComment(ede)
 			}
 		}
 	}
 	return j
+}
+
+// edeComment reads an Extended DNS Error for people: "EDE 22 (No
+// Reachable Authority): no servers", without the colon when there is no
+// extra text.
+func edeComment(e *dns.EDNS0_EDE) string {
+	s := "EDE " + strconv.Itoa(int(e.InfoCode))
+	if name, ok := dns.ExtendedErrorCodeToString[e.InfoCode]; ok {
+		s += " (" + name + ")"
+	}
+	if e.ExtraText != "" {
+		s += ": " + e.ExtraText
+	}
+	return s
 }
 
 func jsonRecords(rrs []dns.RR) []jsonRecord {

@@ -12,6 +12,7 @@ type counters struct {
 	attempts          [numOutcomes]atomic.Uint64
 	questions         [numResults]atomic.Uint64
 	cacheHits         atomic.Uint64
+	probes            [numOutcomes]atomic.Uint64
 }
 
 // Counters is a snapshot of the engine's totals.
@@ -23,6 +24,7 @@ type Counters struct {
 	CacheHits         uint64            `json:"cache_hits"`
 	Attempts          map[string]uint64 `json:"attempts"`  // by outcome
 	Questions         map[string]uint64 `json:"questions"` // by result
+	Probes            map[string]uint64 `json:"probes"`    // background probes by outcome
 }
 
 func (c *counters) snapshot() Counters {
@@ -34,9 +36,11 @@ func (c *counters) snapshot() Counters {
 		CacheHits:         c.cacheHits.Load(),
 		Attempts:          make(map[string]uint64, numOutcomes),
 		Questions:         make(map[string]uint64, numResults),
+		Probes:            make(map[string]uint64, numOutcomes),
 	}
 	for o := Outcome(0); o < numOutcomes; o++ {
 		s.Attempts[o.String()] = c.attempts[o].Load()
+		s.Probes[o.String()] = c.probes[o].Load()
 	}
 	for r := Result(0); r < numResults; r++ {
 		s.Questions[r.String()] = c.questions[r].Load()

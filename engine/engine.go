@@ -27,8 +27,9 @@ type Engine struct {
 
 	questionIDs atomic.Uint64
 
-	mu        sync.Mutex // guards upstreams during Reconfigure
+	mu        sync.Mutex // guards upstreams and prober during Reconfigure
 	upstreams map[netip.AddrPort]*upstream
+	prober    *prober // running while Config.Probe is on
 }
 
 // Options are the parts an engine is built from.
@@ -94,6 +95,7 @@ func (e *Engine) Reconfigure(cfg Config) error {
 	e.values.Store(&cfg)
 	e.inFlight.ceiling.Store(int64(cfg.InFlightCeiling))
 	e.routes.Store(r)
+	e.setProbing(cfg.Probe)
 	return nil
 }
 

@@ -15,6 +15,8 @@ type upstream struct {
 	// until is the end of the demotion mark as nanoseconds on the engine's
 	// clock; 0 means no mark.
 	until atomic.Int64
+	// probing is set while a background probe of this address runs.
+	probing atomic.Bool
 }
 
 func newUpstream(addr netip.AddrPort) *upstream {

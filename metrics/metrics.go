@@ -118,11 +118,12 @@ var (
 	descAttempts       = prometheus.NewDesc("dohfwd_attempts_total", "Upstream attempts by outcome.", []string{"outcome"}, nil)
 	descQuestions      = prometheus.NewDesc("dohfwd_questions_total", "Questions by result.", []string{"result"}, nil)
 	descInFlight       = prometheus.NewDesc("dohfwd_in_flight", "Upstream transactions outstanding.", nil, nil)
+	descProbes         = prometheus.NewDesc("dohfwd_probes_total", "Background probes of demoted servers by outcome (engine.probe).", []string{"outcome"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUpstreamFailed, descRefused, descCancelled, descMismatched,
-		descCacheHits, descAttempts, descQuestions, descInFlight} {
+		descCacheHits, descAttempts, descQuestions, descInFlight, descProbes} {
 		ch <- d
 	}
 }
@@ -142,6 +143,9 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for r, v := range s.Questions {
 		counter(descQuestions, v, r)
+	}
+	for o, v := range s.Probes {
+		counter(descProbes, v, o)
 	}
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(c.stats.InFlight()))
 }

@@ -26,7 +26,10 @@ func NewObserver(log zerolog.Logger, m AttemptMetrics) *Observer {
 	return &Observer{log: log, metrics: m}
 }
 
-var _ engine.Observer = (*Observer)(nil)
+var (
+	_ engine.Observer      = (*Observer)(nil)
+	_ engine.ProbeObserver = (*Observer)(nil)
+)
 
 // Attempt writes the "attempt" event: one per upstream attempt, whatever
 // its outcome.
@@ -70,6 +73,21 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 		Bool("cache_hit", ev.CacheHit).
 		Float64("duration_ms", float64(ev.Duration.Microseconds())/1000).
 		Msg("question")
+}
+
+// Probe writes the "probe" event: one per background probe of a demoted
+// server (engine.probe: true).
+func (o *Observer) Probe(ev engine.ProbeEvent) {
+	e := o.log.Info()
+	if e == nil {
+		return
+	}
+	e.Str("server", ev.Server).
+		Str("transport", ev.Transport.String()).
+		Str("outcome", ev.Outcome.String()).
+		Float64("rtt_ms", float64(ev.RTT.Microseconds())/1000).
+		Bool("cleared", ev.Cleared).
+		Msg("probe")
 }
 
 // typeField writes qtype as its mnemonic, or its number when it has none.

@@ -92,3 +92,19 @@ func TestLevelFiltersEvents(t *testing.T) {
 		t.Fatal("bad level accepted")
 	}
 }
+
+func TestProbeEventFields(t *testing.T) {
+	var buf bytes.Buffer
+	o := NewObserver(zerolog.New(&buf), nil)
+	o.Probe(engine.ProbeEvent{Server: "127.0.0.1:53", Transport: engine.UDP, Outcome: engine.OutcomeTimeout, RTT: 2 * time.Second})
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, buf.Bytes())
+	}
+	for k, v := range map[string]any{"message": "probe", "server": "127.0.0.1:53", "transport": "udp",
+		"outcome": "timeout", "rtt_ms": 2000.0, "cleared": false} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
