@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/rs/zerolog"
 )
 
 const obtainTimeout = 30 * time.Second
@@ -37,6 +38,21 @@ func waitReady(t *testing.T, m *Manager) {
 	if err := m.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startManager runs a Manager for cfg serving DoH over TLS on ln until
+// the test ends, and returns it with ln's address once its certificate is
+// ready.
+func startManager(t *testing.T, cfg Config, log zerolog.Logger, ln net.Listener) (*Manager, string) {
+	t.Helper()
+	m, err := New(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, m)
+	addr := serveTLSOn(t, m, ln)
+	waitReady(t, m)
+	return m, addr
 }
 
 // dohGet does a DoH GET for name over HTTP/2 to addr, presenting domain
@@ -181,13 +197,7 @@ func TestACMEObtainsViaHTTP01(t *testing.T) {
 	cfg.ACME.DisableTLSALPN = true
 	ln, _ := listenLoopback(t)
 	cfg.ACME.TLSALPNListen = ln.Addr().String()
-	m, err := New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustClose(t, m)
-	addr := serveTLSOn(t, m, ln)
-	waitReady(t, m)
+	m, addr := startManager(t, cfg, log, ln)
 
 	roots, _ := ca.issuingRoots(t)
 	_, leaf := dohGet(t, addr, domain, "www.example.", roots)
@@ -220,13 +230,7 @@ func TestACMERenewsInBackgroundWithoutRestart(t *testing.T) {
 	// Renew once 10% of the lifetime has passed, checking twice a second.
 	cfg.tuning.renewalWindowRatio = 0.9
 	cfg.tuning.renewCheckInterval = 500 * time.Millisecond
-	m, err := New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustClose(t, m)
-	addr := serveTLSOn(t, m, ln)
-	waitReady(t, m)
+	m, addr := startManager(t, cfg, log, ln)
 
 	roots, _ := ca.issuingRoots(t)
 	_, first := dohGet(t, addr, domain, "www.example.", roots)

@@ -130,13 +130,7 @@ func TestACMESharedStorageReplicasObtainOneCertificate(t *testing.T) {
 
 	log, _ := testLogger(t)
 	cfg.ACME.TLSALPNListen = ln.Addr().String()
-	m, err := New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustClose(t, m)
-	addr1 := serveTLSOn(t, m, ln)
-	waitReady(t, m)
+	m, addr1 := startManager(t, cfg, log, ln)
 
 	var second [2]string
 	select {

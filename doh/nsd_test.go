@@ -2,15 +2,10 @@ package doh
 
 import (
 	"bytes"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
 
@@ -18,85 +13,14 @@ import (
 // example.test. on 127.0.0.1 until the test ends and returns its address.
 func startNSD(t *testing.T) string {
 	t.Helper()
-	bin := "/usr/sbin/nsd"
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("nsd"); err != nil {
-			t.Skip("SKIPPED: nsd is not installed; `make test` installs it (scripts/setup.d, apt-get install nsd)")
-		}
-	}
-	dir := t.TempDir()
-	file := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	zone := file("example.test.zone", `$ORIGIN example.test.
+	return upstreamtest.StartNSD(t, upstreamtest.Zone{Origin: "example.test.", Text: `$ORIGIN example.test.
 $TTL 300
 @    3600 IN SOA ns admin 1 3600 600 86400 120
 @    IN NS ns
 ns   IN A 127.0.0.1
 www  IN A 192.0.2.80
 www  90 IN A 192.0.2.81
-`)
-	for try := 0; try < 3; try++ {
-		port := freePort(t)
-		conf := file("nsd.conf", fmt.Sprintf(`server:
-  ip-address: 127.0.0.1@%d
-  username: ""
-  chroot: ""
-  zonesdir: %[2]q
-  database: ""
-  pidfile: "%[2]s/nsd.pid"
-  xfrdfile: "%[2]s/xfrd.state"
-  xfrdir: %[2]q
-  zonelistfile: "%[2]s/zone.list"
-  logfile: "%[2]s/nsd.log"
-  rrl-ratelimit: 0
-  server-count: 1
-remote-control:
-  control-enable: no
-zone:
-  name: example.test
-  zonefile: %[3]q
-`, port, dir, zone))
-		cmd := exec.Command(bin, "-d", "-c", conf)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("nsd: %v", err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		c := &dns.Client{Timeout: 200 * time.Millisecond}
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-			if r, _, err := c.Exchange(query(t, "www.example.test.", dns.TypeA, 1), addr); err == nil && r.Rcode == dns.RcodeSuccess {
-				return addr
-			}
-		}
-		cmd.Process.Kill()
-		t.Logf("nsd did not answer on %s (try %d): %s", addr, try+1, out.Bytes())
-	}
-	t.Fatal("nsd did not start")
-	return ""
-}
-
-// freePort finds a port free for both UDP and TCP on 127.0.0.1.
-func freePort(t *testing.T) int {
-	for {
-		u, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := u.LocalAddr().(*net.UDPAddr).Port
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		u.Close()
-		if err == nil {
-			l.Close()
-			return port
-		}
-	}
+`})
 }
 
 // TestHappyPathWithNSD: GET, POST and JSON through the real engine to nsd,

@@ -6,6 +6,7 @@
 package doh
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"net/http"
@@ -53,29 +54,16 @@ func DefaultLimits() Limits {
 	}
 }
 
+// withDefaults is l with each zero field taken from DefaultLimits.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	if l.MaxConcurrentStreams == 0 {
-		l.MaxConcurrentStreams = d.MaxConcurrentStreams
-	}
-	if l.MaxReadFrameSize == 0 {
-		l.MaxReadFrameSize = d.MaxReadFrameSize
-	}
-	if l.MaxHeaderBytes == 0 {
-		l.MaxHeaderBytes = d.MaxHeaderBytes
-	}
-	if l.ReadHeaderTimeout == 0 {
-		l.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if l.ReadTimeout == 0 {
-		l.ReadTimeout = d.ReadTimeout
-	}
-	if l.WriteTimeout == 0 {
-		l.WriteTimeout = d.WriteTimeout
-	}
-	if l.IdleTimeout == 0 {
-		l.IdleTimeout = d.IdleTimeout
-	}
+	l.MaxConcurrentStreams = cmp.Or(l.MaxConcurrentStreams, d.MaxConcurrentStreams)
+	l.MaxReadFrameSize = cmp.Or(l.MaxReadFrameSize, d.MaxReadFrameSize)
+	l.MaxHeaderBytes = cmp.Or(l.MaxHeaderBytes, d.MaxHeaderBytes)
+	l.ReadHeaderTimeout = cmp.Or(l.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	l.ReadTimeout = cmp.Or(l.ReadTimeout, d.ReadTimeout)
+	l.WriteTimeout = cmp.Or(l.WriteTimeout, d.WriteTimeout)
+	l.IdleTimeout = cmp.Or(l.IdleTimeout, d.IdleTimeout)
 	return l
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -35,7 +34,7 @@ func cpuTime() time.Duration {
 // then included: the metric is named differently so nobody mistakes it.
 func BenchmarkForwardUDP(b *testing.B) {
 	addr, metric := "", "own-cpu-ns/op"
-	if _, err := os.Stat(nsdBinary); err == nil {
+	if _, ok := upstreamtest.NSDPath(); ok {
 		addr = startNSD(b)
 	} else {
 		addr = upstreamtest.Start(b, upstreamtest.Answer("@ 60 IN A 192.0.2.80")).String()
@@ -112,7 +111,7 @@ func BenchmarkInFlight4096(b *testing.B) {
 // the same nsd in the same run. Compare the two own-cpu-ns/op figures as a
 // ratio; absolute figures on these machines are noise.
 func BenchmarkPeerMiekgExchange(b *testing.B) {
-	if _, err := os.Stat(nsdBinary); err != nil {
+	if _, ok := upstreamtest.NSDPath(); !ok {
 		b.Skip("nsd is not installed: the peer needs the same upstream as BenchmarkForwardUDP")
 	}
 	addr := startNSD(b)

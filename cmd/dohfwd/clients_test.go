@@ -13,12 +13,25 @@ import (
 	"github.com/miekg/dns"
 )
 
+// startOnNSD runs dohfwd with a certificate from a fresh test CA,
+// forwarding every name to nsd.
+func startOnNSD(t *testing.T) *dohfwd {
+	t.Helper()
+	return startDohfwd(t, scopeYAML(startNSD(t)), newPKI(t))
+}
+
+// digArgs are the arguments, the same for dig and kdig, of a query to d's
+// HTTPS listener that verifies its certificate, followed by more.
+func (d *dohfwd) digArgs(more ...string) []string {
+	host, port, _ := net.SplitHostPort(d.HTTPS)
+	return append([]string{"@" + host, "-p", port, "+tls-ca=" + d.pki.CA, "+tls-hostname=localhost"}, more...)
+}
+
 // A page on a name that only the test upstream knows loads through
 // curl --doh-url: DoH works end to end, with the certificate verified.
 func TestCurlDoHURLFetchesPageByUpstreamOnlyName(t *testing.T) {
 	t.Parallel()
-	pki := newPKI(t)
-	d := startDohfwd(t, scopeYAML(startNSD(t)), pki)
+	d := startOnNSD(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +44,7 @@ func TestCurlDoHURLFetchesPageByUpstreamOnlyName(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 
 	url := fmt.Sprintf("http://www.e2e.test:%d/", port)
-	out := runTool(t, "curl", "-sS", "--fail", "--max-time", "20", "--cacert", pki.CA, "--doh-url", d.URL(), url)
+	out := runTool(t, "curl", "-sS", "--fail", "--max-time", "20", "--cacert", d.pki.CA, "--doh-url", d.URL(), url)
 	if want := fmt.Sprintf("hello from www.e2e.test:%d", port); out != want {
 		t.Fatalf("page %q, want %q", out, want)
 	}
@@ -39,12 +52,9 @@ func TestCurlDoHURLFetchesPageByUpstreamOnlyName(t *testing.T) {
 
 func TestDigOverHTTPS(t *testing.T) {
 	t.Parallel()
-	pki := newPKI(t)
-	d := startDohfwd(t, scopeYAML(startNSD(t)), pki)
-	host, port, _ := net.SplitHostPort(d.HTTPS)
+	d := startOnNSD(t)
 	for _, mode := range []string{"+https", "+https-get"} {
-		out := runTool(t, "dig", mode, "+tls-ca="+pki.CA, "+tls-hostname=localhost", "@"+host, "-p", port,
-			"www.e2e.test", "A", "+noall", "+answer", "+comments")
+		out := runTool(t, "dig", d.digArgs(mode, "www.e2e.test", "A", "+noall", "+answer", "+comments")...)
 		if !strings.Contains(out, "status: NOERROR") || !strings.Contains(out, "www.e2e.test.\t\t3600\tIN\tA\t127.0.0.1") {
 			t.Errorf("dig %s:\n%s", mode, out)
 		}
@@ -55,11 +65,8 @@ func TestDigOverHTTPS(t *testing.T) {
 // comes padded to a multiple of 468 bytes.
 func TestKdigOverHTTPS(t *testing.T) {
 	t.Parallel()
-	pki := newPKI(t)
-	d := startDohfwd(t, scopeYAML(startNSD(t)), pki)
-	host, port, _ := net.SplitHostPort(d.HTTPS)
-	out := runTool(t, "kdig", "@"+host, "-p", port, "+https", "+tls-ca="+pki.CA, "+tls-hostname=localhost",
-		"v6.e2e.test", "AAAA")
+	d := startOnNSD(t)
+	out := runTool(t, "kdig", d.digArgs("+https", "v6.e2e.test", "AAAA")...)
 	if !strings.Contains(out, "status: NOERROR") || !strings.Contains(out, "2001:db8::1") || !strings.Contains(out, "HTTP session (HTTP/2-POST)") || !strings.Contains(out, "Received 468 B") {
 		t.Errorf("kdig:\n%s", out)
 	}
@@ -68,8 +75,8 @@ func TestKdigOverHTTPS(t *testing.T) {
 // Raw RFC 8484 GET and POST and the JSON form, with curl over HTTP/2.
 func TestCurlRawGetPostAndJSON(t *testing.T) {
 	t.Parallel()
-	pki := newPKI(t)
-	d := startDohfwd(t, scopeYAML(startNSD(t)), pki)
+	d := startOnNSD(t)
+	pki := d.pki
 	q := newQuery("www.e2e.test", dns.TypeA)
 	q.Id = 0
 	wire, _ := q.Pack()

@@ -27,6 +27,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
 // The end-to-end tests run the real binary, built once by TestMain, on
@@ -92,88 +93,17 @@ www IN AAAA 2001:db8::10
 `
 
 // startNSD runs nsd for e2e.test. and example.com. until the test ends.
+// Unlike the unit tests' nsd, a missing nsd fails: make test installs it.
 func startNSD(t *testing.T) string {
 	t.Helper()
-	bin := needTool(t, "nsd")
-	dir := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("e2e.test.zone", testZone)
-	write("example.com.zone", exampleZone)
-	for try := 0; ; try++ {
-		port := freePort(t)
-		write("nsd.conf", fmt.Sprintf(`server:
-  ip-address: 127.0.0.1@%d
-  username: ""
-  chroot: ""
-  zonesdir: %[2]q
-  database: ""
-  pidfile: "%[2]s/nsd.pid"
-  xfrdfile: "%[2]s/xfrd.state"
-  xfrdir: %[2]q
-  zonelistfile: "%[2]s/zone.list"
-  logfile: "%[2]s/nsd.log"
-  rrl-ratelimit: 0
-  server-count: 1
-  verbosity: 1
-remote-control:
-  control-enable: no
-zone:
-  name: e2e.test
-  zonefile: "%[2]s/e2e.test.zone"
-zone:
-  name: example.com
-  zonefile: "%[2]s/example.com.zone"
-`, port, dir))
-		cmd := exec.Command(bin, "-d", "-c", filepath.Join(dir, "nsd.conf"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("nsd: %v", err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if waitDNS(addr, 10*time.Second) {
-			return addr
-		}
-		cmd.Process.Kill()
-		if try == 2 {
-			log, _ := os.ReadFile(filepath.Join(dir, "nsd.log"))
-			t.Fatalf("nsd did not answer on %s:\n%s\n%s", addr, out.Bytes(), log)
-		}
-	}
+	needTool(t, "nsd")
+	return upstreamtest.StartNSD(t,
+		upstreamtest.Zone{Origin: "e2e.test.", Text: testZone},
+		upstreamtest.Zone{Origin: "example.com.", Text: exampleZone})
 }
 
-func freePort(t *testing.T) int {
-	for {
-		u, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := u.LocalAddr().(*net.UDPAddr).Port
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		u.Close()
-		if err == nil {
-			l.Close()
-			return port
-		}
-	}
-}
-
-func waitDNS(addr string, within time.Duration) bool {
-	c := &dns.Client{Timeout: 200 * time.Millisecond}
-	q := new(dns.Msg)
-	q.SetQuestion("www.e2e.test.", dns.TypeA)
-	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if r, _, err := c.Exchange(q, addr); err == nil && r.Rcode == dns.RcodeSuccess {
-			return true
-		}
-	}
-	return false
-}
+// freePort finds a port free for both UDP and TCP on 127.0.0.1.
+func freePort(t *testing.T) int { return upstreamtest.FreePort(t) }
 
 // testPKI is a private CA and a server certificate for 127.0.0.1, ::1 and
 // localhost, so clients verify the server for real.

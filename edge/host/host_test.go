@@ -32,7 +32,7 @@ var (
 	runtimeErr  error
 )
 
-func testRuntime(t *testing.T) *Runtime {
+func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	wasm, _ := moduletest.Build(t)
 	runtimeOnce.Do(func() {

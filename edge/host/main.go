@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 
 	"go.yaml.in/yaml/v3"
 
@@ -43,6 +44,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if path := os.Getenv("DOHFWD_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	var cfg *config.Config
 	var err error
@@ -99,4 +107,19 @@ func defaultCacheDir() string {
 		return ""
 	}
 	return filepath.Join(dir, "dohfwd", "wazero")
+}
+
+// startCPUProfile writes a CPU profile of the host (wazero runs the
+// module's code on the host's goroutines, so it is in there too) to path
+// until stop; set by the hidden DOHFWD_CPUPROFILE, for scripts/bench-edge.sh.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %q: %w", path, err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

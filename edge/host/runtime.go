@@ -18,6 +18,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
@@ -95,11 +96,11 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 		WithName(""). // anonymous, so there may be many
 		WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
-		WithRandSource(rand.Reader).
+		WithRandSource(rand.Reader).WithEnv("GOGC", os.Getenv("XGOGC")).
 		WithStderr(r.opts.Stderr).WithStdout(r.opts.Stderr)
 	in := &Instance{}
 	ctx = withInstance(ctx, in)
-	mod, err := r.rt.InstantiateModule(ctx, r.compiled, mc)
+	mod, err := r.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(newLinearMemory)), r.compiled, mc)
 	if err != nil {
 		return nil, fmt.Errorf("edge: instantiate: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
 
@@ -44,28 +45,18 @@ func ByTransport(udp, tcp Handler) Handler {
 // Answer replies NOERROR with the records rrs (zone-file text, the
 // question's name written as "@").
 func Answer(rrs ...string) Reply {
-	return Reply{Msg: func(q *dns.Msg) *dns.Msg {
-		m := reply(q, dns.RcodeSuccess)
-		for _, s := range rrs {
-			rr, err := dns.NewRR(replaceAt(s, q.Question[0].Name))
-			if err != nil {
-				panic("memnet: record " + s + ": " + err.Error())
-			}
-			m.Answer = append(m.Answer, rr)
-		}
-		return m
-	}}
+	return Reply{Msg: func(q *dns.Msg) *dns.Msg { return upstreamtest.ReplyTo(q, dns.RcodeSuccess, rrs...) }}
 }
 
 // Rcode replies with rcode and no records; codes above 15 use EDNS.
 func Rcode(rcode int) Reply {
-	return Reply{Msg: func(q *dns.Msg) *dns.Msg { return reply(q, rcode) }}
+	return Reply{Msg: func(q *dns.Msg) *dns.Msg { return upstreamtest.ReplyTo(q, rcode) }}
 }
 
 // Truncated replies NOERROR with TC set and rcode.
 func Truncated(rcode int) Reply {
 	return Reply{Msg: func(q *dns.Msg) *dns.Msg {
-		m := reply(q, rcode)
+		m := upstreamtest.ReplyTo(q, rcode)
 		m.Truncated = true
 		return m
 	}}
@@ -94,23 +85,3 @@ func FromAddr(addr netip.AddrPort, r Reply) Reply { r.From = addr; return r }
 
 // Cut is r with only its first half sent (TCP).
 func Cut(r Reply) Reply { r.Cut = true; return r }
-
-// reply is a response to q with rcode, keeping q's OPT (as an EDNS server
-// would) so extended rcodes can be carried.
-func reply(q *dns.Msg, rcode int) *dns.Msg {
-	m := new(dns.Msg)
-	m.SetReply(q)
-	m.RecursionAvailable = true
-	if o := q.IsEdns0(); o != nil || rcode > 0xF {
-		m.SetEdns0(1232, o != nil && o.Do())
-	}
-	m.Rcode = rcode
-	return m
-}
-
-func replaceAt(s, name string) string {
-	if len(s) > 0 && s[0] == '@' {
-		return name + s[1:]
-	}
-	return s
-}

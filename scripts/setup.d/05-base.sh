@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the real DNS servers and clients the end-to-end tests use:
-# nsd (upstream), dig, kdig, curl, h2load. Idempotent: apt-get runs only
-# when a tool is missing, and `apt-get update` at most once.
+# Installs the real DNS servers and clients the tests use: nsd (the
+# upstream for the happy path and a real truncation in ./engine, ./doh and
+# ./cmd/dohfwd), knot (forces TCP), dig, kdig, curl, h2load. Idempotent:
+# apt-get runs only when a tool is missing, and `apt-get update` at most
+# once. Never fails the run: it warns loudly.
 set -u
 
 declare -A need=(
@@ -27,10 +29,12 @@ export DEBIAN_FRONTEND=noninteractive
 if ! { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; }; then
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
 	echo "!!! 05-base: WARNING: could not install ${missing[*]}." >&2
-	echo "!!! The end-to-end tests in ./cmd/dohfwd will FAIL without them." >&2
+	echo "!!! The end-to-end tests in ./cmd/dohfwd will FAIL without them;" >&2
+	echo "!!! the nsd tests in ./engine and ./doh will SKIP LOUDLY." >&2
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
 fi
-# The Debian nsd/knot packages start system services we do not want.
+# The Debian nsd/knot packages start system services on their default
+# ports; tests run their own instances.
 for svc in nsd knot; do
 	command -v systemctl >/dev/null 2>&1 && $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
