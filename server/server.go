@@ -6,9 +6,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -95,7 +97,9 @@ func Run(ctx context.Context, o Options) error {
 	defer closeAll()
 
 	errc := make(chan error, len(listeners))
+	errorLog := stdlog.New(httpErrorLog{log}, "", 0)
 	for _, l := range listeners {
+		l.srv.ErrorLog = errorLog
 		log.Info().Str("listener", l.name).Str("addr", l.ln.Addr().String()).Msg("listening")
 		if o.OnListen != nil {
 			o.OnListen(l.name, l.ln.Addr())
@@ -328,4 +332,18 @@ func certsConfig(c *config.Config) certs.Config {
 			TLSALPNListen: c.Listen.HTTPS,
 		},
 	}
+}
+
+// httpErrorLog puts net/http's own error lines into the zerolog stream, so
+// stderr stays JSON. TLS handshake failures are the clients' (scanners,
+// untrusting browsers): debug; the rest: warn.
+type httpErrorLog struct{ log zerolog.Logger }
+
+func (w httpErrorLog) Write(p []byte) (int, error) {
+	ev := w.log.Warn()
+	if bytes.HasPrefix(p, []byte("http: TLS handshake error")) {
+		ev = w.log.Debug()
+	}
+	ev.Str("component", "http").Msg(string(bytes.TrimSpace(p)))
+	return len(p), nil
 }

@@ -76,13 +76,11 @@ firefox IN A 127.0.0.1
 		if err := os.WriteFile(filepath.Join(profile, "Local State"), []byte(localState), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		var dom string
 		retryBrowser(t, "chromium", func(ctx context.Context) error {
-			out, err := runBrowser(ctx, home, chromium,
+			dom, err := runBrowser(ctx, home, chromium,
 				"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 				"--disable-background-networking", "--disable-component-update", "--disable-sync",
 				"--user-data-dir="+profile, "--dump-dom", url)
-			dom = out
 			if err != nil {
 				return err
 			}
@@ -210,11 +208,11 @@ func (p *pageServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, `<!doctype html>
 <html><head><title>dohfwd browser test</title></head>
-<body style="margin:0;background:#%02x%02x%02x;color:#fff;font:48px sans-serif;height:100vh">
-<p id="token">%s</p><p>resolved through dohfwd</p>
+<body style="margin:0;background:#%02x%02x%02x;color:#fff;font:28px sans-serif;height:100vh;padding:16px;box-sizing:border-box">
+<p id="token">%s</p><p>%s resolved through dohfwd</p>
 <img src="/seen/%s.png" width="16" height="16" alt="">
 </body></html>
-`, pageColor.R, pageColor.G, pageColor.B, token, token)
+`, pageColor.R, pageColor.G, pageColor.B, token, host, token)
 	case r.URL.Path == "/seen/"+token+".png":
 		w.Header().Set("Content-Type", "image/png")
 		img := image.NewRGBA(image.Rect(0, 0, 16, 16))

@@ -96,7 +96,7 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 		WithName(""). // anonymous, so there may be many
 		WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
-		WithRandSource(rand.Reader).WithEnv("GOGC", os.Getenv("XGOGC")).
+		WithRandSource(rand.Reader).
 		WithStderr(r.opts.Stderr).WithStdout(r.opts.Stderr)
 	in := &Instance{}
 	ctx = withInstance(ctx, in)
