@@ -5,7 +5,13 @@
 #   2. the latency each adds per request (one client, one stream);
 #   3. per-request latency of the module under workerd (TCP upstream).
 # The cache is off, so every request goes upstream through the engine.
+# Two loads: the same name repeated (where `dohfwd serve` shares one
+# upstream question among concurrent identical ones, which one-at-a-time
+# instances never can), and distinct names (no sharing: the fair figure).
 # Usage: scripts/bench-edge.sh [REQUESTS]   (default 20000)
+# Env: INSTANCES (16); BASELINE=path/to/another/dohfwd also measures its
+# `edge` in the same run (before/after figures); PROFILE_DIR=dir writes a
+# CPU profile of the edge process there (go tool pprof dohfwd edge.pprof).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -41,6 +47,7 @@ cat >"$work/bench.test.zone" <<ZONE
 @   IN NS  ns.bench.test.
 ns  IN A   127.0.0.1
 www IN A   192.0.2.80
+*   IN A   192.0.2.81
 ZONE
 cat >"$work/nsd.conf" <<CONF
 server:
@@ -73,13 +80,20 @@ cache: {max_entries: 0}
 log: {level: error}
 YAML
 }
-serveport=$(freeport); edgeport=$(freeport); wdport=$(freeport)
+serveport=$(freeport); edgeport=$(freeport); wdport=$(freeport); baseport=$(freeport)
 config "$serveport" >"$work/serve.yaml"
 config "$edgeport" >"$work/edge.yaml"
+config "$baseport" >"$work/base.yaml"
 "$work/dohfwd" serve --config "$work/serve.yaml" 2>"$work/serve.log" &
 pids+=($!)
-"$work/dohfwd" edge --config "$work/edge.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/edge.log" &
-pids+=($!)
+DOHFWD_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/edge.pprof} "$work/dohfwd" edge --config "$work/edge.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/edge.log" &
+edgepid=$!
+pids+=($edgepid)
+if [ -n "${BASELINE:-}" ]; then
+	"$BASELINE" edge --config "$work/base.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/base.log" &
+	pids+=($!)
+	waitport "$baseport"
+fi
 waitport "$serveport"
 waitport "$edgeport"
 
@@ -100,6 +114,17 @@ fi
 # www.bench.test A, id 0, RD, as base64url.
 q=AAABAAABAAAAAAAAA3d3dwViZW5jaAR0ZXN0AAABAAE
 path="/dns-query?dns=$q"
+# N distinct names (nI.bench.test A, the zone's wildcard answers), one
+# request path a line, for h2load -i.
+python3 - "$N" >"$work/paths" <<'PY'
+import base64, struct, sys
+for i in range(int(sys.argv[1])):
+    q = struct.pack(">6H", 0, 0x0100, 1, 0, 0, 0)
+    for label in f"n{i}.bench.test".split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\0" + struct.pack(">2H", 1, 1)
+    print("/dns-query?dns=" + base64.urlsafe_b64encode(q).decode().rstrip("="))
+PY
 
 rps() { sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p'; }
 mean() { sed -n 's/^time for request: *[^ ]* *[^ ]* *\([0-9.]*[mu]*s\).*/\1/p' | head -1; }
@@ -107,19 +132,29 @@ ok() { sed -n 's/.*requests: .* \([0-9]*\) succeeded.*/\1/p'; }
 to_us() { awk '{v=$1; if (v ~ /ms$/) {sub(/ms/,"",v); v*=1000} else if (v ~ /us$/) {sub(/us/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000000}; print v}'; }
 
 warm() { h2load -n 200 -c 2 -m 4 -H 'accept: application/dns-message' "$1" >/dev/null 2>&1 || true; }
-warm "https://127.0.0.1:$serveport$path"
-warm "https://127.0.0.1:$edgeport$path"
+targets=("serve:$serveport" "edge:$edgeport")
+[ -n "${BASELINE:-}" ] && targets+=("edge-baseline:$baseport")
+for t in "${targets[@]}"; do warm "https://127.0.0.1:${t#*:}$path"; done
 
 load() { h2load -n "$N" -c 4 -m 10 -H 'accept: application/dns-message' "$1" 2>&1; }
+load_distinct() { # port
+	{ echo "https://127.0.0.1:$1$(head -1 "$work/paths")"; tail -n +2 "$work/paths"; } >"$work/uris.$1"
+	h2load -n "$N" -c 4 -m 10 -H 'accept: application/dns-message' -i "$work/uris.$1" 2>&1
+}
 single() { h2load -n 2000 -c 1 -m 1 -H 'accept: application/dns-message' "$@" 2>&1; }
 
 echo "load: $N requests, 4 connections x 10 streams, HTTP/2 over TLS; cache off; nsd upstream over UDP"
-s_out=$(load "https://127.0.0.1:$serveport$path")
-e_out=$(load "https://127.0.0.1:$edgeport$path")
-s_rps=$(echo "$s_out" | rps); e_rps=$(echo "$e_out" | rps)
-printf '  dohfwd serve:            %10.0f req/s  (%s ok)\n' "$s_rps" "$(echo "$s_out" | ok)"
-printf '  dohfwd edge (wazero x%d): %9.0f req/s  (%s ok)\n' "$INSTANCES" "$e_rps" "$(echo "$e_out" | ok)"
-printf '  edge / serve:            %10.2f\n' "$(echo "$e_rps / $s_rps" | bc -l)"
+for kind in same distinct; do
+	echo " $kind name$([ $kind = distinct ] && echo s)"
+	s_rps=""
+	for t in "${targets[@]}"; do
+		name=${t%%:*}; port=${t#*:}
+		if [ "$kind" = same ]; then out=$(load "https://127.0.0.1:$port$path"); else out=$(load_distinct "$port"); fi
+		r=$(echo "$out" | rps)
+		[ -z "$s_rps" ] && s_rps=$r
+		printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)"
+	done
+done
 
 echo "latency: 2000 requests, 1 connection x 1 stream"
 s_lat=$(single "https://127.0.0.1:$serveport$path" | mean | to_us)
@@ -127,6 +162,12 @@ e_lat=$(single "https://127.0.0.1:$edgeport$path" | mean | to_us)
 printf '  dohfwd serve:            %8.0f us/request\n' "$s_lat"
 printf '  dohfwd edge (wazero):    %8.0f us/request\n' "$e_lat"
 printf '  added by the module:     %8.0f us/request (x%.2f)\n' "$(echo "$e_lat - $s_lat" | bc -l)" "$(echo "$e_lat / $s_lat" | bc -l)"
+
+if [ -n "${PROFILE_DIR:-}" ]; then
+	kill -TERM "$edgepid"; wait "$edgepid" 2>/dev/null || true
+	cp "$work/dohfwd" "$PROFILE_DIR/dohfwd"
+	echo "profile: go tool pprof $PROFILE_DIR/dohfwd $PROFILE_DIR/edge.pprof"
+fi
 
 if [ -n "$wdport" ]; then
 	warm_out=$(h2load --h1 -n 50 -c 1 -m 1 "http://127.0.0.1:$wdport$path" 2>&1 || true)

@@ -85,9 +85,18 @@ func (r *Runtime) Close(ctx context.Context) error { return r.rt.Close(ctx) }
 // at a time; it is not safe for concurrent use.
 type Instance struct {
 	mod                                api.Module
+	memory                             linearMemory
 	buffer, serve, status, reconfigure api.Function
 	sockets                            sockets
 }
+
+// errClosed is what a call into a closed instance returns.
+var errClosed = errors.New("edge: instance closed")
+
+// enter keeps the instance's memory mapped until leave, across calls and
+// the host's reads and writes of it; false once the instance is closed.
+func (in *Instance) enter() bool { return in.memory.enter() }
+func (in *Instance) leave()      { in.memory.leave() }
 
 // NewInstance instantiates the module and configures it with configYAML,
 // the same YAML as the server's.
@@ -100,9 +109,19 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 		WithStderr(r.opts.Stderr).WithStdout(r.opts.Stderr)
 	in := &Instance{}
 	ctx = withInstance(ctx, in)
-	mod, err := r.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(newLinearMemory)), r.compiled, mc)
+	// The instance's memory is reserved address space that grows in place
+	// (memory_unix.go), not wazero's slice that grows by copying.
+	alloc := experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+		in.memory = newLinearMemory(max)
+		return in.memory
+	})
+	mod, err := r.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), r.compiled, mc)
 	if err != nil {
 		return nil, fmt.Errorf("edge: instantiate: %w", err)
+	}
+	if in.memory == nil {
+		mod.Close(ctx)
+		return nil, errors.New("edge: module has no memory")
 	}
 	in.mod = mod
 	in.buffer = mod.ExportedFunction(abi.ExportBuffer)
@@ -114,6 +133,10 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 		mod.Close(ctx)
 		return nil, errors.New("edge: module lacks the dohfwd exports")
 	}
+	if !in.enter() {
+		return nil, errClosed
+	}
+	defer in.leave()
 	if err := in.put(ctx, configYAML); err != nil {
 		mod.Close(ctx)
 		return nil, err
@@ -163,6 +186,10 @@ func (in *Instance) result(ctx context.Context, n uint32) ([]byte, error) {
 // Serve hands one encoded abi.Request to the module and returns the
 // encoded abi.Response.
 func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
+	if !in.enter() {
+		return nil, errClosed
+	}
+	defer in.leave()
 	ctx = withInstance(ctx, in)
 	defer in.sockets.closeAll()
 	if err := in.put(ctx, req); err != nil {
@@ -177,6 +204,10 @@ func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
 
 // Status returns the instance's engine status as JSON.
 func (in *Instance) Status(ctx context.Context) ([]byte, error) {
+	if !in.enter() {
+		return nil, errClosed
+	}
+	defer in.leave()
 	res, err := in.status.Call(withInstance(ctx, in))
 	if err != nil {
 		return nil, fmt.Errorf("edge: status: %w", err)
@@ -186,6 +217,10 @@ func (in *Instance) Status(ctx context.Context) ([]byte, error) {
 
 // Reconfigure hands the instance's engine a new configuration as JSON.
 func (in *Instance) Reconfigure(ctx context.Context, cfgJSON []byte) error {
+	if !in.enter() {
+		return errClosed
+	}
+	defer in.leave()
 	ctx = withInstance(ctx, in)
 	if err := in.put(ctx, cfgJSON); err != nil {
 		return err
