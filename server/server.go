@@ -6,7 +6,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -97,7 +96,7 @@ func Run(ctx context.Context, o Options) error {
 	defer closeAll()
 
 	errc := make(chan error, len(listeners))
-	errorLog := stdlog.New(httpErrorLog{log}, "", 0)
+	errorLog := stdlog.New(telemetry.LineWriter(log), "", 0)
 	for _, l := range listeners {
 		l.srv.ErrorLog = errorLog
 		log.Info().Str("listener", l.name).Str("addr", l.ln.Addr().String()).Msg("listening")
@@ -332,18 +331,4 @@ func certsConfig(c *config.Config) certs.Config {
 			TLSALPNListen: c.Listen.HTTPS,
 		},
 	}
-}
-
-// httpErrorLog puts net/http's own error lines into the zerolog stream, so
-// stderr stays JSON. TLS handshake failures are the clients' (scanners,
-// untrusting browsers): debug; the rest: warn.
-type httpErrorLog struct{ log zerolog.Logger }
-
-func (w httpErrorLog) Write(p []byte) (int, error) {
-	ev := w.log.Warn()
-	if bytes.HasPrefix(p, []byte("http: TLS handshake error")) {
-		ev = w.log.Debug()
-	}
-	ev.Str("component", "http").Msg(string(bytes.TrimSpace(p)))
-	return len(p), nil
 }

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -65,4 +66,22 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// LineWriter returns a writer that puts each line written by Go's log
+// package (net/http's error log, libraries that use log.Printf) into the
+// zerolog stream, so stderr stays JSON. TLS handshake failures are the
+// clients' own (scanners, browsers that do not trust the certificate):
+// debug; any other line: warn.
+func LineWriter(log zerolog.Logger) io.Writer { return lineWriter{log} }
+
+type lineWriter struct{ log zerolog.Logger }
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	ev := w.log.Warn()
+	if bytes.HasPrefix(p, []byte("http: TLS handshake error")) {
+		ev = w.log.Debug()
+	}
+	ev.Str("component", "stdlog").Msg(string(bytes.TrimSpace(p)))
+	return len(p), nil
 }

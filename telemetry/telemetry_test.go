@@ -108,3 +108,28 @@ func TestProbeEventFields(t *testing.T) {
 		}
 	}
 }
+
+func TestLineWriterKeepsStderrJSON(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := NewLogger(&buf, "json", "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer SetLevel("info")
+	w := LineWriter(log)
+	w.Write([]byte("http: TLS handshake error from 127.0.0.1:5: remote error: tls: unknown certificate\n"))
+	w.Write([]byte("certmagic: something happened\n"))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines: %q", len(lines), buf.String())
+	}
+	for i, want := range []string{"debug", "warn"} {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+			t.Fatalf("line %d is not JSON: %q", i, lines[i])
+		}
+		if got["level"] != want || got["component"] != "stdlog" || strings.HasSuffix(got["message"].(string), "\n") {
+			t.Errorf("line %d: %v", i, got)
+		}
+	}
+}

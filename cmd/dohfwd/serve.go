@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net/netip"
 
 	"github.com/dohfwd/dohfwd/config"
@@ -49,6 +50,9 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Lines from Go's log package (certmagic, net/http) join the stream.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(telemetry.LineWriter(log))
 	met := metrics.NewMetrics()
 	eng, err := engine.New(cfg.EngineConfig(), engine.Options{
 		Network:  engine.NativeNetwork{},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -70,6 +71,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	if err != nil {
 		return err
 	}
+	// Lines from Go's log package (certmagic, net/http) join the stream.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(telemetry.LineWriter(log))
 	// The module gets the configuration as loaded (the embedded default
 	// with its system scope included) in the same YAML form.
 	configYAML, err := yaml.Marshal(cfg)
