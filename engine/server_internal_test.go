@@ -25,3 +25,26 @@ func TestDemotionMarksAddressFor30SecondsOnlyForward(t *testing.T) {
 		t.Fatalf("mark %v after a good reply, want none", got)
 	}
 }
+
+// The charge of each outcome, as the failure and demotion rules state it:
+// engine-servers.good-reply-clears-demotion,
+// engine-servers.send-error-fails-attempt-at-once (local errors excepted).
+func TestChargeForEachOutcome(t *testing.T) {
+	want := map[Outcome]charge{
+		OutcomeAnswer:       {clearMark: true},
+		OutcomeNXDomain:     {clearMark: true},
+		OutcomeTruncated:    {},
+		OutcomeTimeout:      {demote: true, failed: true},
+		OutcomeRcode:        {demote: true, failed: true},
+		OutcomeSendError:    {demote: true, failed: true},
+		OutcomeRecvError:    {demote: true, failed: true},
+		OutcomeConnectError: {demote: true, failed: true},
+		OutcomeLocalError:   {failed: true},
+		OutcomeCancelled:    {},
+	}
+	for o := Outcome(0); o < numOutcomes; o++ {
+		if got := chargeFor(o); got != want[o] {
+			t.Errorf("%v: %+v, want %+v", o, got, want[o])
+		}
+	}
+}

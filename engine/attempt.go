@@ -1,0 +1,182 @@
+package engine
+
+import "time"
+
+// maxStackServers is how many servers a scope may list before the
+// per-attempt scratch space leaves the stack.
+const maxStackServers = 16
+
+// ask asks one candidate name: attempts one at a time, each sent only after
+// the previous one ended, to the server the order and the choice rule give,
+// with a TCP retry to the same server after a truncated UDP reply.
+func (qn *question) ask(name string) Response {
+	e, cfg := qn.e, qn.cfg
+	bp, err := packQuery(qn.client, name, cfg.ForwardECS)
+	if err != nil {
+		// Nothing can be sent for a name that does not pack; no server
+		// is at fault.
+		return Response{Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+	}
+	defer queryBuffers.Put(bp)
+
+	var (
+		untilBuf [maxStackServers]time.Duration
+		orderBuf [maxStackServers]int
+		askedBuf [maxStackServers]bool
+	)
+	c := newCandidate(qn.scope.servers, untilBuf[:0], orderBuf[:0], askedBuf[:0])
+	var tcpTo *upstream // set after a truncated UDP reply
+	for {
+		// Budget exhaustion is checked first: it is not a ceiling refusal.
+		if qn.spent >= cfg.Attempts {
+			return Response{Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+		}
+		tx := transaction{query: *bp}
+		if !qn.deadline(&tx, time.Now()) {
+			return qn.ended() // no time left: nothing is sent
+		}
+		pick := c.next(e.now(), tcpTo)
+		tx.server, tx.transport = c.servers[pick], e.first
+		if tcpTo != nil {
+			tx.transport = TCP
+		}
+		tx.source = qn.scope.source(tx.server.addr)
+		if !e.inFlight.acquire() {
+			e.counters.refused.Add(1)
+			return Response{Result: ResultUnavailable, Reason: ReasonInFlightCeiling}
+		}
+		sent := time.Now()
+		res := e.exchange(qn.ctx, &tx)
+		e.inFlight.release()
+		rtt := time.Since(sent)
+
+		qn.spent++
+		c.asked[pick] = true
+		c.n++
+		demoted := e.settle(tx.server, res.outcome, cfg.DemotionPeriod)
+		qs := qn.client.Question[0]
+		e.observer.Attempt(AttemptEvent{
+			Question: qn.id, QName: name, QType: qs.Qtype, Scope: qn.scope.name,
+			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
+			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted,
+		})
+		tcpTo = nil
+		switch res.outcome {
+		case OutcomeAnswer:
+			return Response{Msg: clientReply(qn.client, res.reply), Result: ResultAnswer}
+		case OutcomeNXDomain:
+			return Response{Msg: clientReply(qn.client, res.reply), Result: ResultNXDomain}
+		case OutcomeCancelled:
+			return qn.ended()
+		case OutcomeTruncated:
+			if qn.spent >= cfg.Attempts {
+				return Response{Result: ResultUnavailable, Reason: ReasonTruncated}
+			}
+			tcpTo = tx.server
+		}
+	}
+}
+
+// deadline sets tx's deadline at now: its own timeout, or the question's or
+// the client's budget when that ends first. It reports false when the
+// question has no time left (or its client has gone).
+func (qn *question) deadline(tx *transaction, now time.Time) bool {
+	if qn.ctx.Err() != nil {
+		return false
+	}
+	tx.deadline, tx.setBy = now.Add(qn.cfg.TransactionTimeout), budgetTransaction
+	if qn.budgetEnd.IsZero() {
+		return true
+	}
+	if !qn.budgetEnd.After(now) {
+		return false
+	}
+	if qn.budgetEnd.Before(tx.deadline) {
+		tx.deadline, tx.setBy = qn.budgetEnd, qn.budgetBy
+	}
+	return true
+}
+
+// candidate is the server-choice state of one candidate name: which
+// servers it has asked and how many attempts it has made.
+type candidate struct {
+	servers []*upstream
+	asked   []bool
+	n       int             // attempts made for this candidate
+	until   []time.Duration // scratch: the marks at this attempt
+	order   []int           // scratch: the order at this attempt
+}
+
+// newCandidate returns the state of a fresh candidate, its scratch space
+// in the caller's buffers when they are big enough (the stack, for the
+// scopes anyone configures).
+func newCandidate(servers []*upstream, until []time.Duration, order []int, asked []bool) candidate {
+	if len(servers) > cap(until) {
+		until, order = make([]time.Duration, len(servers)), make([]int, 0, len(servers))
+		asked = make([]bool, len(servers))
+	}
+	return candidate{servers: servers, until: until, order: order, asked: asked[:len(servers)]}
+}
+
+// next returns the index of the server for the next attempt: after a
+// truncated reply the same server (over TCP); otherwise the choice rule
+// over the order computed afresh from the marks at now.
+func (c *candidate) next(now time.Duration, tcpTo *upstream) int {
+	if tcpTo != nil {
+		for i, s := range c.servers {
+			if s == tcpTo {
+				return i
+			}
+		}
+	}
+	// Written in place, never appended: the scratch stays on the caller's
+	// stack.
+	until := c.until[:len(c.servers)]
+	for i, s := range c.servers {
+		until[i] = s.markUntil()
+	}
+	return chooseServer(serverOrder(c.order[:0], until, now), c.asked, c.n)
+}
+
+// charge is what one attempt's outcome does to its server and counters.
+type charge struct {
+	clearMark bool // a used NOERROR or NXDOMAIN reply clears the mark
+	demote    bool // a failure charged to the server demotes it
+	failed    bool // counts upstream_failed
+}
+
+// chargeFor is the rule for outcome o. A truncated UDP reply does nothing
+// (the TCP retry decides); a local error spends the attempt and counts
+// upstream_failed without demoting; a cancelled transaction is not the
+// server's fault.
+func chargeFor(o Outcome) charge {
+	switch {
+	case o == OutcomeAnswer || o == OutcomeNXDomain:
+		return charge{clearMark: true}
+	case o.failure():
+		return charge{demote: true, failed: true}
+	case o == OutcomeLocalError:
+		return charge{failed: true}
+	}
+	return charge{}
+}
+
+// settle applies o's charge to server and the counters, and reports
+// whether the server was demoted.
+func (e *Engine) settle(server *upstream, o Outcome, period time.Duration) bool {
+	ch := chargeFor(o)
+	switch {
+	case ch.clearMark:
+		server.clear()
+	case ch.demote:
+		server.demote(e.now(), period)
+	}
+	if ch.failed {
+		e.counters.upstreamFailed.Add(1)
+	}
+	if o == OutcomeCancelled {
+		e.counters.cancelled.Add(1)
+	}
+	e.counters.attempts[o].Add(1)
+	return ch.demote
+}
