@@ -213,3 +213,29 @@ func TestDemotedServersStillAsked(t *testing.T) {
 		}
 	})
 }
+
+// engine-servers.server-choice-rule holds for a scope longer than the
+// engine's stack scratch space (16 servers).
+func TestServerChoiceRuleWithManyServers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigScope(20))
+		r.net.Handle(rigServer(1), memnet.Silent())
+		r.net.Handle(rigServer(2), memnet.Silent())
+		for i := 3; i <= 20; i++ {
+			r.net.Handle(rigServer(i), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.3")))
+		}
+		if res := r.ask("many.example."); res.Result != engine.ResultAnswer || res.Attempts != 3 {
+			t.Fatalf("%v after %d attempts, want an answer on the third", res.Result, res.Attempts)
+		}
+		want := []netip.AddrPort{rigServer(1), rigServer(2), rigServer(3)}
+		if got := r.servers(); !equalAddrs(got, want) {
+			t.Fatalf("asked %v, want %v", got, want)
+		}
+		// Next question: the two demoted servers go behind the other 18.
+		r.net.Reset()
+		r.ask("again.example.")
+		if got := r.servers(); !equalAddrs(got, []netip.AddrPort{rigServer(3)}) {
+			t.Fatalf("asked %v, want server 3 first", got)
+		}
+	})
+}
