@@ -2,7 +2,7 @@
 // hosts: the names of the imports and exports, the socket error codes, and
 // the byte layout of a DoH request and response as they cross the module's
 // memory. The module (edge/module), the wazero host (edge/host) and the
-// JavaScript glue (edge/workers/glue.mjs) all follow it.
+// JavaScript glue (edge/workers: worker.mjs, sockets.mjs) all follow it.
 //
 // Strings and byte slices cross as length-prefixed fields: a little-endian
 // uint32 length, then the bytes. A request is the fields
@@ -13,7 +13,8 @@
 //
 //	body, then header name/value pairs.
 //
-// Socket imports return 0 for success or an engine.ErrorClass value.
+// Socket imports return 0 for success, an engine.ErrorClass value (1..7),
+// or Cancelled.
 package abi
 
 import (
@@ -45,6 +46,14 @@ const (
 	// (len u32) -> errlen u32: an engine.Config as JSON in (a reload); 0, or the error text's length
 	ExportReconfigure = "dohfwd_reconfigure"
 )
+
+// Cancelled is the code a socket import returns when the request it
+// serves has gone (the client disconnected) before or while it waited. It
+// is not an engine.ErrorClass: the module first cancels the request's
+// context, then hands the engine a closed socket, so the engine counts the
+// transaction cancelled and charges nothing to the server, as it does
+// natively when the client goes away.
+const Cancelled = 8
 
 // Transport codes for sock_open.
 const (

@@ -48,6 +48,10 @@ log: {level: error}
 	b.SetParallelism(size) // size goroutines per GOMAXPROCS: the pool is the limit
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
+		// Cancellable, as an HTTP request's context is: the socket
+		// imports then watch it.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
 		for pb.Next() {
 			out, err := pool.Serve(ctx, req)
 			if err != nil {

@@ -59,9 +59,9 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 	p.mu.Lock()
 	p.busy++
 	p.mu.Unlock()
-	// The module cannot be interrupted midway; its own deadlines end
-	// the call.
-	out, err := in.Serve(context.WithoutCancel(ctx), req)
+	// The module is not interrupted midway: ctx reaches only its socket
+	// imports, which end the question when the client goes.
+	out, err := in.Serve(ctx, req)
 	if err != nil {
 		in = p.replace(context.WithoutCancel(ctx), in)
 	}

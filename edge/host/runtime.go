@@ -88,6 +88,10 @@ type Instance struct {
 	memory                             linearMemory
 	buffer, serve, status, reconfigure api.Function
 	sockets                            sockets
+	// request is the context of the HTTP request the running Serve call
+	// answers; the socket imports give up when it is done. Nil between
+	// calls.
+	request context.Context
 }
 
 // errClosed is what a call into a closed instance returns.
@@ -184,13 +188,20 @@ func (in *Instance) result(ctx context.Context, n uint32) ([]byte, error) {
 }
 
 // Serve hands one encoded abi.Request to the module and returns the
-// encoded abi.Response.
+// encoded abi.Response. The module runs to its end; when ctx is done
+// (the client went away) the socket imports it is blocked in, or calls
+// next, return abi.Cancelled, and the module's engine ends the question
+// as the native one does.
 func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
 	if !in.enter() {
 		return nil, errClosed
 	}
 	defer in.leave()
-	ctx = withInstance(ctx, in)
+	in.request = ctx
+	defer func() { in.request = nil }()
+	// wazero never sees ctx's cancellation: a call stopped midway would
+	// leave the module's state (its engine) half updated.
+	ctx = withInstance(context.WithoutCancel(ctx), in)
 	defer in.sockets.closeAll()
 	if err := in.put(ctx, req); err != nil {
 		return nil, err

@@ -67,13 +67,77 @@ func instanceOf(ctx context.Context) *Instance {
 	return in
 }
 
-// classOf is the code an import returns for err: its engine.ErrorClass.
+// errCancelled is abi.Cancelled inside the host: the request a socket
+// import serves is done.
+var errCancelled = errors.New("edge: request cancelled")
+
+// classOf is the code an import returns for err: abi.Cancelled, or its
+// engine.ErrorClass.
 func classOf(err error) uint64 {
+	if err == errCancelled {
+		return abi.Cancelled
+	}
 	var se *engine.SocketError
 	if errors.As(err, &se) && se.Class != 0 {
 		return uint64(se.Class)
 	}
 	return uint64(engine.ErrOther)
+}
+
+// done reports whether the request the instance's running call serves
+// is over; req is nil outside a Serve call.
+func done(req context.Context) bool { return req != nil && req.Err() != nil }
+
+// open is network.Open that gives up when req is done. A TCP connect may
+// wait until its deadline, so it runs aside and whoever does not take the
+// socket closes it; a UDP open does not wait.
+func open(req context.Context, network engine.Network, t engine.Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (engine.Socket, error) {
+	if done(req) {
+		return nil, errCancelled
+	}
+	if req == nil || req.Done() == nil || t == engine.UDP {
+		return network.Open(t, server, source, deadline)
+	}
+	type opened struct {
+		sock engine.Socket
+		err  error
+	}
+	handoff := make(chan opened) // unbuffered: the socket has one owner
+	go func() {
+		sock, err := network.Open(t, server, source, deadline)
+		select {
+		case handoff <- opened{sock, err}:
+		case <-req.Done():
+			if sock != nil {
+				sock.Close()
+			}
+		}
+	}()
+	select {
+	case o := <-handoff:
+		return o.sock, o.err
+	case <-req.Done():
+		return nil, errCancelled
+	}
+}
+
+// receive is sock.Receive that also ends when req is done: the socket is
+// closed under it, as the native engine closes a transaction's socket
+// when its client goes.
+func receive(req context.Context, sock engine.Socket, b []byte, deadline time.Time) (int, netip.AddrPort, error) {
+	if done(req) {
+		return 0, netip.AddrPort{}, errCancelled
+	}
+	if req == nil || req.Done() == nil {
+		return sock.Receive(b, deadline)
+	}
+	stop := context.AfterFunc(req, func() { sock.Close() })
+	n, from, err := sock.Receive(b, deadline)
+	stop()
+	if err != nil && done(req) {
+		err = errCancelled
+	}
+	return n, from, err
 }
 
 func deadlineOf(ns uint64) time.Time {
@@ -88,6 +152,9 @@ func deadlineOf(ns uint64) time.Time {
 func instantiateSockets(ctx context.Context, rt wazero.Runtime, network engine.Network) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	b := rt.NewHostModuleBuilder(abi.ImportModule)
+
+	// Each import returns 0, an engine.ErrorClass, or abi.Cancelled once
+	// the request the call serves is done.
 
 	// sock_open(transport, addr, addr_len, src, src_len, deadline, fd_out) -> class
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
@@ -115,7 +182,7 @@ func instantiateSockets(ctx context.Context, rt wazero.Runtime, network engine.N
 		if api.DecodeU32(stack[0]) == abi.TransportTCP {
 			t = engine.TCP
 		}
-		sock, err := network.Open(t, server, source, deadlineOf(stack[5]))
+		sock, err := open(in.request, network, t, server, source, deadlineOf(stack[5]))
 		if err != nil {
 			stack[0] = classOf(err)
 			return
@@ -138,6 +205,10 @@ func instantiateSockets(ctx context.Context, rt wazero.Runtime, network engine.N
 		}
 		if sock == nil || !ok {
 			stack[0] = uint64(engine.ErrOther)
+			return
+		}
+		if done(in.request) {
+			stack[0] = abi.Cancelled
 			return
 		}
 		if err := sock.Send(data); err != nil {
@@ -164,7 +235,7 @@ func instantiateSockets(ctx context.Context, rt wazero.Runtime, network engine.N
 		}
 		// The module is blocked in this call, so reading straight into
 		// its memory is safe.
-		n, from, err := sock.Receive(data, deadlineOf(stack[3]))
+		n, from, err := receive(in.request, sock, data, deadlineOf(stack[3]))
 		if err != nil {
 			stack[0] = classOf(err)
 			return

@@ -35,6 +35,9 @@ var (
 	buf     = make([]byte, 64<<10) // the buffer shared with the host
 	eng     *engine.Engine
 	handler http.Handler
+	// cancelRequest cancels the context of the request being served; the
+	// socket interface calls it when the host reports the client gone.
+	cancelRequest context.CancelFunc
 )
 
 // InitTCPOnly is the dohfwd_init flag of hosts without UDP.
@@ -156,7 +159,12 @@ func serve(r *abi.Request) abi.Response {
 		}
 		hr.Header.Add(h[0], h[1])
 	}
-	hr = hr.WithContext(context.Background())
+	// The request's context ends when the host reports its client gone
+	// (abi.Cancelled), so the engine ends the question as it does natively.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelRequest = cancel
+	defer func() { cancel(); cancelRequest = nil }()
+	hr = hr.WithContext(ctx)
 	w := &responseWriter{header: http.Header{}}
 	handler.ServeHTTP(w, hr)
 	resp := abi.Response{Status: w.status, Body: w.body.Bytes()}

@@ -14,7 +14,8 @@ import (
 
 // The socket interface the host provides. Addresses cross as text
 // ("ip:port", source "ip" or empty); deadlines as Unix nanoseconds, 0 for
-// none. Each returns 0 or an engine.ErrorClass. A call blocks the whole
+// none. Each returns 0, an engine.ErrorClass, or abi.Cancelled when the
+// request's client has gone. A call blocks the whole
 // instance until it returns, which is why a host runs one call at a time
 // per instance.
 
@@ -47,7 +48,7 @@ func (hostNetwork) Open(t engine.Transport, server netip.AddrPort, source netip.
 		if t == engine.TCP {
 			op = "connect"
 		}
-		return nil, &engine.SocketError{Op: op, Class: engine.ErrorClass(c)}
+		return nil, socketError(op, c)
 	}
 	return &hostSocket{fd: fd, peer: server}, nil
 }
@@ -60,7 +61,7 @@ type hostSocket struct {
 
 func (s *hostSocket) Send(b []byte) error {
 	if c := sockSend(s.fd, bytesPtr(b), uint32(len(b))); c != 0 {
-		return &engine.SocketError{Op: "send", Class: engine.ErrorClass(c)}
+		return socketError("send", c)
 	}
 	return nil
 }
@@ -68,7 +69,7 @@ func (s *hostSocket) Send(b []byte) error {
 func (s *hostSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort, error) {
 	var info [abi.RecvInfoSize]byte
 	if c := sockRecv(s.fd, bytesPtr(b), uint32(len(b)), unixNanos(deadline), unsafe.Pointer(&info)); c != 0 {
-		return 0, s.peer, &engine.SocketError{Op: "receive", Class: engine.ErrorClass(c)}
+		return 0, s.peer, socketError("receive", c)
 	}
 	n := int(binary.LittleEndian.Uint32(info[0:]))
 	port := binary.LittleEndian.Uint16(info[4:])
@@ -82,9 +83,24 @@ func (s *hostSocket) Close() error {
 	}
 	s.closed = true
 	if c := sockClose(s.fd); c != 0 {
-		return &engine.SocketError{Op: "close", Class: engine.ErrorClass(c)}
+		return socketError("close", c)
 	}
 	return nil
+}
+
+// socketError is the engine's error for an import's code c. For
+// abi.Cancelled the request's context is cancelled first, so the engine
+// finds ctx.Err() set and counts the transaction cancelled, not charged
+// to the server, exactly as when a native client goes away and its socket
+// is closed under it.
+func socketError(op string, c uint32) error {
+	if c == abi.Cancelled {
+		if cancelRequest != nil {
+			cancelRequest()
+		}
+		return &engine.SocketError{Op: op, Class: engine.ErrClosed}
+	}
+	return &engine.SocketError{Op: op, Class: engine.ErrorClass(c)}
 }
 
 func bytesPtr(b []byte) unsafe.Pointer {

@@ -1,7 +1,9 @@
 // The module's socket interface (package edge/abi) on Workers: TCP only,
 // from cloudflare:sockets connect(). The three calls that wait are wrapped
 // in WebAssembly.Suspending (JSPI) so the module awaits them as if they
-// blocked. Each returns 0 or an engine.ErrorClass code.
+// blocked. Each returns 0, an engine.ErrorClass code, or Cancelled once the
+// request being served has been abandoned by its client (request.signal,
+// with the enable_request_signal compatibility flag).
 
 import { connect } from "cloudflare:sockets";
 
@@ -13,6 +15,8 @@ export const ErrUnreachable = 4;
 export const ErrReset = 5;
 export const ErrClosed = 6;
 export const ErrLocal = 7;
+// abi.Cancelled: the client went away; the module cancels the question.
+export const Cancelled = 8;
 
 const TransportTCP = 1;
 const RecvInfoSize = 24;
@@ -29,15 +33,29 @@ export function classify(err) {
 }
 
 const TIMEOUT = Symbol("timeout");
+const CANCELLED = Symbol("cancelled");
 
-// until races p against an absolute deadline in Unix nanoseconds (0n: none).
-function until(p, deadline) {
-  if (deadline === 0n) return p;
-  const ms = Number(deadline / 1000000n) - Date.now();
-  if (ms <= 0) return Promise.race([p, Promise.resolve(TIMEOUT)]);
-  let timer;
-  const t = new Promise((r) => (timer = setTimeout(() => r(TIMEOUT), ms)));
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+// until races p against an absolute deadline in Unix nanoseconds (0n: none)
+// and against signal (null: none) aborting.
+function until(p, deadline, signal) {
+  const racers = [p];
+  let timer, onAbort;
+  if (deadline !== 0n) {
+    const ms = Number(deadline / 1000000n) - Date.now();
+    racers.push(ms <= 0 ? Promise.resolve(TIMEOUT) : new Promise((r) => (timer = setTimeout(() => r(TIMEOUT), ms))));
+  }
+  if (signal) {
+    racers.push(new Promise((r) => {
+      onAbort = () => r(CANCELLED);
+      if (signal.aborted) onAbort();
+      else signal.addEventListener("abort", onAbort, { once: true });
+    }));
+  }
+  if (racers.length === 1) return p;
+  return Promise.race(racers).finally(() => {
+    clearTimeout(timer);
+    if (onAbort) signal.removeEventListener("abort", onAbort);
+  });
 }
 
 // parseAddr reads "ip:port" or "[ipv6]:port".
@@ -49,10 +67,13 @@ function parseAddr(s) {
 }
 
 // createSockets returns the "dohfwd" import namespace; memory() gives the
-// module's memory at the time of a call.
+// module's memory at the time of a call. setSignal(s) names the AbortSignal
+// of the request being served (null between calls).
 export function createSockets(memory) {
   const open = new Map(); // fd -> { sock, reader, writer, pending, left, peer }
   let nextFd = 1;
+  let signal = null;
+  const gone = () => signal !== null && signal.aborted;
   const dec = new TextDecoder();
   const bytes = () => new Uint8Array(memory().buffer);
   const view = () => new DataView(memory().buffer);
@@ -61,15 +82,16 @@ export function createSockets(memory) {
     sock_open: new WebAssembly.Suspending(async (transport, addrPtr, addrLen, _srcPtr, _srcLen, deadline, fdPtr) => {
       // Workers have no UDP and choose their own egress address.
       if (transport !== TransportTCP) return ErrLocal;
+      if (gone()) return Cancelled;
       const addr = dec.decode(bytes().slice(addrPtr, addrPtr + addrLen));
       const peer = parseAddr(addr);
       let sock;
       try {
         sock = connect(peer, { allowHalfOpen: false });
-        const r = await until(sock.opened, deadline);
-        if (r === TIMEOUT) {
+        const r = await until(sock.opened, deadline, signal);
+        if (r === TIMEOUT || r === CANCELLED) {
           sock.close().catch(() => {});
-          return ErrTimeout;
+          return r === TIMEOUT ? ErrTimeout : Cancelled;
         }
       } catch (err) {
         return classify(err);
@@ -83,6 +105,7 @@ export function createSockets(memory) {
     sock_send: new WebAssembly.Suspending(async (fd, ptr, len) => {
       const s = open.get(fd);
       if (!s) return ErrOther;
+      if (gone()) return Cancelled;
       try {
         await s.writer.write(bytes().slice(ptr, ptr + len));
       } catch (err) {
@@ -94,6 +117,7 @@ export function createSockets(memory) {
     sock_recv: new WebAssembly.Suspending(async (fd, ptr, len, deadline, infoPtr) => {
       const s = open.get(fd);
       if (!s) return ErrOther;
+      if (gone()) return Cancelled;
       let chunk = s.left;
       s.left = null;
       if (!chunk) {
@@ -101,12 +125,14 @@ export function createSockets(memory) {
         s.pending ??= s.reader.read();
         let r;
         try {
-          r = await until(s.pending, deadline);
+          r = await until(s.pending, deadline, signal);
         } catch (err) {
           s.pending = null;
           return classify(err);
         }
         if (r === TIMEOUT) return ErrTimeout;
+        // The read stays pending; the module closes the socket next.
+        if (r === CANCELLED) return Cancelled;
         s.pending = null;
         if (r.done) return ErrClosed;
         chunk = r.value;
@@ -130,7 +156,11 @@ export function createSockets(memory) {
       return 0;
     },
   };
-  return { imports, closeAll: () => { for (const fd of [...open.keys()]) imports.sock_close(fd); } };
+  return {
+    imports,
+    closeAll: () => { for (const fd of [...open.keys()]) imports.sock_close(fd); },
+    setSignal: (s) => { signal = s; },
+  };
 }
 
 // writeAddr16 writes an IP address as 16 bytes (IPv4 mapped into IPv6).

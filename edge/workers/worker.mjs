@@ -46,6 +46,7 @@ async function setup(env) {
       return new Uint8Array(exports.memory.buffer, ptr, n >>> 0).slice();
     },
     closeAll: sockets.closeAll,
+    setSignal: sockets.setSignal,
   };
   await it.call("_initialize");
   const yaml = new TextEncoder().encode(env.DOHFWD_CONFIG || "");
@@ -129,6 +130,9 @@ export default {
     const out = await serialise(async () => {
       try {
         instance ??= await setup(env);
+        // The socket imports give up (abi.Cancelled) once the client has
+        // gone, so the module's engine cancels the question as natively.
+        instance.setSignal(request.signal ?? null);
         await instance.put(req);
         const n = await instance.call("dohfwd_serve", req.length);
         return await instance.result(n);
@@ -137,6 +141,8 @@ export default {
         if (instance) instance.closeAll();
         instance = null;
         throw err instanceof ProcExit ? new Error(err.message) : err;
+      } finally {
+        instance?.setSignal(null);
       }
     });
     const resp = decodeResponse(out);

@@ -25,5 +25,8 @@ const dohfwd :Workerd.Worker = (
     (name = "DOHFWD_CONFIG", text = embed "dohfwd.yaml"),
   ],
   compatibilityDate = "2025-09-01",
+  # request.signal aborts when the client goes away: the module then
+  # cancels the question (abi.Cancelled).
+  compatibilityFlags = ["enable_request_signal"],
   globalOutbound = "local",
 );

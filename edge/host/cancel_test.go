@@ -1,0 +1,126 @@
+package host
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+)
+
+// SPEC §3, "a client that goes away cancels its question" and "not charged
+// to the server", through the module: the client gives up on a question
+// whose server stays silent; the module's engine counts the transaction
+// cancelled (not a timeout, not upstream_failed), does not demote the
+// server, makes no further attempt, and the instance is free at once for
+// the next request.
+//
+// Over UDP the module is blocked in sock_recv on a UDP socket when the
+// client goes; after a truncated reply, on a TCP connection.
+func TestWazeroClientCancelNotCharged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		silent upstreamtest.Handler // for the abandoned question
+		tried  map[string]uint64    // attempts before the cancelled one
+		asked  int                  // queries the server reads for it
+	}{
+		{"udp", upstreamtest.Drop(), nil, 1},
+		{"tcp after truncation", upstreamtest.ByTransport(upstreamtest.Truncated(), upstreamtest.Drop()), map[string]uint64{"truncated": 1}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clientCancelNotCharged(t, tc.silent, tc.tried, tc.asked)
+		})
+	}
+}
+
+func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map[string]uint64, asked int) {
+	// One server: silent for the question the client abandons, answering
+	// every other, so the follow-up question shows whether the server was
+	// demoted and whether the instance was freed.
+	up := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		if q.Msg != nil && len(q.Msg.Question) == 1 && q.Msg.Question[0].Name == "silent.example.org." {
+			return silent(q)
+		}
+		return upstreamtest.Answer("@ 60 IN A 192.0.2.1")(q)
+	})
+	e := startEdge(t, edgeConfig(up), 1) // one instance: the next request needs this one
+
+	wire, err := query("silent.example.org", dns.TypeA).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+	req.Header.Set("Accept", "application/dns-message")
+	go func() {
+		// Cancel once the question is under way upstream, so the module
+		// is blocked in sock_recv when the client goes.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(up.Queries()) < asked && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		cancel()
+	}()
+	resp, err := e.client.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("the abandoned request got HTTP %d; want the client's cancellation", resp.StatusCode)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned request: %v; want context.Canceled", err)
+	}
+	cancelledAt := time.Now()
+
+	// The instance must be free well before the 2 s transaction timeout:
+	// the next question, to the same server, is answered within 1 s.
+	// (Without the cancellation reaching the module it waits the
+	// silent question's three 2 s attempts out.)
+	next, stop := context.WithTimeout(context.Background(), 8*time.Second)
+	defer stop()
+	wire, _ = query("next.example.org", dns.TypeA).Pack()
+	req, _ = http.NewRequestWithContext(next, "GET", e.srv.URL+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+	req.Header.Set("Accept", "application/dns-message")
+	m, _ := e.do(t, req)
+	wantAnswer(t, m, "192.0.2.1")
+	if took := time.Since(cancelledAt); took >= time.Second {
+		t.Errorf("the next question was answered %v after the cancel; want the instance free at once (< 1 s)", took)
+	} else {
+		t.Logf("next question answered %v after the cancel", took)
+	}
+
+	st := e.status(t)
+	c := st.Counters
+	if c.Cancelled != 1 || c.Attempts["cancelled"] != 1 {
+		t.Errorf("cancelled %d, attempts %v: want one cancelled transaction", c.Cancelled, c.Attempts)
+	}
+	for k, n := range tried {
+		if c.Attempts[k] != n {
+			t.Errorf("attempts %v: want %d %s before the cancel", c.Attempts, n, k)
+		}
+	}
+	if c.UpstreamFailed != 0 || c.Attempts["timeout"] != 0 || c.Attempts["recv_error"] != 0 {
+		t.Errorf("upstream_failed %d, attempts %v: the cancel must not be charged to the server", c.UpstreamFailed, c.Attempts)
+	}
+	if c.Questions["cancelled"] != 1 || c.Questions["answer"] != 1 {
+		t.Errorf("questions %v: want one cancelled, one answered", c.Questions)
+	}
+	if srv := st.Scopes[0].Servers[0]; srv.Demoted {
+		t.Errorf("server %+v demoted by a client's cancel", srv)
+	}
+	if st.InFlight != 0 || e.pool.InFlight() != 0 {
+		t.Errorf("in flight: engine %d, pool %d; want 0", st.InFlight, e.pool.InFlight())
+	}
+	// No further attempt after the cancel: the server read the abandoned
+	// question's queries, then the next question's one.
+	if n := len(up.Queries()); n != asked+1 {
+		t.Errorf("upstream read %d queries, want %d (no attempt after the cancel)", n, asked+1)
+	}
+}
