@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
 
@@ -162,5 +163,33 @@ func TestBudgetNoTimeLeftSendsNothing(t *testing.T) {
 				t.Fatalf("%d transactions, %v; want 2 sent and the question timed out", n, res.Reason)
 			}
 		})
+	})
+}
+
+// A client that goes away while a TCP retry is still connecting ends its
+// question at once: the connect is abandoned (and closed when it
+// completes), the attempt is cancelled, nothing is charged.
+func TestBudgetClientGoesAwayDuringTCPConnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigScope(1))
+		r.net.Handle(rigServer(1), memnet.ByTransport(
+			memnet.Respond(memnet.Truncated(dns.RcodeSuccess)),
+			func(memnet.Conn) memnet.Action { return memnet.Action{OpenDelay: 1500 * time.Millisecond} },
+		))
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		start := time.Now()
+		res := r.e.Resolve(ctx, newQuery("big.example.", dns.TypeTXT))
+		if res.Result != engine.ResultCancelled || time.Since(start) != 200*time.Millisecond {
+			t.Fatalf("%v after %v, want cancelled when the client left at 200ms", res.Result, time.Since(start))
+		}
+		if got := r.log.outcomes(); !equalStrings(got, []string{"udp/truncated", "tcp/cancelled"}) {
+			t.Fatalf("attempts %v", got)
+		}
+		notCharged(t, r, 1)
+		time.Sleep(2 * time.Second) // the abandoned connect completes and is closed
+		if n := r.net.OpenSockets(); n != 0 {
+			t.Fatalf("%d sockets left open", n)
+		}
 	})
 }

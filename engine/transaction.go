@@ -60,7 +60,7 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 	msg := tx.query[2:]
 	binary.BigEndian.PutUint16(tx.query, uint16(len(msg)))
 
-	sock, err := e.network.Open(tx.transport, tx.server.addr, tx.source, tx.deadline)
+	sock, err := e.open(ctx, tx)
 	if err != nil {
 		if tx.transport == TCP {
 			return e.socketFailure(ctx, tx, err, OutcomeConnectError)
@@ -84,6 +84,36 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 		return e.receiveTCP(ctx, tx, sock, msg)
 	}
 	return e.receiveUDP(ctx, tx, sock, msg)
+}
+
+// open opens tx's socket. A TCP connect may take until the deadline; a
+// client that goes away meanwhile ends the wait at once, and the socket,
+// should it still connect, is closed as soon as it does.
+func (e *Engine) open(ctx context.Context, tx *transaction) (Socket, error) {
+	t, server, source, deadline := tx.transport, tx.server.addr, tx.source, tx.deadline
+	if t != TCP || ctx.Done() == nil {
+		return e.network.Open(t, server, source, deadline)
+	}
+	type opened struct {
+		sock Socket
+		err  error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := e.network.Open(t, server, source, deadline)
+		done <- opened{s, err}
+	}()
+	select {
+	case o := <-done:
+		return o.sock, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.sock != nil {
+				o.sock.Close()
+			}
+		}()
+		return nil, &SocketError{Op: "connect", Class: ErrClosed, Err: ctx.Err()}
+	}
 }
 
 func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, query []byte) exchangeResult {

@@ -40,7 +40,10 @@ type Action struct {
 	SendError    *engine.SocketError // Send fails with it
 	ReceiveError *engine.SocketError // Receive fails with it, ReceiveDelay after the send
 	ReceiveDelay time.Duration       // e.g. the round trip of an ICMP port-unreachable
-	Replies      []Reply             // delivered after the query is sent
+	// OpenDelay is how long Open takes (a slow TCP connect); past the
+	// deadline Open fails with a timeout.
+	OpenDelay time.Duration
+	Replies   []Reply // delivered after the query is sent
 	// Close makes the peer hang up after the replies: Receive returns a
 	// SocketError of class ErrClosed (EOF for TCP).
 	Close bool
@@ -131,6 +134,14 @@ func (n *Network) Open(t engine.Transport, server netip.AddrPort, source netip.A
 	var a Action
 	if h != nil {
 		a = h(c)
+	}
+	if a.OpenDelay > 0 {
+		if wait := time.Until(deadline); !deadline.IsZero() && wait < a.OpenDelay {
+			time.Sleep(wait)
+			a.OpenError = &engine.SocketError{Op: "connect", Class: engine.ErrTimeout}
+		} else {
+			time.Sleep(a.OpenDelay)
+		}
 	}
 	if a.OpenError != nil {
 		n.mu.Lock()
