@@ -7,10 +7,15 @@
 # and package import paths to NORACE_PKGS for packages tested without -race.
 
 SHELL := /bin/bash
+# CI may start without HOME; Go's caches and the browsers need one.
+HOME ?= /root
+export HOME
 GOROOT_BIN := /usr/local/go/bin
-export PATH := $(GOROOT_BIN):$(shell PATH=$(GOROOT_BIN):$$PATH go env GOPATH 2>/dev/null)/bin:$(PATH)
+export PATH := $(GOROOT_BIN):$(shell HOME=$(HOME) PATH=$(GOROOT_BIN):$$PATH go env GOPATH 2>/dev/null)/bin:$(PATH)
 
-GO      ?= go
+# The toolchain at /usr/local/go even when it is not on the caller's PATH
+# ($(shell) in GNU make 4.3 does not see the exported PATH above).
+GO      ?= $(if $(wildcard $(GOROOT_BIN)/go),$(GOROOT_BIN)/go,go)
 MODULE  := github.com/dohfwd/dohfwd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
@@ -46,7 +51,10 @@ fmt-check:
 lint: vet fmt-check
 
 unit:
-	$(GO) test -race -count=1 -timeout 10m $(filter-out $(NORACE_PKGS),$(shell $(GO) list ./...))
+	@pkgs="$$($(GO) list ./... | grep -vxF -f <(printf '%s\n' $(NORACE_PKGS)))"; \
+	[ -n "$$pkgs" ] || { echo "unit: go list found no packages" >&2; exit 1; }; \
+	echo "$(GO) test -race -count=1 -timeout 10m" $$pkgs; \
+	$(GO) test -race -count=1 -timeout 10m $$pkgs
 	$(GO) test -count=1 -timeout 5m $(NORACE_PKGS)
 
 tagcheck:
