@@ -66,6 +66,12 @@ type ACME struct {
 	// HTTPListen is where HTTP-01 challenges are answered; "" leaves
 	// TLS-ALPN-01 only.
 	HTTPListen string `yaml:"http_listen"`
+	// DisableTLSALPN turns TLS-ALPN-01 off, for an HTTPS listener that
+	// the CA cannot reach directly; HTTP-01 (http_listen) must then be on.
+	DisableTLSALPN bool `yaml:"disable_tls_alpn"`
+	// Profile asks the CA for a certificate profile it offers ("" = the
+	// CA's default).
+	Profile string `yaml:"profile"`
 }
 
 // Engine holds the forwarding engine's values.

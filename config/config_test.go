@@ -66,6 +66,8 @@ tls:
     ca_root: ""
     storage: ""
     http_listen: ""
+    disable_tls_alpn: false
+    profile: ""
 engine:
   transaction_timeout: 2s
   attempts: 3
@@ -121,6 +123,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"bad mode", "tls:\n  mode: magic\n", "bad.yaml:2: tls.mode:"},
 		{"files without cert", "tls:\n  mode: files\n", "bad.yaml:1: tls.cert_file: required"},
 		{"bad level", "log:\n  level: loud\n", "bad.yaml:2: log.level:"},
+		{"acme without a challenge", "tls:\n  mode: acme\n  acme:\n    domains: [doh.example.net]\n    disable_tls_alpn: true\n", "bad.yaml:5: tls.acme.disable_tls_alpn: leaves no challenge"},
 		{"bad host address", "hosts:\n  router.lan: [192.168.1.300]\n", "bad.yaml:2: hosts.router.lan[0]:"},
 		{"zero attempts", "engine:\n  attempts: 0\n", "bad.yaml:2: engine.attempts: 0: must be at least 1"},
 		{"malformed", "listen:\n  https: [127.0.0.1\nlog: {\n", "bad.yaml:"},

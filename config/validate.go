@@ -57,6 +57,9 @@ func (c *Config) validate(x *keyIndex) error {
 				bad(fmt.Sprintf("tls.acme.domains[%d]", i), "%q is not a domain name", d)
 			}
 		}
+		if c.TLS.ACME.DisableTLSALPN && c.TLS.ACME.HTTPListen == "" {
+			bad("tls.acme.disable_tls_alpn", "leaves no challenge: set tls.acme.http_listen for HTTP-01")
+		}
 	default:
 		bad("tls.mode", "%q: want self-signed, files or acme", c.TLS.Mode)
 	}

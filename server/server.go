@@ -322,13 +322,15 @@ func certsConfig(c *config.Config) certs.Config {
 		CertFile: c.TLS.CertFile,
 		KeyFile:  c.TLS.KeyFile,
 		ACME: certs.ACMEConfig{
-			Domains:       slices.Clone(c.TLS.ACME.Domains),
-			Email:         c.TLS.ACME.Email,
-			CA:            c.TLS.ACME.CA,
-			CARoot:        c.TLS.ACME.CARoot,
-			Storage:       c.TLS.ACME.Storage,
-			HTTPListen:    c.TLS.ACME.HTTPListen,
-			TLSALPNListen: c.Listen.HTTPS,
+			Domains:        slices.Clone(c.TLS.ACME.Domains),
+			Email:          c.TLS.ACME.Email,
+			CA:             c.TLS.ACME.CA,
+			CARoot:         c.TLS.ACME.CARoot,
+			Storage:        c.TLS.ACME.Storage,
+			HTTPListen:     c.TLS.ACME.HTTPListen,
+			DisableTLSALPN: c.TLS.ACME.DisableTLSALPN,
+			Profile:        c.TLS.ACME.Profile,
+			TLSALPNListen:  c.Listen.HTTPS,
 		},
 	}
 }
