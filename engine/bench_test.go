@@ -36,6 +36,19 @@ func reportCPU(b *testing.B, user0, sys0 time.Duration, metric string) {
 	b.ReportMetric(float64(user-user0)/n, "user-cpu-ns/op")
 }
 
+// upstreamAnswers are the two shapes of upstream answer the forwarding
+// benchmarks run against: nsd's default (the A record plus the zone's NS in
+// authority and its glue in additional) and a minimal answer (the A record
+// alone), as recursive resolvers usually answer. Unpacking the reply is a
+// good part of the allocations, so the shape shows in the figures.
+var upstreamAnswers = []struct {
+	name string
+	opts upstreamtest.NSDOptions
+}{
+	{"full", upstreamtest.NSDOptions{}},
+	{"minimal", upstreamtest.NSDOptions{MinimalResponses: true}},
+}
+
 // BenchmarkForwardUDP forwards one question per op over loopback UDP to
 // nsd, a separate process, and reports our own CPU per question
 // (getrusage of this process: the engine, the kernel's work for our
@@ -43,9 +56,15 @@ func reportCPU(b *testing.B, user0, sys0 time.Duration, metric string) {
 // Without nsd it falls back to the in-process Go upstream, whose CPU is
 // then included: the metric is named differently so nobody mistakes it.
 func BenchmarkForwardUDP(b *testing.B) {
+	for _, shape := range upstreamAnswers {
+		b.Run(shape.name, func(b *testing.B) { benchmarkForwardUDP(b, shape.opts) })
+	}
+}
+
+func benchmarkForwardUDP(b *testing.B, opts upstreamtest.NSDOptions) {
 	addr, metric := "", "own-cpu-ns/op"
 	if _, ok := upstreamtest.NSDPath(); ok {
-		addr = startNSD(b)
+		addr = startNSDWith(b, opts)
 	} else {
 		addr = upstreamtest.Start(b, upstreamtest.Answer("@ 60 IN A 192.0.2.80")).String()
 		metric = "cpu-with-upstream-ns/op"
@@ -124,7 +143,13 @@ func BenchmarkPeerMiekgExchange(b *testing.B) {
 	if _, ok := upstreamtest.NSDPath(); !ok {
 		b.Skip("nsd is not installed: the peer needs the same upstream as BenchmarkForwardUDP")
 	}
-	addr := startNSD(b)
+	for _, shape := range upstreamAnswers {
+		b.Run(shape.name, func(b *testing.B) { benchmarkPeerMiekgExchange(b, shape.opts) })
+	}
+}
+
+func benchmarkPeerMiekgExchange(b *testing.B, opts upstreamtest.NSDOptions) {
+	addr := startNSDWith(b, opts)
 	c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
 	q := newQuery("www.example.test.", dns.TypeA)
 	q.SetEdns0(1232, false)

@@ -20,6 +20,11 @@ import (
 // its address.
 func startNSD(t testing.TB) string {
 	t.Helper()
+	return startNSDWith(t, upstreamtest.NSDOptions{})
+}
+
+func startNSDWith(t testing.TB, opts upstreamtest.NSDOptions) string {
+	t.Helper()
 	var zone strings.Builder
 	zone.WriteString("$ORIGIN example.test.\n$TTL 300\n")
 	zone.WriteString("@ IN SOA ns.example.test. admin.example.test. 1 3600 600 86400 300\n@ IN NS ns\nns IN A 127.0.0.1\n")
@@ -27,7 +32,7 @@ func startNSD(t testing.TB) string {
 	for i := range 20 { // 20 x ~200 bytes: ~4 KB, over 1232
 		fmt.Fprintf(&zone, "big IN TXT \"%s%02d\"\n", strings.Repeat("x", 198), i)
 	}
-	return upstreamtest.StartNSD(t, upstreamtest.Zone{Origin: "example.test.", Text: zone.String()})
+	return upstreamtest.StartNSDWith(t, opts, upstreamtest.Zone{Origin: "example.test.", Text: zone.String()})
 }
 
 func TestNSDHappyPathAndTruncation(t *testing.T) {

@@ -39,6 +39,19 @@ func NSDPath() (path string, ok bool) {
 // the test is skipped, loudly.
 func StartNSD(t testing.TB, zones ...Zone) string {
 	t.Helper()
+	return StartNSDWith(t, NSDOptions{}, zones...)
+}
+
+// NSDOptions change how nsd answers.
+type NSDOptions struct {
+	// MinimalResponses leaves the authority and additional sections out
+	// of positive answers, as recursive resolvers answer their clients.
+	MinimalResponses bool
+}
+
+// StartNSDWith is StartNSD with options.
+func StartNSDWith(t testing.TB, opts NSDOptions, zones ...Zone) string {
+	t.Helper()
 	bin, ok := NSDPath()
 	if !ok {
 		t.Skip("SKIPPED LOUDLY: nsd is not installed (scripts/setup.d/05-base.sh installs it: apt-get install -y nsd)")
@@ -63,7 +76,7 @@ func StartNSD(t testing.TB, zones ...Zone) string {
 	const tries = 3 // another process may take the port between reserving and nsd binding it
 	for try := 1; ; try++ {
 		port := FreePort(t)
-		conf := write("nsd.conf", nsdConf(dir, port)+zoneConf.String())
+		conf := write("nsd.conf", nsdConf(dir, port, opts)+zoneConf.String())
 		cmd := exec.Command(bin, "-d", "-c", conf)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -85,7 +98,11 @@ func StartNSD(t testing.TB, zones ...Zone) string {
 
 // nsdConf is the server part of nsd.conf: every file nsd writes stays in
 // dir, no chroot, no privilege drop, one process, no rate limiting.
-func nsdConf(dir string, port int) string {
+func nsdConf(dir string, port int, opts NSDOptions) string {
+	minimal := "no"
+	if opts.MinimalResponses {
+		minimal = "yes"
+	}
 	return fmt.Sprintf(`server:
   ip-address: 127.0.0.1@%d
   username: ""
@@ -98,11 +115,12 @@ func nsdConf(dir string, port int) string {
   zonelistfile: "%[2]s/zone.list"
   logfile: "%[2]s/nsd.log"
   rrl-ratelimit: 0
+  minimal-responses: %[3]s
   server-count: 1
   verbosity: 1
 remote-control:
   control-enable: no
-`, port, dir)
+`, port, dir, minimal)
 }
 
 // FreePort finds a port free for both UDP and TCP on 127.0.0.1, for a

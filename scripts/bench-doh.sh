@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Side-by-side DoH load: dohfwd against dnsdist, in the same run, on the
+# same machine, against the same upstream (one nsd on loopback). Figures
+# are reported as ratios dohfwd/dnsdist; nothing is asserted (noisy: compare
+# only within one run).
+#
+# Four loads, each against both servers:
+#   cache on,  same name    - one name repeated: the cache-hit path;
+#   cache on,  distinct     - N different names: every question misses
+#                             and is inserted;
+#   cache off, same name    - every request goes upstream (dohfwd may
+#                             share one upstream question among concurrent
+#                             identical ones);
+#   cache off, distinct     - every request goes upstream, no sharing.
+# Load shape: 4 HTTP/2 connections x 10 streams over TLS (h2load).
+#
+# Distinct names: `h2load -c 4 -i FILE` makes every connection walk FILE
+# from its first line, so N/4 names would each be asked 4 times at about
+# the same moment. Instead 4 h2load processes run at once (-c 1 -m 10
+# each, same total shape) on 4 disjoint quarters of the N names; their
+# req/s is the sum of successes over the wall time of the group.
+#
+# Usage: scripts/bench-doh.sh
+# Env:   N (30000) requests per load; CACHE_ENTRIES (100000) cache size for
+#        the "cache on" loads; LOG_LEVEL (error) dohfwd's log level (info
+#        logs two events per question); PERF_DIR=dir records a perf CPU
+#        profile of dohfwd (unstripped build) during one load into
+#        dir/perf.data; PERF_LOAD picks it: cache-same, cache-distinct,
+#        nocache-same or nocache-distinct (the default).
+# Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+
+N=${N:-30000}
+CACHE_ENTRIES=${CACHE_ENTRIES:-100000}
+LOG_LEVEL=${LOG_LEVEL:-error}
+PERF_DIR=${PERF_DIR:-}
+PERF_LOAD=${PERF_LOAD:-nocache-distinct}
+CONNS=4
+STREAMS=10
+
+log() { echo "bench-doh: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# --- tools -----------------------------------------------------------------
+missing=()
+command -v dnsdist >/dev/null || missing+=(dnsdist)
+command -v h2load >/dev/null || missing+=(nghttp2-client)
+command -v nsd >/dev/null || [ -x /usr/sbin/nsd ] || missing+=(nsd)
+command -v openssl >/dev/null || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing ${missing[*]}"
+	apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
+		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+fi
+export PATH="$PATH:/usr/sbin"
+command -v python3 >/dev/null || die "python3 is needed to write the query URIs"
+if [ -n "$PERF_DIR" ]; then command -v perf >/dev/null || die "PERF_DIR needs perf (apt-get install linux-perf)"; fi
+
+# --- scratch space and cleanup -----------------------------------------------
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A port free on 127.0.0.1 for both TCP and UDP (nsd binds both).
+freeport() {
+	python3 - <<'PY'
+import socket
+while True:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    port = u.getsockname()[1]
+    t = socket.socket()
+    try:
+        t.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        u.close()
+    t.close()
+    print(port)
+    break
+PY
+}
+
+# Wait (at most 30 s) until something accepts TCP on 127.0.0.1:$1.
+waitport() {
+	local _
+	for _ in $(seq 1 300); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	die "nothing listening on 127.0.0.1:$1 (logs in $work)"
+}
+
+# --- dohfwd ----------------------------------------------------------------
+log "building dohfwd (make build)"
+make -s build >/dev/null
+dohfwd_bin=bin/dohfwd
+if [ -n "$PERF_DIR" ]; then
+	# bin/dohfwd is stripped (-s -w): perf needs the symbol table.
+	dohfwd_bin=$work/dohfwd-syms
+	CGO_ENABLED=0 go build -trimpath -o "$dohfwd_bin" ./cmd/dohfwd
+fi
+
+# --- upstream: one nsd, rate limiting off ----------------------------------
+nsdport=$(freeport)
+cat >"$work/bench.test.zone" <<'ZONE'
+$TTL 3600
+@   IN SOA ns.bench.test. admin.bench.test. 1 3600 600 86400 3600
+@   IN NS  ns.bench.test.
+ns  IN A   127.0.0.1
+www IN A   192.0.2.80
+*   IN A   192.0.2.81
+ZONE
+cat >"$work/nsd.conf" <<CONF
+server:
+  ip-address: 127.0.0.1@$nsdport
+  username: ""
+  chroot: ""
+  zonesdir: "$work"
+  database: ""
+  pidfile: "$work/nsd.pid"
+  xfrdfile: "$work/xfrd.state"
+  xfrdir: "$work"
+  zonelistfile: "$work/zone.list"
+  logfile: "$work/nsd.log"
+  rrl-ratelimit: 0
+  server-count: 1
+  verbosity: 0
+remote-control:
+  control-enable: no
+zone:
+  name: bench.test
+  zonefile: bench.test.zone
+CONF
+nsd -d -c "$work/nsd.conf" >"$work/nsd.out" 2>&1 &
+pids+=($!)
+waitport "$nsdport"
+
+# --- certificate for 127.0.0.1 ---------------------------------------------
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+	-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+	-keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+
+# --- servers: dohfwd and dnsdist, one of each with the cache on and off ---
+# dohfwd_conf PORT MAX_ENTRIES
+dohfwd_conf() {
+	cat <<YAML
+listen: {https: "127.0.0.1:$1", admin: ""}
+tls: {mode: files, cert_file: "$work/cert.pem", key_file: "$work/key.pem"}
+scopes:
+  - {name: bench, default_route: true, servers: ["127.0.0.1:$nsdport"]}
+fallback_servers: []
+cache: {max_entries: $2}
+log: {level: $LOG_LEVEL, format: json}
+YAML
+}
+# dnsdist_conf PORT MAX_ENTRIES (0: no packet cache)
+dnsdist_conf() {
+	cat <<LUA
+setSecurityPollSuffix("")
+setACL({"127.0.0.0/8"})
+addDOHLocal("127.0.0.1:$1", "$work/cert.pem", "$work/key.pem", "/dns-query")
+newServer({address="127.0.0.1:$nsdport", checkName="bench.test."})
+LUA
+	if [ "$2" -gt 0 ]; then
+		echo "getPool(\"\"):setCache(newPacketCache($2))"
+	fi
+}
+
+declare -A port pid
+# start NAME KIND(dohfwd|dnsdist) MAX_ENTRIES
+start() {
+	local name=$1 kind=$2 entries=$3 p
+	p=$(freeport)
+	port[$name]=$p
+	if [ "$kind" = dohfwd ]; then
+		dohfwd_conf "$p" "$entries" >"$work/$name.yaml"
+		"$dohfwd_bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
+	else
+		dnsdist_conf "$p" "$entries" >"$work/$name.conf"
+		dnsdist --supervised --disable-syslog -C "$work/$name.conf" >"$work/$name.log" 2>&1 </dev/null &
+	fi
+	pid[$name]=$!
+	pids+=($!)
+}
+start dohfwd-cache dohfwd "$CACHE_ENTRIES"
+start dohfwd-nocache dohfwd 0
+start dnsdist-cache dnsdist "$CACHE_ENTRIES"
+start dnsdist-nocache dnsdist 0
+for name in "${!port[@]}"; do waitport "${port[$name]}"; done
+
+# --- queries -----------------------------------------------------------------
+# www.bench.test A, id 0, RD, base64url without padding.
+same_path="/dns-query?dns=AAABAAABAAAAAAAAA3d3dwViZW5jaAR0ZXN0AAABAAE"
+# N distinct names (nI.bench.test A; the zone's wildcard answers them), one
+# request path a line, split into $CONNS disjoint files.
+python3 - "$N" >"$work/paths" <<'PY'
+import base64, struct, sys
+for i in range(int(sys.argv[1])):
+    q = struct.pack(">6H", 0, 0x0100, 1, 0, 0, 0)
+    for label in f"n{i}.bench.test".split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\0" + struct.pack(">2H", 1, 1)
+    print("/dns-query?dns=" + base64.urlsafe_b64encode(q).decode().rstrip("="))
+PY
+split -n "l/$CONNS" -d "$work/paths" "$work/part."
+
+H2=(-H 'accept: application/dns-message')
+# Parse h2load's summary: "finished in 1.2s, 16260.16 req/s, ..." and
+# "requests: ... 20000 succeeded, ...".
+rps_of() { sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p'; }
+status_of() { sed -n 's/^status codes: \([0-9]*\) 2xx.*/\1/p'; }
+
+# Every request of a warm-up must succeed before the server is measured
+# (dnsdist marks its backend up after its first health check). Bounded.
+warm() { # port
+	local out _
+	for _ in $(seq 1 50); do
+		out=$(timeout 20 h2load -n 200 -c 2 -m 4 "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1 || true)
+		[ "$(echo "$out" | status_of)" = 200 ] && return 0
+		sleep 0.2
+	done
+	die "warm-up on port $1 never got 200 answers: $out"
+}
+for name in "${!port[@]}"; do warm "${port[$name]}"; done
+
+# load_same PORT -> "REQ/S OK"
+load_same() {
+	local out
+	out=$(timeout 600 h2load -n "$N" -c "$CONNS" -m "$STREAMS" "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1) || true
+	echo "$(echo "$out" | rps_of) $(echo "$out" | status_of)"
+}
+# load_distinct PORT -> "REQ/S OK": $CONNS h2load processes on disjoint names.
+load_distinct() {
+	local p=$1 f i t0 t1 ok=0 n
+	local -a hp=()
+	i=0
+	for f in "$work"/part.*; do
+		# h2load -i takes the scheme and authority from the first line.
+		sed "1s|^|https://127.0.0.1:$p|" "$f" >"$work/uris.$i"
+		i=$((i + 1))
+	done
+	t0=$(date +%s.%N)
+	for ((i = 0; i < CONNS; i++)); do
+		n=$(wc -l <"$work/uris.$i")
+		timeout 600 h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris.$i" >"$work/h2load.$i" 2>&1 &
+		hp+=($!)
+	done
+	for i in "${hp[@]}"; do wait "$i" || true; done
+	t1=$(date +%s.%N)
+	for ((i = 0; i < CONNS; i++)); do
+		ok=$((ok + $(status_of <"$work/h2load.$i" || echo 0)))
+	done
+	echo "$(echo "$ok / ($t1 - $t0)" | bc -l) $ok"
+}
+
+vmhwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+
+# --- runs --------------------------------------------------------------------
+log "load: N=$N, $CONNS connections x $STREAMS streams, HTTP/2 over TLS; dohfwd log level $LOG_LEVEL"
+results=()
+for cache in cache nocache; do
+	for kind in same distinct; do
+		d=dohfwd-$cache s=dnsdist-$cache
+		perfpid=""
+		if [ -n "$PERF_DIR" ] && [ "$cache-$kind" = "$PERF_LOAD" ]; then
+			mkdir -p "$PERF_DIR"
+			perf record -F 999 -g -o "$PERF_DIR/perf.data" -p "${pid[$d]}" >/dev/null 2>&1 &
+			perfpid=$!
+			pids+=("$perfpid")
+			sleep 0.5
+		fi
+		read -r d_rps d_ok <<<"$("load_$kind" "${port[$d]}")"
+		if [ -n "$perfpid" ]; then
+			kill -INT "$perfpid"
+			wait "$perfpid" || true
+			cp "$dohfwd_bin" "$PERF_DIR/dohfwd"
+		fi
+		read -r s_rps s_ok <<<"$("load_$kind" "${port[$s]}")"
+		results+=("$cache $kind ${d_rps:-0} ${d_ok:-0} ${s_rps:-0} ${s_ok:-0}")
+		log "done: $cache $kind"
+	done
+done
+
+# --- table -------------------------------------------------------------------
+echo
+printf '%-10s %-9s %12s %12s %10s %18s\n' cache names "dohfwd r/s" "dnsdist r/s" ratio "200s (d / s)"
+for r in "${results[@]}"; do
+	read -r cache kind d_rps d_ok s_rps s_ok <<<"$r"
+	ratio=$(echo "if ($s_rps > 0) $d_rps / $s_rps else 0" | bc -l)
+	[ "$cache" = cache ] && cache="on ($CACHE_ENTRIES)" || cache=off
+	printf '%-10s %-9s %12.0f %12.0f %10.2f %18s\n' "${cache%% *}" "$kind" "$d_rps" "$s_rps" "$ratio" "$d_ok / $s_ok"
+done
+echo
+echo "peak RSS (VmHWM) after the runs:"
+for c in cache nocache; do
+	d_kb=$(vmhwm_kb "${pid[dohfwd-$c]}")
+	s_kb=$(vmhwm_kb "${pid[dnsdist-$c]}")
+	printf '  cache %-3s  dohfwd %7.1f MiB   dnsdist %7.1f MiB   ratio %.2f\n' \
+		"$([ "$c" = cache ] && echo on || echo off)" "$(echo "$d_kb / 1024" | bc -l)" "$(echo "$s_kb / 1024" | bc -l)" "$(echo "$d_kb / $s_kb" | bc -l)"
+done
+echo "($N requests per load per server; each 200s column should read $N)"
+if [ -n "$PERF_DIR" ]; then
+	echo "profile: perf report -i $PERF_DIR/perf.data --no-children --sort symbol"
+fi
