@@ -73,36 +73,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A port free on 127.0.0.1 for both TCP and UDP (nsd binds both).
-freeport() {
-	python3 - <<'PY'
-import socket
-while True:
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind(("127.0.0.1", 0))
-    port = u.getsockname()[1]
-    t = socket.socket()
-    try:
-        t.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        u.close()
-    t.close()
-    print(port)
-    break
-PY
-}
-
-# Wait (at most 30 s) until something accepts TCP on 127.0.0.1:$1.
-waitport() {
-	local _
-	for _ in $(seq 1 300); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	die "nothing listening on 127.0.0.1:$1 (logs in $work)"
-}
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 
 # --- dohfwd ----------------------------------------------------------------
 log "building dohfwd (make build)"
@@ -116,38 +88,7 @@ fi
 
 # --- upstream: one nsd, rate limiting off ----------------------------------
 nsdport=$(freeport)
-cat >"$work/bench.test.zone" <<'ZONE'
-$TTL 3600
-@   IN SOA ns.bench.test. admin.bench.test. 1 3600 600 86400 3600
-@   IN NS  ns.bench.test.
-ns  IN A   127.0.0.1
-www IN A   192.0.2.80
-*   IN A   192.0.2.81
-ZONE
-cat >"$work/nsd.conf" <<CONF
-server:
-  ip-address: 127.0.0.1@$nsdport
-  username: ""
-  chroot: ""
-  zonesdir: "$work"
-  database: ""
-  pidfile: "$work/nsd.pid"
-  xfrdfile: "$work/xfrd.state"
-  xfrdir: "$work"
-  zonelistfile: "$work/zone.list"
-  logfile: "$work/nsd.log"
-  rrl-ratelimit: 0
-  server-count: 1
-  verbosity: 0
-remote-control:
-  control-enable: no
-zone:
-  name: bench.test
-  zonefile: bench.test.zone
-CONF
-nsd -d -c "$work/nsd.conf" >"$work/nsd.out" 2>&1 &
-pids+=($!)
-waitport "$nsdport"
+start_bench_nsd "$nsdport"
 
 # --- certificate for 127.0.0.1 ---------------------------------------------
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
@@ -203,25 +144,15 @@ start dnsdist-nocache dnsdist 0
 for name in "${!port[@]}"; do waitport "${port[$name]}"; done
 
 # --- queries -----------------------------------------------------------------
-# www.bench.test A, id 0, RD, base64url without padding.
-same_path="/dns-query?dns=AAABAAABAAAAAAAAA3d3dwViZW5jaAR0ZXN0AAABAAE"
+same_path=$bench_same_path
 # N distinct names (nI.bench.test A; the zone's wildcard answers them), one
 # request path a line, split into $CONNS disjoint files.
-python3 - "$N" >"$work/paths" <<'PY'
-import base64, struct, sys
-for i in range(int(sys.argv[1])):
-    q = struct.pack(">6H", 0, 0x0100, 1, 0, 0, 0)
-    for label in f"n{i}.bench.test".split("."):
-        q += bytes([len(label)]) + label.encode()
-    q += b"\0" + struct.pack(">2H", 1, 1)
-    print("/dns-query?dns=" + base64.urlsafe_b64encode(q).decode().rstrip("="))
-PY
+write_distinct_paths "$N" >"$work/paths"
 split -n "l/$CONNS" -d "$work/paths" "$work/part."
 
 H2=(-H 'accept: application/dns-message')
 # Parse h2load's summary: "finished in 1.2s, 16260.16 req/s, ..." and
 # "requests: ... 20000 succeeded, ...".
-rps_of() { sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p'; }
 status_of() { sed -n 's/^status codes: \([0-9]*\) 2xx.*/\1/p'; }
 
 # Every request of a warm-up must succeed before the server is measured

@@ -31,8 +31,8 @@ need() { command -v "$1" >/dev/null || { echo "bench-edge: $1 is not installed (
 need nsd "apt-get install nsd"
 need h2load "apt-get install nghttp2-client"
 
-freeport() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-waitport() { for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "bench-edge: nothing on port $1" >&2; return 1; }
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 
 echo "building dohfwd and the module..."
 go build -trimpath -o "$work/dohfwd" ./cmd/dohfwd
@@ -41,34 +41,7 @@ wasm=dist/dohfwd.wasm
 
 # The upstream: nsd with one zone, rate limiting off.
 dnsport=$(freeport)
-cat >"$work/bench.test.zone" <<ZONE
-\$TTL 60
-@   IN SOA ns.bench.test. admin.bench.test. 1 3600 600 86400 60
-@   IN NS  ns.bench.test.
-ns  IN A   127.0.0.1
-www IN A   192.0.2.80
-*   IN A   192.0.2.81
-ZONE
-cat >"$work/nsd.conf" <<CONF
-server:
-  ip-address: 127.0.0.1@$dnsport
-  username: ""
-  chroot: ""
-  zonesdir: "$work"
-  database: ""
-  pidfile: "$work/nsd.pid"
-  xfrdfile: "$work/xfrd.state"
-  zonelistfile: "$work/zone.list"
-  rrl-ratelimit: 0
-  verbosity: 0
-remote-control:
-  control-enable: no
-zone:
-  name: bench.test
-  zonefile: bench.test.zone
-CONF
-nsd -d -c "$work/nsd.conf" >"$work/nsd.log" 2>&1 &
-pids+=($!)
+start_bench_nsd "$dnsport"
 
 config() { # https port
 	cat <<YAML
@@ -111,22 +84,11 @@ else
 	echo "!!! workerd is not installed (scripts/setup.d/40-workerd.sh): no Workers figure" >&2
 fi
 
-# www.bench.test A, id 0, RD, as base64url.
-q=AAABAAABAAAAAAAAA3d3dwViZW5jaAR0ZXN0AAABAAE
-path="/dns-query?dns=$q"
+path=$bench_same_path
 # N distinct names (nI.bench.test A, the zone's wildcard answers), one
 # request path a line, for h2load -i.
-python3 - "$N" >"$work/paths" <<'PY'
-import base64, struct, sys
-for i in range(int(sys.argv[1])):
-    q = struct.pack(">6H", 0, 0x0100, 1, 0, 0, 0)
-    for label in f"n{i}.bench.test".split("."):
-        q += bytes([len(label)]) + label.encode()
-    q += b"\0" + struct.pack(">2H", 1, 1)
-    print("/dns-query?dns=" + base64.urlsafe_b64encode(q).decode().rstrip("="))
-PY
+write_distinct_paths "$N" >"$work/paths"
 
-rps() { sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p'; }
 mean() { sed -n 's/^time for request: *[^ ]* *[^ ]* *\([0-9.]*[mu]*s\).*/\1/p' | head -1; }
 ok() { sed -n 's/.*requests: .* \([0-9]*\) succeeded.*/\1/p'; }
 to_us() { awk '{v=$1; if (v ~ /ms$/) {sub(/ms/,"",v); v*=1000} else if (v ~ /us$/) {sub(/us/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000000}; print v}'; }
@@ -150,7 +112,7 @@ for kind in same distinct; do
 	for t in "${targets[@]}"; do
 		name=${t%%:*}; port=${t#*:}
 		if [ "$kind" = same ]; then out=$(load "https://127.0.0.1:$port$path"); else out=$(load_distinct "$port"); fi
-		r=$(echo "$out" | rps)
+		r=$(echo "$out" | rps_of)
 		[ -z "$s_rps" ] && s_rps=$r
 		printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)"
 	done
@@ -173,7 +135,7 @@ if [ -n "$wdport" ]; then
 	warm_out=$(h2load --h1 -n 50 -c 1 -m 1 "http://127.0.0.1:$wdport$path" 2>&1 || true)
 	w_out=$(h2load --h1 -n 1000 -c 1 -m 1 "http://127.0.0.1:$wdport$path" 2>&1)
 	w_lat=$(echo "$w_out" | mean | to_us)
-	printf '  workerd (TCP upstream, HTTP/1.1, no TLS): %8.0f us/request, %s req/s (%s ok)\n' "$w_lat" "$(echo "$w_out" | rps)" "$(echo "$w_out" | ok)"
+	printf '  workerd (TCP upstream, HTTP/1.1, no TLS): %8.0f us/request, %s req/s (%s ok)\n' "$w_lat" "$(echo "$w_out" | rps_of)" "$(echo "$w_out" | ok)"
 	printf '  workerd / dohfwd serve latency:  x%.2f\n' "$(echo "$w_lat / $s_lat" | bc -l)"
 fi
 echo "module: $(stat -c %s $wasm) bytes raw, $(gzip -9c $wasm | wc -c) bytes gzipped"
