@@ -20,7 +20,6 @@ type Engine struct {
 	first    Transport // UDP, or TCP under Options.TCPOnly
 	epoch    time.Time // the marks' clock starts here (monotonic)
 
-	values   atomic.Pointer[Config] // engine values, with defaults
 	routes   atomic.Pointer[routes]
 	inFlight inFlight
 	counters counters
@@ -92,7 +91,6 @@ func (e *Engine) Reconfigure(cfg Config) error {
 	}
 	r.takeCache(e.routes.Load())
 	e.upstreams = next
-	e.values.Store(&cfg)
 	e.inFlight.ceiling.Store(int64(cfg.InFlightCeiling))
 	e.routes.Store(r)
 	e.setProbing(cfg.Probe)

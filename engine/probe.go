@@ -92,7 +92,8 @@ func (e *Engine) probeLoop(p *prober) {
 			return
 		case <-tick.C:
 		}
-		cfg, r := e.values.Load(), e.routes.Load()
+		r := e.routes.Load()
+		cfg := r.cfg
 		lead := cfg.TransactionTimeout + probeInterval
 		now := e.now()
 		for _, s := range append(r.scopes[:len(r.scopes):len(r.scopes)], r.fallback) {
