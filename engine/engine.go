@@ -18,6 +18,7 @@ type Engine struct {
 	network  Network
 	observer Observer
 	first    Transport // UDP, or TCP under Options.TCPOnly
+	reuse    bool      // the Network's UDP sockets may be pooled (pool.go)
 	epoch    time.Time // the marks' clock starts here (monotonic)
 
 	routes   atomic.Pointer[routes]
@@ -60,6 +61,9 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	if opts.TCPOnly {
 		e.first = TCP
 	}
+	if r, ok := opts.Network.(SocketReuser); ok {
+		e.reuse = r.ReusesUDPSockets()
+	}
 	if err := e.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
@@ -90,6 +94,13 @@ func (e *Engine) Reconfigure(cfg Config) error {
 		return err
 	}
 	r.takeCache(e.routes.Load())
+	// A server that leaves takes its idle sockets with it; its busy ones
+	// close as their transactions end.
+	for ap, u := range e.upstreams {
+		if next[ap] == nil {
+			u.pools.close()
+		}
+	}
 	e.upstreams = next
 	e.inFlight.ceiling.Store(int64(cfg.InFlightCeiling))
 	e.routes.Store(r)

@@ -71,12 +71,16 @@ func (e *Engine) setProbing(on bool) {
 	}
 }
 
-// Close stops the engine's background work (probes). Questions may still
-// be asked; they are answered as usual.
+// Close stops the engine's background work (probes) and closes its idle
+// pooled sockets. Questions may still be asked; they are answered as
+// usual, each on a fresh socket.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.setProbing(false)
+	for _, u := range e.upstreams {
+		u.pools.close()
+	}
 	return nil
 }
 

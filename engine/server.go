@@ -17,6 +17,9 @@ type upstream struct {
 	until atomic.Int64
 	// probing is set while a background probe of this address runs.
 	probing atomic.Bool
+	// pools are the idle connected UDP sockets to this address, when the
+	// Network lets sockets be reused.
+	pools serverPools
 }
 
 func newUpstream(addr netip.AddrPort) *upstream {

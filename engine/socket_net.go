@@ -14,10 +14,17 @@ import (
 
 // NativeNetwork is the Network of the native build: real sockets from
 // package net. Each Open makes a fresh socket; the kernel picks a random
-// source port for UDP.
-type NativeNetwork struct{}
+// source port for UDP. Its connected UDP sockets may serve transaction
+// after transaction from the engine's pool, unless FreshSockets is set.
+type NativeNetwork struct {
+	// FreshSockets turns socket reuse off: one socket per transaction.
+	FreshSockets bool
+}
 
-func (NativeNetwork) Open(t Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (Socket, error) {
+// ReusesUDPSockets implements SocketReuser.
+func (n NativeNetwork) ReusesUDPSockets() bool { return !n.FreshSockets }
+
+func (n NativeNetwork) Open(t Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (Socket, error) {
 	if t == UDP {
 		var laddr *net.UDPAddr
 		if source.IsValid() {

@@ -26,8 +26,9 @@ const (
 	budgetClient                    // the client's context
 )
 
-// transaction is one exchange with one server: one fresh socket, one random
-// ID, one deadline. query is the wire query with two bytes in front for the
+// transaction is one exchange with one server: one socket that is its alone
+// while it runs (fresh, or from the server's pool), one random ID, one
+// deadline. query is the wire query with two bytes in front for the
 // TCP length; the transaction writes its own ID into it.
 type transaction struct {
 	server    *upstream
@@ -43,6 +44,9 @@ type exchangeResult struct {
 	outcome Outcome
 	reply   *dns.Msg // set for answer, nxdomain, rcode and truncated
 	rcode   int      // -1 without a reply
+	// clean says the socket may serve another transaction: a UDP reply
+	// was used (answer, NXDOMAIN or truncated) and nothing else came.
+	clean bool
 }
 
 // newID returns a random 16-bit ID from the cryptographic source.
@@ -52,27 +56,54 @@ func newID() uint16 {
 	return binary.BigEndian.Uint16(b[:])
 }
 
-// exchange runs one transaction to its end. It never returns early: a reply
-// that does not match, garbage included, is counted and ignored until the
-// deadline.
+// exchange runs one transaction to its end. A reply that does not match,
+// garbage included, is counted and ignored until the deadline.
+//
+// A UDP socket may come from the server's pool (pool.go) and goes back to
+// it only when the transaction ended cleanly; any failure closes it.
 func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 	binary.BigEndian.PutUint16(tx.query[2:], newID())
 	msg := tx.query[2:]
 	binary.BigEndian.PutUint16(tx.query, uint16(len(msg)))
 
-	sock, err := e.open(ctx, tx)
-	if err != nil {
-		if tx.transport == TCP {
-			return e.socketFailure(ctx, tx, err, OutcomeConnectError)
-		}
-		return e.socketFailure(ctx, tx, err, OutcomeSendError)
+	var pool *socketPool
+	if e.reuse && tx.transport == UDP {
+		pool = tx.server.pools.get(tx.source)
 	}
-	defer sock.Close()
+	var ps pooledSocket
+	ok := false
+	if pool != nil {
+		ps, ok = pool.take(tx.deadline)
+	}
+	if !ok {
+		sock, err := e.open(ctx, tx)
+		if err != nil {
+			if tx.transport == TCP {
+				return e.socketFailure(ctx, tx, err, OutcomeConnectError)
+			}
+			return e.socketFailure(ctx, tx, err, OutcomeSendError)
+		}
+		ps = pooledSocket{sock: sock, born: time.Now()}
+	}
+	sock := ps.sock
+	stop := func() bool { return true }
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { sock.Close() })
-		defer stop()
+		stop = context.AfterFunc(ctx, func() { sock.Close() })
 	}
 
+	r := e.transact(ctx, tx, sock, msg)
+	// A socket closed under the transaction by its client's leaving is
+	// not reused either (stop reports false once the close ran).
+	if stopped := stop(); pool != nil && r.clean && stopped {
+		pool.put(ps, time.Now())
+	} else {
+		sock.Close()
+	}
+	return r
+}
+
+// transact sends the query on sock and waits for the matching reply.
+func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg []byte) exchangeResult {
 	wire := msg
 	if tx.transport == TCP {
 		wire = tx.query
@@ -120,6 +151,7 @@ func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, q
 	bp := udpBuffers.Get().(*[]byte)
 	defer udpBuffers.Put(bp)
 	buf := *bp
+	strays := false // anything but the reply makes the socket unfit to reuse
 	for {
 		n, from, err := sock.Receive(buf, tx.deadline)
 		if err != nil {
@@ -127,11 +159,14 @@ func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, q
 		}
 		if from != tx.server.addr {
 			e.counters.mismatchedReplies.Add(1)
+			strays = true
 			continue
 		}
 		if r, ok := e.matched(buf[:n], query, UDP); ok {
+			r.clean = !strays && (r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain || r.outcome == OutcomeTruncated)
 			return r
 		}
+		strays = true
 	}
 }
 

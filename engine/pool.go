@@ -1,0 +1,220 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Socket reuse (SPEC §1.3). Opening, connecting and closing a UDP socket
+// per transaction is most of a forwarded question's system calls, so a
+// transaction may take a connected UDP socket that an earlier one left in
+// good order. The rules that keep this as safe as a fresh socket:
+//
+//   - a pooled socket serves one transaction at a time: it is taken out of
+//     the pool for the transaction and put back only when the transaction
+//     ended cleanly (a matching, used reply and nothing else received);
+//     any failure closes it;
+//   - an off-path attacker must guess among at least 2^24 (port, ID) pairs:
+//     a socket is reused only when the pool holds at least minChoice
+//     idle sockets, and is then chosen among them at random (the ID is a
+//     fresh random 16 bits per transaction); with fewer, a fresh socket is
+//     opened, whose port the kernel chooses at random;
+//   - no socket lives longer than maxSocketLife: one is handed out only
+//     when the transaction's deadline falls inside its life, and a sweep
+//     closes idle sockets that reach it.
+//
+// CoreDNS's forward plugin keeps a LIFO stack per upstream, so a steady
+// trickle of queries reuses one port; dnsdist multiplexes many queries on
+// a few long-lived sockets. Neither meets the floor, hence this pool.
+
+const (
+	// minChoice is the idle sockets a pool must hold before it reuses
+	// one: 256 ports × 65 536 IDs = 2^24 pairs.
+	minChoice = 256
+	// maxIdle bounds the sockets one pool keeps at rest.
+	maxIdle = 1024
+	// maxSocketLife is the longest a pooled socket lives.
+	maxSocketLife = 60 * time.Second
+	// lifeMargin keeps the end of a socket's last transaction, and the
+	// sweep's latency, inside maxSocketLife.
+	lifeMargin = time.Second
+	// sweepInterval is how often a pool with idle sockets closes the old.
+	sweepInterval = time.Second
+)
+
+// SocketReuser is implemented by a Network whose connected UDP sockets
+// outlive the call that opened them and may serve one transaction after
+// another. Only then does the engine pool them; a Network without it (an
+// edge module, whose host closes sockets per call, or memnet) gets a fresh
+// socket per transaction.
+type SocketReuser interface {
+	ReusesUDPSockets() bool
+}
+
+// pooledSocket is an idle socket and when it was opened.
+type pooledSocket struct {
+	sock Socket
+	born time.Time
+}
+
+// socketPool is the idle connected UDP sockets to one server from one
+// source address.
+type socketPool struct {
+	mu     sync.Mutex
+	idle   []pooledSocket
+	closed bool // the server left the configuration, or the engine stopped
+	sweep  *time.Timer
+}
+
+// take returns an idle socket chosen at random that lives past deadline,
+// or false when the pool holds too few to choose from.
+func (p *socketPool) take(deadline time.Time) (pooledSocket, bool) {
+	var old []pooledSocket
+	defer func() { closeAll(old) }() // after the unlock: Close is a system call
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.idle) >= minChoice {
+		i := rand.IntN(len(p.idle))
+		s := p.idle[i]
+		last := len(p.idle) - 1
+		p.idle[i], p.idle[last] = p.idle[last], pooledSocket{}
+		p.idle = p.idle[:last]
+		if deadline.Add(lifeMargin).Before(s.born.Add(maxSocketLife)) {
+			return s, true
+		}
+		old = append(old, s)
+	}
+	return pooledSocket{}, false
+}
+
+// put returns a socket whose transaction ended cleanly, or closes it when
+// the pool is closed, full, or the socket too old to serve again.
+func (p *socketPool) put(s pooledSocket, now time.Time) {
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= maxIdle || !now.Add(lifeMargin).Before(s.born.Add(maxSocketLife)) {
+		p.mu.Unlock()
+		s.sock.Close()
+		return
+	}
+	p.idle = append(p.idle, s)
+	if p.sweep == nil {
+		p.sweep = time.AfterFunc(sweepInterval, p.sweepOld)
+	}
+	p.mu.Unlock()
+}
+
+// sweepOld closes the idle sockets whose life ends before the next sweep,
+// and runs again while any remain.
+func (p *socketPool) sweepOld() {
+	now := time.Now()
+	var old []pooledSocket
+	p.mu.Lock()
+	keep := p.idle[:0]
+	for _, s := range p.idle {
+		if now.Add(sweepInterval + lifeMargin).Before(s.born.Add(maxSocketLife)) {
+			keep = append(keep, s)
+		} else {
+			old = append(old, s)
+		}
+	}
+	clear(p.idle[len(keep):])
+	p.idle = keep
+	if len(p.idle) > 0 && !p.closed {
+		p.sweep.Reset(sweepInterval)
+	} else {
+		p.sweep = nil
+	}
+	p.mu.Unlock()
+	closeAll(old)
+}
+
+// close closes every idle socket; sockets busy now are closed when their
+// transactions end.
+func (p *socketPool) close() {
+	p.mu.Lock()
+	old := p.idle
+	p.idle, p.closed = nil, true
+	if p.sweep != nil {
+		p.sweep.Stop()
+		p.sweep = nil
+	}
+	p.mu.Unlock()
+	closeAll(old)
+}
+
+// size is the number of idle sockets.
+func (p *socketPool) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+func closeAll(s []pooledSocket) {
+	for _, x := range s {
+		x.sock.Close()
+	}
+}
+
+// serverPools are the pools of one server, one per source address (the
+// zero Addr when the system chooses).
+type serverPools struct {
+	mu     sync.Mutex
+	pools  map[netip.Addr]*socketPool
+	closed bool
+}
+
+// get returns the pool for source, or nil once the server's pools are
+// closed.
+func (sp *serverPools) get(source netip.Addr) *socketPool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.closed {
+		return nil
+	}
+	p := sp.pools[source]
+	if p == nil {
+		if sp.pools == nil {
+			sp.pools = map[netip.Addr]*socketPool{}
+		}
+		p = &socketPool{}
+		sp.pools[source] = p
+	}
+	return p
+}
+
+// close closes every pool of the server: it left the configuration, or
+// the engine stopped.
+func (sp *serverPools) close() {
+	sp.mu.Lock()
+	pools := sp.pools
+	sp.pools, sp.closed = nil, true
+	sp.mu.Unlock()
+	for _, p := range pools {
+		p.close()
+	}
+}
+
+// idle is the number of idle sockets across the server's pools.
+func (sp *serverPools) idle() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	n := 0
+	for _, p := range sp.pools {
+		n += p.size()
+	}
+	return n
+}
+
+// IdleSockets is the number of pooled UDP sockets at rest, across servers:
+// file descriptors the engine holds between transactions.
+func (e *Engine) IdleSockets() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, u := range e.upstreams {
+		n += u.pools.idle()
+	}
+	return n
+}

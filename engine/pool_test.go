@@ -1,0 +1,262 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/miekg/dns"
+)
+
+// The socket-reuse rules of SPEC §1.3, on real loopback sockets: a pooled
+// socket is chosen at random among at least 256, any failure closes it,
+// and a server's sockets go when it leaves the configuration or the
+// engine stops.
+
+// nativeEngine is an engine over real sockets (pooling on) with one
+// default-route scope listing servers.
+func nativeEngine(t *testing.T, timeout time.Duration, servers ...string) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(engine.Config{
+		TransactionTimeout: timeout,
+		Scopes:             []engine.ScopeConfig{{Name: "main", DefaultRoute: true, Servers: servers}},
+	}, engine.Options{Network: engine.NativeNetwork{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func askN(t *testing.T, e *engine.Engine, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		if r := e.Resolve(context.Background(), newQuery(fmt.Sprintf("%s%d.example.test.", prefix, i), dns.TypeA)); r.Result != engine.ResultAnswer {
+			t.Fatalf("question %d: %v", i, r.Result)
+		}
+	}
+}
+
+// The floor: over a few thousand questions, the upstream sees at least 256
+// source ports in every window of 512 questions (so at each moment the
+// attacker's port is one of at least 256, with a random 16-bit ID: 2^24
+// pairs), no port carries more than a few percent of the traffic (a
+// stack or FIFO would fail one of the two), and the IDs are random.
+func TestSocketPoolSpoofingFloor(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e := nativeEngine(t, 2*time.Second, up.String())
+	const n = 3000
+	askN(t, e, "floor", n)
+	qs := up.Queries()
+	if len(qs) != n {
+		t.Fatalf("upstream read %d queries, want %d", len(qs), n)
+	}
+	ports := map[uint16]int{}
+	ids := map[uint16]bool{}
+	for _, q := range qs {
+		ports[q.From.Port()]++
+		ids[q.Msg.Id] = true
+	}
+	if len(ports) < 256 {
+		t.Errorf("%d distinct source ports over %d questions, want >= 256", len(ports), n)
+	}
+	if len(ports) > 600 {
+		t.Errorf("%d distinct source ports over %d questions: sockets are not reused", len(ports), n)
+	}
+	for p, c := range ports {
+		if c > n/20 {
+			t.Errorf("port %d carried %d of %d questions: the choice is not random", p, c, n)
+		}
+	}
+	// 3000 random 16-bit IDs: about 2 930 distinct are expected.
+	if len(ids) < n*9/10 {
+		t.Errorf("%d distinct IDs over %d questions, want >= %d", len(ids), n, n*9/10)
+	}
+	// After the pool has filled, every window of 512 questions spreads
+	// over at least 160 ports (a random choice among 256 gives ~221).
+	for start := 512; start+512 <= n; start += 256 {
+		w := map[uint16]bool{}
+		for _, q := range qs[start : start+512] {
+			w[q.From.Port()] = true
+		}
+		if len(w) < 160 {
+			t.Errorf("questions %d-%d used %d ports, want >= 160", start, start+512, len(w))
+		}
+	}
+	if idle := e.IdleSockets(); idle < 256 || idle > 1024 {
+		t.Errorf("%d idle sockets at rest, want 256..1024", idle)
+	}
+}
+
+// Any failure closes the socket: the source port of a failed transaction
+// never carries another query while the rest of the pool is reused.
+func TestSocketPoolFailureClosesSocket(t *testing.T) {
+	up := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		if q.Msg == nil {
+			return upstreamtest.Action{}
+		}
+		name := q.Msg.Question[0].Name
+		good := upstreamtest.ReplyTo(q.Msg, dns.RcodeSuccess, "@ 60 IN A 192.0.2.1")
+		switch {
+		case strings.HasPrefix(name, "servfail"):
+			return upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: upstreamtest.ReplyTo(q.Msg, dns.RcodeServerFailure)}}}
+		case strings.HasPrefix(name, "silent"):
+			return upstreamtest.Action{}
+		case strings.HasPrefix(name, "wrongid"):
+			bad := good.Copy()
+			bad.Id ^= 0x5a5a
+			return upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: bad}, {Msg: good, Delay: 5 * time.Millisecond}}}
+		case strings.HasPrefix(name, "garbage"):
+			return upstreamtest.Action{Replies: []upstreamtest.Reply{{Raw: []byte{1, 2, 3}}, {Msg: good, Delay: 5 * time.Millisecond}}}
+		}
+		return upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: good}}}
+	})
+	e := nativeEngine(t, 300*time.Millisecond, up.String())
+	askN(t, e, "warm", 400)
+	failed := map[uint16]string{}
+	for _, kind := range []string{"servfail", "silent", "wrongid", "garbage"} {
+		before := len(up.Queries())
+		e.Resolve(context.Background(), newQuery(kind+".example.test.", dns.TypeA))
+		for _, q := range up.Queries()[before:] {
+			failed[q.From.Port()] = kind
+		}
+		askN(t, e, "after-"+kind, 100)
+	}
+	if len(failed) == 0 {
+		t.Fatal("no failed transactions seen")
+	}
+	askN(t, e, "later", 600)
+	all := up.Queries()
+	lastFail := 0
+	for i, q := range all {
+		if n := q.Msg.Question[0].Name; strings.HasPrefix(n, "servfail.") || strings.HasPrefix(n, "silent.") ||
+			strings.HasPrefix(n, "wrongid.") || strings.HasPrefix(n, "garbage.") {
+			lastFail = i
+		}
+	}
+	reused := 0
+	for _, q := range all[lastFail+1:] {
+		n := q.Msg.Question[0].Name
+		if strings.HasPrefix(n, "servfail") || strings.HasPrefix(n, "silent") || strings.HasPrefix(n, "wrongid") || strings.HasPrefix(n, "garbage") {
+			continue
+		}
+		if kind, ok := failed[q.From.Port()]; ok {
+			t.Errorf("port %d failed a %s transaction and carried %s later", q.From.Port(), kind, n)
+		}
+		reused++
+	}
+	if reused == 0 {
+		t.Fatal("no questions after the failures")
+	}
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("counts descriptors in /proc/self/fd")
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// A reload that removes a server while its sockets are busy: the busy
+// transactions finish on the configuration they started with, their
+// sockets are closed rather than pooled, the idle ones go at once, and
+// stopping the engine closes what the remaining server held.
+func TestSocketPoolReleasedOnReloadRemovalAndStop(t *testing.T) {
+	slow := upstreamtest.Start(t, upstreamtest.Delay(200*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
+	other := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	base := openFDs(t)
+	e, err := engine.New(engine.Config{Scopes: []engine.ScopeConfig{{Name: "main", DefaultRoute: true, Servers: []string{slow.String()}}}},
+		engine.Options{Network: engine.NativeNetwork{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill the pool: 300 questions at once, each holding its socket 200 ms.
+	var wg sync.WaitGroup
+	for i := range 300 {
+		wg.Go(func() { e.Resolve(context.Background(), newQuery(fmt.Sprintf("fill%d.example.test.", i), dns.TypeA)) })
+	}
+	wg.Wait()
+	if idle := e.IdleSockets(); idle < 256 {
+		t.Fatalf("%d idle sockets after filling, want >= 256", idle)
+	}
+	// 40 questions busy on the slow server's sockets, then the reload.
+	results := make(chan engine.Result, 40)
+	for i := range 40 {
+		wg.Go(func() {
+			results <- e.Resolve(context.Background(), newQuery(fmt.Sprintf("busy%d.example.test.", i), dns.TypeA)).Result
+		})
+	}
+	for e.InFlight() < 40 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := e.Reconfigure(engine.Config{Scopes: []engine.ScopeConfig{{Name: "main", DefaultRoute: true, Servers: []string{other.String()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if idle := e.IdleSockets(); idle != 0 {
+		t.Errorf("%d idle sockets right after the reload, want 0 (the removed server's)", idle)
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r != engine.ResultAnswer {
+			t.Errorf("a busy question ended %v, want answer on the configuration it started with", r)
+		}
+	}
+	if idle := e.IdleSockets(); idle != 0 {
+		t.Errorf("%d idle sockets after the busy questions ended, want 0: the removed server's sockets were pooled", idle)
+	}
+	if fds := openFDs(t); fds > base+5 {
+		t.Errorf("%d descriptors open after the reload, %d before the engine: the removed server's sockets leak", fds, base)
+	}
+	askN(t, e, "other", 300)
+	if e.IdleSockets() == 0 {
+		t.Error("the remaining server pooled nothing")
+	}
+	e.Close()
+	if idle := e.IdleSockets(); idle != 0 {
+		t.Errorf("%d idle sockets after Close, want 0", idle)
+	}
+	if fds := openFDs(t); fds > base+5 {
+		t.Errorf("%d descriptors open after Close, %d before the engine", fds, base)
+	}
+	// A stopped engine still answers, on fresh sockets it does not keep.
+	askN(t, e, "stopped", 3)
+	if idle := e.IdleSockets(); idle != 0 {
+		t.Errorf("a stopped engine pooled %d sockets", idle)
+	}
+}
+
+// A fresh network (FreshSockets) never pools: one socket per transaction.
+func TestFreshSocketsNeverPooled(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e, err := engine.New(engine.Config{Scopes: []engine.ScopeConfig{{Name: "main", DefaultRoute: true, Servers: []string{up.String()}}}},
+		engine.Options{Network: engine.NativeNetwork{FreshSockets: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	askN(t, e, "fresh", 300)
+	if idle := e.IdleSockets(); idle != 0 {
+		t.Errorf("%d idle sockets with FreshSockets", idle)
+	}
+	ports := map[netip.AddrPort]bool{}
+	for _, q := range up.Queries() {
+		ports[q.From] = true
+	}
+	if len(ports) < 250 {
+		t.Errorf("%d source ports for 300 fresh sockets", len(ports))
+	}
+}
