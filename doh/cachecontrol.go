@@ -3,11 +3,13 @@ package doh
 import (
 	"strconv"
 
+	"github.com/dohfwd/dohfwd/engine"
 	"github.com/miekg/dns"
 )
 
 // maxAge is how long an HTTP cache may keep a response (RFC 8484 section
-// 5.1), and whether it may keep it at all:
+// 5.1), and whether it may keep it at all. The rule is the engine's, the
+// one its cache keeps answers by (engine.MsgTTL, engine.WireTTL):
 //   - NOERROR with answers: the smallest TTL in the answer and authority
 //     sections (OPT is not a record and does not count);
 //   - NXDOMAIN, and NOERROR without answers (NODATA): the negative TTL of
@@ -16,39 +18,7 @@ import (
 //   - anything else (SERVFAIL, which includes the engine's unavailable,
 //     REFUSED, FORMERR, NOTIMP, ...) says something about this moment or
 //     this request, not about the name: not kept.
-func maxAge(m *dns.Msg) (seconds uint32, cacheable bool) {
-	switch m.Rcode {
-	case dns.RcodeSuccess:
-		if len(m.Answer) > 0 {
-			return minTTL(m), true
-		}
-		return negativeTTL(m)
-	case dns.RcodeNameError:
-		return negativeTTL(m)
-	}
-	return 0, false
-}
-
-func minTTL(m *dns.Msg) uint32 {
-	ttl := ^uint32(0)
-	for _, section := range [2][]dns.RR{m.Answer, m.Ns} {
-		for _, rr := range section {
-			if h := rr.Header(); h.Rrtype != dns.TypeOPT && h.Ttl < ttl {
-				ttl = h.Ttl
-			}
-		}
-	}
-	return ttl
-}
-
-func negativeTTL(m *dns.Msg) (uint32, bool) {
-	for _, rr := range m.Ns {
-		if soa, ok := rr.(*dns.SOA); ok {
-			return min(soa.Hdr.Ttl, soa.Minttl), true
-		}
-	}
-	return 0, false
-}
+func maxAge(m *dns.Msg) (seconds uint32, cacheable bool) { return engine.MsgTTL(m) }
 
 // smallMaxAges holds the Cache-Control values of common small TTLs, so
 // most responses set the header without allocating.
@@ -61,9 +31,12 @@ var smallMaxAges = func() [][]string {
 }()
 
 // cacheControlHeader is the Cache-Control header value for a response.
-func cacheControlHeader(m *dns.Msg) []string {
-	s, ok := maxAge(m)
-	if !ok {
+func cacheControlHeader(m *dns.Msg) []string { return cacheControlValue(maxAge(m)) }
+
+// cacheControlValue is the Cache-Control header value for an answer whose
+// TTL is s, or no-store when it may not be kept.
+func cacheControlValue(s uint32, cacheable bool) []string {
+	if !cacheable {
 		return noStore
 	}
 	if int(s) < len(smallMaxAges) {

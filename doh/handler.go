@@ -21,6 +21,16 @@ type Resolver interface {
 	Resolve(ctx context.Context, q *dns.Msg) engine.Response
 }
 
+// WireResolver is a Resolver that also answers a query given as bytes,
+// appending the client's reply to dst as Response.Wire: the client's ID,
+// padded when the query was, with its rcode and TTL for Cache-Control.
+// *engine.Engine satisfies it; the RFC 8484 path then neither unpacks nor
+// packs an answer.
+type WireResolver interface {
+	Resolver
+	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
+}
+
 const (
 	// DefaultPath is where RFC 8484 queries are served unless
 	// Options.Path says otherwise.
@@ -51,7 +61,8 @@ type Options struct {
 	// header is believed when working out the client's address.
 	TrustedProxies []netip.Prefix
 	// Observe, if set, is called once per request after the response is
-	// written, for metrics and logs. It must not block or keep x.Response.Msg.
+	// written, for metrics and logs. It must not block or keep
+	// x.Response.Msg (x.Response.Wire is cleared once written).
 	Observe func(x Exchange)
 }
 
@@ -95,6 +106,8 @@ type Exchange struct {
 	Response engine.Response
 	Start    time.Time
 	Duration time.Duration
+
+	wireBuf *[]byte // the pooled buffer Response.Wire was written into
 }
 
 // NewHandler returns the DoH handler: RFC 8484 at o.Path, JSON at JSONPath
@@ -219,7 +232,7 @@ func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange)
 		x.QName, x.QType = q.Question[0].Name, q.Question[0].Qtype
 	}
 	if reply == nil {
-		if !h.resolve(r.Context(), q, x) {
+		if !h.resolve(r.Context(), q, raw, x) {
 			return
 		}
 		reply = x.Response.Msg
@@ -229,11 +242,29 @@ func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange)
 	h.writeWire(w, r, x, q, reply)
 }
 
-// resolve asks the resolver. It reports false when the client went away
-// meanwhile: then there is no one to answer.
-func (h *handler) resolve(ctx context.Context, q *dns.Msg, x *Exchange) bool {
+// resolve asks the resolver: with the query's bytes raw when it answers
+// bytes (the RFC 8484 path), else with q (the JSON form passes raw nil).
+// It reports false when the client went away meanwhile: then there is no
+// one to answer.
+func (h *handler) resolve(ctx context.Context, q *dns.Msg, raw []byte, x *Exchange) bool {
 	x.Resolved = true
-	x.Response = h.resolver.Resolve(ctx, q)
+	if wr, ok := h.resolver.(WireResolver); ok && raw != nil {
+		bp := getBuffer()
+		x.Response = wr.ResolveWire(ctx, raw, (*bp)[:0])
+		x.wireBuf = bp
+		if ctx.Err() != nil {
+			h.releaseWire(x)
+			x.Status = StatusClientClosed
+			return false
+		}
+		if len(x.Response.Wire) >= headerSize {
+			return true
+		}
+		h.releaseWire(x)
+		x.Response = h.resolver.Resolve(ctx, q) // the engine could not read raw
+	} else {
+		x.Response = h.resolver.Resolve(ctx, q)
+	}
 	if ctx.Err() != nil {
 		x.Status = StatusClientClosed
 		return false
@@ -244,9 +275,23 @@ func (h *handler) resolve(ctx context.Context, q *dns.Msg, x *Exchange) bool {
 	return true
 }
 
-// writeWire packs reply for the client: the client's ID, compressed,
-// padded when the query was.
+// releaseWire returns the buffer of x.Response.Wire to the pool.
+func (h *handler) releaseWire(x *Exchange) {
+	if x.wireBuf != nil {
+		putBuffer(x.wireBuf, x.Response.Wire)
+		x.wireBuf, x.Response.Wire = nil, nil
+	}
+}
+
+// writeWire writes the reply: the resolver's bytes as they are (they carry
+// the client's ID and padding already), or reply packed for the client:
+// the client's ID, compressed, padded when the query was.
 func (h *handler) writeWire(w http.ResponseWriter, r *http.Request, x *Exchange, q, reply *dns.Msg) {
+	if reply == nil && x.Response.Wire != nil {
+		defer h.releaseWire(x)
+		h.writeDNS(w, r, x, x.Response.Wire, x.Response.Rcode, cacheControlValue(x.Response.TTL, x.Response.Cacheable))
+		return
+	}
 	out := getBuffer()
 	wire, err := packReply(reply, q, (*out)[:0])
 	defer func() { putBuffer(out, wire) }()
@@ -254,14 +299,19 @@ func (h *handler) writeWire(w http.ResponseWriter, r *http.Request, x *Exchange,
 		h.fail(w, x, http.StatusInternalServerError, "cannot pack the answer: "+err.Error())
 		return
 	}
+	h.writeDNS(w, r, x, wire, reply.Rcode, cacheControlHeader(reply))
+}
+
+// writeDNS writes a DNS message with its headers.
+func (h *handler) writeDNS(w http.ResponseWriter, r *http.Request, x *Exchange, wire []byte, rcode int, cacheControl []string) {
 	hdr := w.Header()
 	hdr["Content-Type"] = contentTypeDNS
 	hdr["Content-Length"] = []string{strconv.Itoa(len(wire))}
-	hdr["Cache-Control"] = cacheControlHeader(reply)
+	hdr["Cache-Control"] = cacheControl
 	if r.URL.Path == h.path {
 		hdr["Vary"] = varyAccept
 	}
-	x.Status, x.Rcode = http.StatusOK, reply.Rcode
+	x.Status, x.Rcode = http.StatusOK, rcode
 	w.WriteHeader(http.StatusOK)
 	w.Write(wire)
 }

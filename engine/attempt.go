@@ -9,13 +9,16 @@ const maxStackServers = 16
 // ask asks one candidate name: attempts one at a time, each sent only after
 // the previous one ended, to the server the order and the choice rule give,
 // with a TCP retry to the same server after a truncated UDP reply.
-func (qn *question) ask(name string) Response {
+//
+// It returns how the candidate ended and, for an answer or NXDOMAIN, the
+// transaction's result carrying the reply.
+func (qn *question) ask(name string) (found, exchangeResult) {
 	e, cfg := qn.e, qn.cfg
 	bp, err := packQuery(qn.client, name, cfg.ForwardECS)
 	if err != nil {
 		// Nothing can be sent for a name that does not pack; no server
 		// is at fault.
-		return Response{Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+		return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}, exchangeResult{}
 	}
 	defer queryBuffers.Put(bp)
 
@@ -29,11 +32,11 @@ func (qn *question) ask(name string) Response {
 	for {
 		// Budget exhaustion is checked first: it is not a ceiling refusal.
 		if qn.spent >= cfg.Attempts {
-			return Response{Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}, exchangeResult{}
 		}
 		tx := transaction{query: *bp}
 		if !qn.deadline(&tx, time.Now()) {
-			return qn.ended() // no time left: nothing is sent
+			return qn.ended(), exchangeResult{} // no time left: nothing is sent
 		}
 		pick := c.next(e.now(), tcpTo)
 		tx.server, tx.transport = c.servers[pick], e.first
@@ -43,7 +46,7 @@ func (qn *question) ask(name string) Response {
 		tx.source = qn.scope.source(tx.server.addr)
 		if !e.inFlight.acquire() {
 			e.counters.refused.Add(1)
-			return Response{Result: ResultUnavailable, Reason: ReasonInFlightCeiling}
+			return found{result: ResultUnavailable, reason: ReasonInFlightCeiling}, exchangeResult{}
 		}
 		sent := time.Now()
 		res := e.exchange(qn.ctx, &tx)
@@ -54,23 +57,22 @@ func (qn *question) ask(name string) Response {
 		c.asked[pick] = true
 		c.n++
 		demoted := e.settle(tx.server, res.outcome, cfg.DemotionPeriod)
-		qs := qn.client.Question[0]
 		e.observer.Attempt(AttemptEvent{
-			Question: qn.id, QName: name, QType: qs.Qtype, Scope: qn.scope.name,
+			Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
 			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
 			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted,
 		})
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
-			return Response{Msg: clientReply(qn.client, res.reply), Result: ResultAnswer}
+			return found{result: ResultAnswer}, res
 		case OutcomeNXDomain:
-			return Response{Msg: clientReply(qn.client, res.reply), Result: ResultNXDomain}
+			return found{result: ResultNXDomain}, res
 		case OutcomeCancelled:
-			return qn.ended()
+			return qn.ended(), exchangeResult{}
 		case OutcomeTruncated:
 			if qn.spent >= cfg.Attempts {
-				return Response{Result: ResultUnavailable, Reason: ReasonTruncated}
+				return found{result: ResultUnavailable, reason: ReasonTruncated}, exchangeResult{}
 			}
 			tcpTo = tx.server
 		}

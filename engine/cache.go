@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,30 +20,13 @@ type cacheKey struct {
 }
 
 // keyFor is the key of client's question asked as name.
-func keyFor(client *dns.Msg, name string) cacheKey {
-	q := client.Question[0]
-	k := cacheKey{name: strings.ToLower(name), qtype: q.Qtype, qclass: q.Qclass, cd: client.CheckingDisabled}
-	if o := client.IsEdns0(); o != nil {
-		k.do = o.Do()
-	}
-	return k
+func keyFor(client *clientQuery, name string) cacheKey {
+	return cacheKey{name: strings.ToLower(name), qtype: client.qtype, qclass: client.qclass, cd: client.cd, do: client.do}
 }
 
-// sendsECS reports whether client carries an EDNS Client Subnet option. With
-// forward_ecs such an answer is for one subnet, which the key does not
-// hold: it is neither cached nor shared.
-func sendsECS(client *dns.Msg) bool {
-	o := client.IsEdns0()
-	if o == nil {
-		return false
-	}
-	for _, opt := range o.Option {
-		if opt.Option() == dns.EDNS0SUBNET {
-			return true
-		}
-	}
-	return false
-}
+// With forward_ecs an answer to a query carrying an EDNS Client Subnet
+// option (clientQuery.ecs) is for one subnet, which the key does not hold:
+// it is neither cached nor shared.
 
 // answerCache holds upstream answers, positive and negative, each until its
 // TTL runs out. Eviction beyond MaxEntries is otter's W-TinyLFU, which keeps
@@ -114,93 +98,108 @@ func (c *fedClock) NowNano() int64                    { return c.nanos.Load() }
 func (*fedClock) Tick(time.Duration) <-chan time.Time { return nil }
 
 // entry is an upstream answer (NOERROR or NXDOMAIN) in the form the cache
-// keeps and every client's reply is built from. Its records never change
-// once it is made: replies share them, and only the header, the question
-// and the OPT record are each reply's own.
+// keeps and every client's reply is written from: the packed message,
+// never changed once made. A reply is a copy with the client's ID, RD
+// bit and question case, the TTLs counted down in place, and an OPT
+// record written for the client.
 type entry struct {
-	result Result // ResultAnswer or ResultNXDomain
-	hdr    dns.MsgHdr
-	opt    *dns.OPT // the upstream's OPT, less per-hop options; nil if none
-	stored time.Time
-	ttl    time.Duration // how long it may be served; 0: not to be cached
-	base   *agedRecords  // the records at age 0, TTLs already clamped
-	aged   atomic.Pointer[agedRecords]
+	result   Result // ResultAnswer or ResultNXDomain
+	msg      []byte // ID 0, TC clear, no OPT record; TTLs clamped at age 0
+	ttls     []uint16
+	optData  []byte // the upstream's EDNS options less per-hop ones
+	optClass uint16 // the upstream's OPT UDP size; 0 when it sent none
+	stored   time.Time
+	ttl      time.Duration // how long it may be served; 0: not to be cached
 }
 
-// agedRecords are an entry's records with their TTLs counted down by age
-// whole seconds. One set is made per second an entry is read in.
-type agedRecords struct {
-	age               uint32
-	answer, ns, extra []dns.RR // extra without OPT
-}
-
-// newEntry makes the entry for reply, taking its records (it changes their
-// TTLs). conf gives the clamps.
-func newEntry(reply *dns.Msg, result Result, conf CacheConfig, now time.Time) *entry {
-	en := &entry{result: result, hdr: reply.MsgHdr, stored: now}
-	en.hdr.Truncated = false
-	recs := &agedRecords{answer: reply.Answer, ns: reply.Ns}
-	for _, rr := range reply.Extra {
-		if opt, ok := rr.(*dns.OPT); ok {
-			en.opt = hopOptionsRemoved(opt)
-			continue
+// newEntry makes the entry for reply, a message that walked as w and that
+// the entry may keep (its TTLs are changed in place). conf gives the
+// clamps.
+func newEntry(reply []byte, w walkedReply, result Result, conf CacheConfig, now time.Time) *entry {
+	if w.optStart >= 0 && !w.optLast {
+		// Cutting an OPT record out of the middle would move names that
+		// later records point to: let miekg/dns put it last, once.
+		if r, rw, ok := optMovedLast(reply); ok {
+			reply, w = r, rw
 		}
-		recs.extra = append(recs.extra, rr)
 	}
-	en.ttl = clampTTLs(recs, reply.Rcode, conf)
-	en.base = recs
-	en.aged.Store(recs)
+	en := &entry{result: result, stored: now}
+	if w.optStart >= 0 && w.optLast {
+		en.optClass = w.optClass
+		en.optData = hopOptionsRemoved(w.optData)
+		reply = reply[:w.optStart]
+		binary.BigEndian.PutUint16(reply[offARCount:], binary.BigEndian.Uint16(reply[offARCount:])-1)
+	}
+	reply[offFlags] &^= 0x02 // TC
+	binary.BigEndian.PutUint16(reply, 0)
+	en.msg = reply
+
+	positive := w.rcode == dns.RcodeSuccess && w.ancount > 0
+	soaDone := false
+	var life uint32
+	walkReply(reply, func(section, off int, typ uint16) {
+		en.ttls = append(en.ttls, uint16(off))
+		ttl := binary.BigEndian.Uint32(reply[off:])
+		switch {
+		case positive:
+			binary.BigEndian.PutUint32(reply[off:], clampSeconds(ttl, conf.MinTTL, conf.MaxTTL))
+		case section == 1 && typ == dns.TypeSOA && !soaDone:
+			// RFC 2308 §5: the SOA carries the negative TTL.
+			soaDone = true
+			life = clampSeconds(min(ttl, w.facts.soaMinimum), conf.MinTTL, conf.NegativeMaxTTL)
+			binary.BigEndian.PutUint32(reply[off:], life)
+		}
+	})
+	if secs, ok := answerTTL(w.facts); ok {
+		if positive {
+			life = clampSeconds(secs, conf.MinTTL, conf.MaxTTL)
+		}
+		en.ttl = time.Duration(life) * time.Second
+	}
 	return en
 }
 
-// hopOptionsRemoved returns opt without the options that belong to one
-// hop (cookies, padding, keepalive, the client subnet); EDE and the rest
-// are kept.
-func hopOptionsRemoved(opt *dns.OPT) *dns.OPT {
-	out := &dns.OPT{Hdr: opt.Hdr}
-	for _, o := range opt.Option {
-		switch o.Option() {
-		case dns.EDNS0COOKIE, dns.EDNS0PADDING, dns.EDNS0TCPKEEPALIVE, dns.EDNS0SUBNET:
+// optMovedLast repacks reply with its OPT record last.
+func optMovedLast(reply []byte) ([]byte, walkedReply, bool) {
+	m := new(dns.Msg)
+	if err := m.Unpack(reply); err != nil {
+		return nil, walkedReply{}, false
+	}
+	var opt dns.RR
+	extra := m.Extra[:0]
+	for _, rr := range m.Extra {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			opt = rr
 			continue
 		}
-		out.Option = append(out.Option, o)
+		extra = append(extra, rr)
 	}
-	return out
+	m.Extra = append(extra, opt)
+	m.Compress = true
+	out, err := m.Pack()
+	if err != nil {
+		return nil, walkedReply{}, false
+	}
+	w, ok := walkReply(out, nil)
+	return out, w, ok && w.optLast
 }
 
-// clampTTLs brings recs' TTLs within conf's bounds and returns how long the
-// answer may be cached, 0 for never.
-//
-// A positive answer lives as long as its shortest record, each record
-// clamped to [MinTTL, MaxTTL]. A negative one (NXDOMAIN, or NOERROR with no
-// answer) lives min(SOA TTL, SOA MINIMUM) clamped to [MinTTL,
-// NegativeMaxTTL] (RFC 2308 §5), and its SOA carries that TTL; without a
-// SOA it is not cached (RFC 2308 §5).
-func clampTTLs(recs *agedRecords, rcode int, conf CacheConfig) time.Duration {
-	if rcode == dns.RcodeSuccess && len(recs.answer) > 0 {
-		lowest := ^uint32(0)
-		for _, section := range [...][]dns.RR{recs.answer, recs.ns} {
-			for _, rr := range section {
-				h := rr.Header()
-				h.Ttl = clampSeconds(h.Ttl, conf.MinTTL, conf.MaxTTL)
-				lowest = min(lowest, h.Ttl)
-			}
+// hopOptionsRemoved returns the EDNS options of data without those that
+// belong to one hop (cookies, padding, keepalive, the client subnet); EDE
+// and the rest are kept. The result does not alias data.
+func hopOptionsRemoved(data []byte) []byte {
+	var out []byte
+	for o := 0; o+4 <= len(data); {
+		code := binary.BigEndian.Uint16(data[o:])
+		end := min(o+4+int(binary.BigEndian.Uint16(data[o+2:])), len(data))
+		switch code {
+		case dns.EDNS0COOKIE, dns.EDNS0PADDING, dns.EDNS0TCPKEEPALIVE, dns.EDNS0SUBNET:
+		default:
+			out = append(out, data[o:end]...)
 		}
-		// Additional records are clamped too but do not bound the
-		// answer's life: they count down to 0 at the least.
-		for _, rr := range recs.extra {
-			h := rr.Header()
-			h.Ttl = clampSeconds(h.Ttl, conf.MinTTL, conf.MaxTTL)
-		}
-		return time.Duration(lowest) * time.Second
+		o = end
 	}
-	for _, rr := range recs.ns {
-		if soa, ok := rr.(*dns.SOA); ok {
-			soa.Hdr.Ttl = clampSeconds(min(soa.Hdr.Ttl, soa.Minttl), conf.MinTTL, conf.NegativeMaxTTL)
-			return time.Duration(soa.Hdr.Ttl) * time.Second
-		}
-	}
-	return 0
+	return out
 }
 
 // clampSeconds is ttl (seconds) within [lo, hi].
@@ -218,75 +217,50 @@ func clampSeconds(ttl uint32, lo, hi time.Duration) uint32 {
 // live reports whether the entry may still be served at now.
 func (en *entry) live(now time.Time) bool { return now.Sub(en.stored) < en.ttl }
 
-// at returns the records as they read at now: TTLs counted down by the
-// whole seconds since the entry was stored.
-func (en *entry) at(now time.Time) *agedRecords {
-	age := uint32(now.Sub(en.stored) / time.Second)
-	recs := en.aged.Load()
-	if recs.age == age {
-		return recs
+// appendReply appends cq's reply, written from the entry as it reads at
+// now: the client's ID and RD bit; qname, when not nil, written over the
+// question name (the client's case, for a name that differs only in
+// case); TTLs counted down by the whole seconds since the entry was
+// stored; an OPT record when the client sent one (RFC 6891), with the
+// client's DO bit, padded when the query was.
+func (en *entry) appendReply(dst []byte, cq *clientQuery, qname []byte, now time.Time) []byte {
+	start := len(dst)
+	dst = append(dst, en.msg...)
+	m := dst[start:]
+	binary.BigEndian.PutUint16(m, cq.id)
+	m[offFlags] &^= 0x01
+	if cq.rd {
+		m[offFlags] |= 0x01
 	}
-	b := en.base
-	recs = &agedRecords{age: age, answer: agedCopy(b.answer, age), ns: agedCopy(b.ns, age), extra: agedCopy(b.extra, age)}
-	en.aged.Store(recs) // racing readers store equal sets
-	return recs
-}
-
-func agedCopy(rrs []dns.RR, age uint32) []dns.RR {
-	if len(rrs) == 0 {
-		return nil
+	if len(qname) > 0 && headerLen+len(qname) <= len(m) {
+		copy(m[headerLen:], qname)
 	}
-	out := make([]dns.RR, len(rrs))
-	for i, rr := range rrs {
-		c := dns.Copy(rr)
-		h := c.Header()
-		h.Ttl = max(h.Ttl, age) - age
-		out[i] = c
-	}
-	return out
-}
-
-// replyBox is one client's reply in a single allocation: the message, its
-// question, its additional section and its OPT record.
-type replyBox struct {
-	msg   dns.Msg
-	q     [1]dns.Question
-	extra [3]dns.RR
-	opt   dns.OPT
-}
-
-// reply builds client's reply from the entry as it reads at now. The
-// question is the client's, name case included; the ID is the client's.
-// Answer, authority and additional records are shared with the entry and
-// must not be changed; the slices are capped, so appending copies them.
-func (en *entry) reply(client *dns.Msg, now time.Time) *dns.Msg {
-	recs := en.at(now)
-	b := new(replyBox)
-	m := &b.msg
-	m.MsgHdr = en.hdr
-	m.Id = client.Id
-	m.RecursionDesired = client.RecursionDesired
-	b.q[0] = client.Question[0]
-	m.Question = b.q[:]
-	m.Answer = recs.answer[:len(recs.answer):len(recs.answer)]
-	m.Ns = recs.ns[:len(recs.ns):len(recs.ns)]
-	extra := b.extra[:0]
-	if len(recs.extra) >= len(b.extra) {
-		extra = make([]dns.RR, 0, len(recs.extra)+1)
-	}
-	extra = append(extra, recs.extra...)
-	if co := client.IsEdns0(); co != nil {
-		if en.opt != nil {
-			b.opt = *en.opt
-			b.opt.Option = b.opt.Option[:len(b.opt.Option):len(b.opt.Option)]
-		} else {
-			b.opt.Hdr = dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: upstreamUDPSize}
+	if age := uint32(now.Sub(en.stored) / time.Second); age > 0 {
+		for _, off := range en.ttls {
+			ttl := binary.BigEndian.Uint32(m[off:])
+			binary.BigEndian.PutUint32(m[off:], max(ttl, age)-age)
 		}
-		b.opt.SetDo(co.Do())
-		extra = append(extra, &b.opt)
 	}
-	if len(extra) > 0 {
-		m.Extra = extra[:len(extra):len(extra)]
+	if !cq.opt {
+		return dst
 	}
-	return m
+	binary.BigEndian.PutUint16(m[offARCount:], binary.BigEndian.Uint16(m[offARCount:])+1)
+	class := en.optClass
+	if class == 0 {
+		class = upstreamUDPSize
+	}
+	var ttl uint32
+	if cq.do {
+		ttl = 1 << 15
+	}
+	dst = append(dst, 0) // root
+	dst = binary.BigEndian.AppendUint16(dst, dns.TypeOPT)
+	dst = binary.BigEndian.AppendUint16(dst, class)
+	dst = binary.BigEndian.AppendUint32(dst, ttl)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(en.optData)))
+	dst = append(dst, en.optData...)
+	if cq.padded {
+		dst = padOPT(dst, start)
+	}
+	return dst
 }

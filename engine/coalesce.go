@@ -20,9 +20,9 @@ type flights struct {
 type flight struct {
 	done chan struct{} // closed when the fields below are set
 
-	entry     *entry   // the answer or NXDOMAIN; nil otherwise
-	result    Response // the result when entry is nil (unavailable), without Msg
-	abandoned bool     // ended by the leader's own budget: ask again
+	entry     *entry // the answer or NXDOMAIN; nil otherwise
+	result    found  // the result when entry is nil (unavailable)
+	abandoned bool   // ended by the leader's own budget: ask again
 }
 
 // join returns the flight for k, and whether the caller leads it.
@@ -54,6 +54,6 @@ func (f *flights) land(k cacheKey, fl *flight) {
 // abandons reports whether a leader's result is its own and not the
 // question's: its client went away or its own question timeout ran out.
 // A follower asks again rather than take it.
-func abandons(r Response) bool {
-	return r.Result == ResultCancelled || (r.Result == ResultUnavailable && r.Reason == ReasonQuestionTimeout)
+func abandons(r found) bool {
+	return r.result == ResultCancelled || (r.result == ResultUnavailable && r.reason == ReasonQuestionTimeout)
 }

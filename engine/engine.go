@@ -111,52 +111,127 @@ func (e *Engine) Reconfigure(cfg Config) error {
 // now is the marks' clock: monotonic time since the engine started.
 func (e *Engine) now() time.Duration { return time.Since(e.epoch) }
 
-// Response is a question's result. Msg is always set: the answer, or the
-// SERVFAIL a client gets for an unavailable question. Its ID is the
-// client's. Msg's header, question, sections and OPT record are this
-// question's own; the records in its sections may be shared with the cache
-// and other questions and must not be changed (the slices are capped, so
-// appending is safe).
+// Response is a question's result.
+//
+// From ResolveWire, Wire is the client's reply: the client's ID, an OPT
+// record when the client sent one, padded to a multiple of PaddingBlock
+// when the query was padded. From Resolve, Msg is that reply unpacked.
 type Response struct {
-	Msg      *dns.Msg
-	Result   Result
-	Reason   Reason // why, for ResultUnavailable
-	Question uint64 // the question's id, as in its events
-	Scope    string
-	Attempts int
-	CacheHit bool
+	Msg  *dns.Msg // set by Resolve
+	Wire []byte   // set by ResolveWire
+	// Rcode is the reply's rcode, extended bits included.
+	Rcode int
+	// TTL is the answer's TTL as the reply carries it, for Cache-Control;
+	// Cacheable is false when the reply must not be kept (SERVFAIL,
+	// unavailable, a negative answer without SOA). See answerTTL.
+	TTL       uint32
+	Cacheable bool
+	Result    Result
+	Reason    Reason // why, for ResultUnavailable
+	Question  uint64 // the question's id, as in its events
+	Scope     string
+	Attempts  int
+	CacheHit  bool
 }
 
-// Resolve answers one client query. The front end has checked it: opcode
-// QUERY and exactly one question. ctx is the client's budget.
+// Resolve answers one client query given unpacked. The front end has
+// checked it: opcode QUERY and exactly one question. ctx is the client's
+// budget. It packs q and unpacks the reply around ResolveWire: use it where
+// a dns.Msg is wanted anyway (the JSON form, tests).
 func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
+	raw, err := q.Pack()
+	if err != nil {
+		raw = nil
+	}
+	resp := e.ResolveWire(ctx, raw, nil)
+	m := new(dns.Msg)
+	if err := m.Unpack(resp.Wire); err != nil || resp.Wire == nil {
+		m = unavailableReply(q, ReasonAttemptsSpent)
+		m.Id = q.Id
+	}
+	resp.Msg = m
+	return resp
+}
+
+// ResolveWire answers one client query given as bytes, appending the
+// client's reply to dst (Response.Wire). The front end has checked the
+// query: opcode QUERY and exactly one question. ctx is the client's
+// budget. On the forwarding path nothing is unpacked: the upstream's
+// reply is matched from its header and question, read by a walk of its
+// records, kept packed and copied out with the client's ID.
+func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Response {
 	start := time.Now()
+	cq, ok := parseQuery(query)
+	if !ok {
+		// Not readable without unpacking (a compressed question name):
+		// rare enough to go through miekg/dns.
+		if cq, ok = unpackedQuery(query); !ok {
+			return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+		}
+	}
 	rt := e.routes.Load() // one configuration for the whole question
-	qs := q.Question[0]
 	qn := question{
 		e:      e,
 		ctx:    ctx,
 		cfg:    rt.cfg,
 		routes: rt,
-		client: q,
+		client: cq,
 		id:     e.questionIDs.Add(1),
-		scope:  rt.route(qs.Name),
+		scope:  rt.route(cq.name),
 		start:  start,
 	}
 	qn.setBudget(start)
-	resp := qn.resolve()
-	resp.Question, resp.Scope, resp.Attempts = qn.id, qn.scope.name, qn.spent
-	if resp.Msg == nil {
-		resp.Msg = unavailableReply(q, resp.Reason)
-	}
-	resp.Msg.Id = q.Id
+	f := qn.resolve()
+	resp := Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit,
+		Question: qn.id, Scope: qn.scope.name, Attempts: qn.spent}
+	resp.Wire = qn.writeReply(dst, f)
+	w, _ := walkReply(resp.Wire[len(dst):], nil)
+	resp.Rcode = w.rcode
+	resp.TTL, resp.Cacheable = answerTTL(w.facts)
 	e.counters.questions[resp.Result].Add(1)
 	e.observer.Question(QuestionEvent{
-		Question: qn.id, QName: qs.Name, QType: qs.Qtype, Scope: qn.scope.name,
+		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
 		CacheHit: resp.CacheHit, Duration: time.Since(start),
 	})
 	return resp
+}
+
+// writeReply appends the client's reply for f to dst.
+func (qn *question) writeReply(dst []byte, f found) []byte {
+	cq := qn.client
+	switch {
+	case f.en != nil:
+		return f.en.appendReply(dst, cq, cq.qname, f.at)
+	case f.msg != nil:
+		if out, err := appendPacked(dst, f.msg, cq); err == nil {
+			return out
+		}
+	}
+	out, err := appendPacked(dst, unavailableReply(cq.message(), f.reason), cq)
+	if err != nil {
+		return dst
+	}
+	return out
+}
+
+// unpackedQuery reads a query through miekg/dns, for the few that
+// parseQuery cannot read (a compressed question name).
+func unpackedQuery(raw []byte) (*clientQuery, bool) {
+	m := new(dns.Msg)
+	if err := m.Unpack(raw); err != nil || len(m.Question) != 1 {
+		return nil, false
+	}
+	m.Compress = false
+	plain, err := m.Pack()
+	if err != nil {
+		return nil, false
+	}
+	cq, ok := parseQuery(plain)
+	if ok {
+		cq.msg = m
+	}
+	return cq, ok
 }
 
 // question is one client question on its way through the attempts.
@@ -164,7 +239,7 @@ type question struct {
 	e      *Engine
 	ctx    context.Context
 	cfg    *Config
-	client *dns.Msg
+	client *clientQuery
 	id     uint64
 	scope  *scope
 	routes *routes   // the configuration the question started with
@@ -188,24 +263,9 @@ func (qn *question) setBudget(start time.Time) {
 
 // ended returns the response of a question whose budget ran out: the
 // client's (cancelled) or the question's own (unavailable).
-func (qn *question) ended() Response {
+func (qn *question) ended() found {
 	if qn.ctx.Err() != nil || qn.budgetBy == budgetClient {
-		return Response{Result: ResultCancelled, Reason: ReasonQuestionTimeout}
+		return found{result: ResultCancelled, reason: ReasonQuestionTimeout}
 	}
-	return Response{Result: ResultUnavailable, Reason: ReasonQuestionTimeout}
-}
-
-// clientReply shapes an upstream reply for the client: its OPT record goes
-// when the client sent none (RFC 6891). The ID is set by Resolve.
-func clientReply(client, reply *dns.Msg) *dns.Msg {
-	if client.IsEdns0() == nil {
-		extra := reply.Extra[:0]
-		for _, rr := range reply.Extra {
-			if rr.Header().Rrtype != dns.TypeOPT {
-				extra = append(extra, rr)
-			}
-		}
-		reply.Extra = extra
-	}
-	return reply
+	return found{result: ResultUnavailable, reason: ReasonQuestionTimeout}
 }

@@ -62,16 +62,16 @@ func buildLocal(hosts map[string][]string) (*localNames, error) {
 
 // answer returns the local reply to client's question asked as name, or
 // nil when name is not local. Only class IN is answered locally.
-func (l *localNames) answer(client *dns.Msg, name string) *dns.Msg {
-	q := client.Question[0]
-	if q.Qclass != dns.ClassINET {
+func (l *localNames) answer(cq *clientQuery, name string) *dns.Msg {
+	if cq.qclass != dns.ClassINET {
 		return nil
 	}
+	q := dns.Question{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}
 	switch {
 	case inDomain(name, invalidDomain):
-		return localReply(client, dns.RcodeNameError)
+		return localReply(cq, dns.RcodeNameError)
 	case inDomain(name, localhostDomain):
-		m := localReply(client, dns.RcodeSuccess)
+		m := localReply(cq, dns.RcodeSuccess)
 		switch q.Qtype {
 		case dns.TypeA:
 			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dns.TypeA), A: netip.MustParseAddr("127.0.0.1").AsSlice()})
@@ -81,7 +81,7 @@ func (l *localNames) answer(client *dns.Msg, name string) *dns.Msg {
 		return m
 	}
 	if q.Qtype == dns.TypePTR && (strings.EqualFold(name, ptrLocalhostV4) || strings.EqualFold(name, ptrLocalhostV6)) {
-		m := localReply(client, dns.RcodeSuccess)
+		m := localReply(cq, dns.RcodeSuccess)
 		m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: localhostDomain})
 		return m
 	}
@@ -91,7 +91,7 @@ func (l *localNames) answer(client *dns.Msg, name string) *dns.Msg {
 	key := strings.ToLower(name)
 	if q.Qtype == dns.TypePTR {
 		if targets, ok := l.ptrs[key]; ok {
-			m := localReply(client, dns.RcodeSuccess)
+			m := localReply(cq, dns.RcodeSuccess)
 			for _, t := range targets {
 				m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: t})
 			}
@@ -102,7 +102,7 @@ func (l *localNames) answer(client *dns.Msg, name string) *dns.Msg {
 	if !ok {
 		return nil
 	}
-	m := localReply(client, dns.RcodeSuccess)
+	m := localReply(cq, dns.RcodeSuccess)
 	for _, a := range addrs {
 		switch {
 		case q.Qtype == dns.TypeA && a.Is4():
@@ -116,12 +116,13 @@ func (l *localNames) answer(client *dns.Msg, name string) *dns.Msg {
 
 // localReply is a reply to client with rcode and no records yet: RA set,
 // and an OPT record when the client sent one.
-func localReply(client *dns.Msg, rcode int) *dns.Msg {
+func localReply(cq *clientQuery, rcode int) *dns.Msg {
 	m := new(dns.Msg)
-	m.SetRcode(client, rcode)
-	m.RecursionAvailable = true
-	if co := client.IsEdns0(); co != nil {
-		m.SetEdns0(upstreamUDPSize, co.Do())
+	m.Id, m.Response, m.Opcode, m.Rcode = cq.id, true, dns.OpcodeQuery, rcode
+	m.RecursionDesired, m.CheckingDisabled, m.RecursionAvailable = cq.rd, cq.cd, true
+	m.Question = []dns.Question{{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}}
+	if cq.opt {
+		m.SetEdns0(upstreamUDPSize, cq.do)
 	}
 	return m
 }

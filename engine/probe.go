@@ -28,8 +28,7 @@ func probeDue(until, now, lead time.Duration) bool {
 
 // probeQuery is ". IN NS" with RD and EDNS0, as other forwarders probe.
 var probeQuery = func() []byte {
-	q := new(dns.Msg)
-	q.SetQuestion(".", dns.TypeNS)
+	q := &clientQuery{rd: true, opt: true, name: ".", qtype: dns.TypeNS, qclass: dns.ClassINET}
 	wire, err := appendQuery(nil, q, ".", false)
 	if err != nil {
 		panic(err)

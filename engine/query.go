@@ -22,7 +22,7 @@ var queryBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return
 //
 // The message is written by hand: a header, one question and an OPT record
 // are all a query is, and this runs for every question.
-func packQuery(client *dns.Msg, name string, forwardECS bool) (*[]byte, error) {
+func packQuery(client *clientQuery, name string, forwardECS bool) (*[]byte, error) {
 	bp := queryBuffers.Get().(*[]byte)
 	buf, err := appendQuery((*bp)[:0], client, name, forwardECS)
 	if err != nil {
@@ -34,12 +34,12 @@ func packQuery(client *dns.Msg, name string, forwardECS bool) (*[]byte, error) {
 }
 
 // appendQuery appends the TCP length placeholder and the query to dst.
-func appendQuery(dst []byte, client *dns.Msg, name string, forwardECS bool) ([]byte, error) {
+func appendQuery(dst []byte, client *clientQuery, name string, forwardECS bool) ([]byte, error) {
 	var flags uint16
-	if client.RecursionDesired {
+	if client.rd {
 		flags |= 1 << 8
 	}
-	if client.CheckingDisabled {
+	if client.cd {
 		flags |= 1 << 4
 	}
 	dst = append(dst, 0, 0)                     // TCP length, written per transaction
@@ -58,20 +58,20 @@ func appendQuery(dst []byte, client *dns.Msg, name string, forwardECS bool) ([]b
 		return nil, err
 	}
 	dst = dst[:end]
-	cq := client.Question[0]
-	dst = binary.BigEndian.AppendUint16(dst, cq.Qtype)
-	dst = binary.BigEndian.AppendUint16(dst, cq.Qclass)
+	dst = binary.BigEndian.AppendUint16(dst, client.qtype)
+	dst = binary.BigEndian.AppendUint16(dst, client.qclass)
 
-	co := client.IsEdns0()
 	var ttl uint32 // extended rcode 0, version 0, flags
-	if co != nil && co.Do() {
+	if client.do {
 		ttl |= 1 << 15
 	}
 	var ecs []dns.EDNS0
-	if forwardECS && co != nil {
-		for _, o := range co.Option {
-			if o.Option() == dns.EDNS0SUBNET {
-				ecs = append(ecs, o)
+	if forwardECS && client.ecs {
+		if co := client.message().IsEdns0(); co != nil {
+			for _, o := range co.Option {
+				if o.Option() == dns.EDNS0SUBNET {
+					ecs = append(ecs, o)
+				}
 			}
 		}
 	}

@@ -17,9 +17,17 @@ func TestAppendQueryParsesBack(t *testing.T) {
 	ecs := &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0)}
 	opt := client.IsEdns0()
 	opt.Option = append(opt.Option, ecs)
+	raw, err := client.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, ok := parseQuery(raw)
+	if !ok || !cq.ecs || !cq.do || !cq.cd || !cq.rd || cq.name != "Www.Example.ORG." {
+		t.Fatalf("parseQuery: %+v %v", cq, ok)
+	}
 
 	for _, forward := range []bool{false, true} {
-		wire, err := appendQuery(nil, client, client.Question[0].Name, forward)
+		wire, err := appendQuery(nil, cq, cq.name, forward)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +50,7 @@ func TestAppendQueryParsesBack(t *testing.T) {
 	for len(long) < 260 {
 		long = append(long, "abcdefghi."...)
 	}
-	if _, err := appendQuery(nil, client, string(long), false); err == nil {
+	if _, err := appendQuery(nil, cq, string(long), false); err == nil {
 		t.Fatal("a name over 255 octets packed")
 	}
 }

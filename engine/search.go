@@ -23,67 +23,79 @@ func candidates(dst []string, name string, search []string) []string {
 	return append(dst, name)
 }
 
-// viaCandidate turns m, the client's reply for a search candidate, into
-// the reply for the name the client asked: a CNAME from asked to candidate
-// comes first, then the candidate's records. The CNAME lives no longer than
-// the records it leads to.
-func viaCandidate(m *dns.Msg, asked, candidate string) *dns.Msg {
+// found is how a candidate, or the whole question, was answered inside
+// the engine, before the client's reply is written: from an entry (an
+// upstream answer, fresh or cached, read at the time at), or a message
+// made here (local names, a search candidate's CNAME), or neither
+// (unavailable, cancelled: see reason).
+type found struct {
+	result   Result
+	reason   Reason
+	cacheHit bool
+	en       *entry
+	at       time.Time
+	msg      *dns.Msg
+}
+
+// rcode is the found answer's rcode, or -1 without one.
+func (f found) rcode() int {
+	switch {
+	case f.en != nil:
+		return int(f.en.msg[3] & 0x0F)
+	case f.msg != nil:
+		return f.msg.Rcode
+	}
+	return -1
+}
+
+// isNXDomain reports whether f says the name does not exist, from upstream
+// or from the cache.
+func isNXDomain(f found) bool {
+	return (f.result == ResultNXDomain || f.result == ResultLocal) && f.rcode() == dns.RcodeNameError
+}
+
+// isAnswer reports whether f carries a NOERROR reply (NODATA included).
+func isAnswer(f found) bool {
+	return (f.result == ResultAnswer || f.result == ResultLocal) && f.rcode() == dns.RcodeSuccess
+}
+
+// viaCandidate is f, the answer for a search candidate, as the reply for
+// the name the client asked: a CNAME from asked to candidate first, then
+// the candidate's records. The CNAME lives no longer than the answer it
+// leads to. This path unpacks: it is rare, and miekg/dns earns its place.
+func (qn *question) viaCandidate(f found, asked, candidate string) found {
+	m := f.msg
+	if m == nil {
+		var buf []byte
+		buf = f.en.appendReply(buf, qn.client, nil, f.at)
+		m = new(dns.Msg)
+		if err := m.Unpack(buf); err != nil {
+			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
+		}
+	}
+	ttl, _ := MsgTTL(m)
 	cname := &dns.CNAME{
-		Hdr:    dns.RR_Header{Name: asked, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: shortestTTL(m)},
+		Hdr:    dns.RR_Header{Name: asked, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: ttl},
 		Target: candidate,
 	}
-	answer := make([]dns.RR, 0, 1+len(m.Answer))
-	m.Answer = append(append(answer, cname), m.Answer...)
-	return m
-}
-
-// shortestTTL is the smallest TTL of m's answer records, or of its SOA for
-// NODATA (RFC 2308), or 0.
-func shortestTTL(m *dns.Msg) uint32 {
-	if len(m.Answer) > 0 {
-		ttl := m.Answer[0].Header().Ttl
-		for _, rr := range m.Answer[1:] {
-			ttl = min(ttl, rr.Header().Ttl)
-		}
-		return ttl
-	}
-	for _, rr := range m.Ns {
-		if soa, ok := rr.(*dns.SOA); ok {
-			return min(soa.Hdr.Ttl, soa.Minttl)
-		}
-	}
-	return 0
-}
-
-// isNXDomain reports whether r says the name does not exist, from upstream
-// or from the cache.
-func isNXDomain(r Response) bool {
-	switch r.Result {
-	case ResultNXDomain:
-		return true
-	case ResultLocal:
-		return r.Msg != nil && r.Msg.Rcode == dns.RcodeNameError
-	}
-	return false
-}
-
-// isAnswer reports whether r carries a NOERROR reply (NODATA included).
-func isAnswer(r Response) bool {
-	return (r.Result == ResultAnswer || r.Result == ResultLocal) && r.Msg != nil && r.Msg.Rcode == dns.RcodeSuccess
+	m.Question = []dns.Question{{Name: asked, Qtype: qn.client.qtype, Qclass: qn.client.qclass}}
+	m.Answer = append([]dns.RR{cname}, m.Answer...)
+	f.msg, f.en = m, nil
+	return f
 }
 
 // resolve runs the question (SPEC §1.4, §1.5): a local answer if the name
 // is the engine's own; else each candidate in order, from the cache or
 // upstream, until one has an answer. NXDOMAIN moves to the next candidate
 // without spending an attempt; failures share the question's attempts.
-func (qn *question) resolve() Response {
-	rt, asked := qn.routes, qn.client.Question[0].Name
+func (qn *question) resolve() found {
+	rt, asked := qn.routes, qn.client.name
 	if m := rt.local.answer(qn.client, asked); m != nil {
-		return Response{Msg: m, Result: ResultLocal}
+		return found{msg: m, result: ResultLocal}
 	}
 	// Before the ceiling is looked at, and not a refusal.
 	if len(qn.scope.servers) == 0 {
-		return Response{Result: ResultUnavailable, Reason: ReasonNoServers}
+		return found{result: ResultUnavailable, reason: ReasonNoServers}
 	}
 	var buf [4]string
 	names := candidates(buf[:0], asked, qn.scope.search)
@@ -94,9 +106,9 @@ func (qn *question) resolve() Response {
 			continue
 		}
 		if searched && isAnswer(r) {
-			r.Msg = viaCandidate(r.Msg, asked, name)
+			r = qn.viaCandidate(r, asked, name)
 		}
-		if r.CacheHit {
+		if r.cacheHit {
 			qn.e.counters.cacheHits.Add(1)
 		}
 		return r
@@ -107,14 +119,14 @@ func (qn *question) resolve() Response {
 // lookup answers one candidate: locally, from the cache, by joining the
 // flight already asking it, or by asking upstream. searched says name is a
 // search candidate, whose NXDOMAIN moves on and spends nothing.
-func (qn *question) lookup(name string, searched bool) Response {
+func (qn *question) lookup(name string, searched bool) found {
 	rt := qn.routes
 	if searched {
 		if m := rt.local.answer(qn.client, name); m != nil {
-			return Response{Msg: m, Result: ResultLocal}
+			return found{msg: m, result: ResultLocal}
 		}
 	}
-	if rt.cfg.ForwardECS && sendsECS(qn.client) {
+	if rt.cfg.ForwardECS && qn.client.ecs {
 		r, _ := qn.askUpstream(name, searched)
 		return r
 	}
@@ -136,40 +148,35 @@ func (qn *question) lookup(name string, searched bool) Response {
 
 // cached returns the cache's answer for key, if any. Hits spend no attempt
 // and ignore the ceiling.
-func (qn *question) cached(key cacheKey) (Response, bool) {
-	r, _ := qn.cachedEntry(key)
-	return r, r.Msg != nil
-}
-
-func (qn *question) cachedEntry(key cacheKey) (Response, *entry) {
+func (qn *question) cached(key cacheKey) (found, bool) {
 	c := qn.routes.cache
 	if c == nil {
-		return Response{}, nil
+		return found{}, false
 	}
 	// The question's start is recent enough for a TTL in whole seconds,
 	// and reading the clock again costs more than the rest of a hit.
 	now := qn.start
 	en := c.get(key, now)
 	if en == nil {
-		return Response{}, nil
+		return found{}, false
 	}
-	return Response{Msg: en.reply(qn.client, now), Result: ResultLocal, CacheHit: true}, en
+	return found{en: en, at: now, result: ResultLocal, cacheHit: true}, true
 }
 
 // lead asks name upstream for every question that joins fl, and caches the
 // answer before the followers wake.
-func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) Response {
+func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) found {
 	rt := qn.routes
 	fl.abandoned = true // until a result is set: a panic below must not strand the followers
 	defer rt.flights.land(key, fl)
 	// The previous flight may have cached its answer between this
 	// question's miss and its join.
-	if r, en := qn.cachedEntry(key); en != nil {
-		fl.entry, fl.result, fl.abandoned = en, Response{Result: en.result}, false
+	if r, ok := qn.cached(key); ok {
+		fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
 		return r
 	}
 	r, en := qn.askUpstream(name, searched)
-	fl.entry, fl.result, fl.abandoned = en, Response{Result: r.Result, Reason: r.Reason}, abandons(r)
+	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
 	if en != nil && rt.cache != nil {
 		rt.cache.put(key, en)
 	}
@@ -178,7 +185,7 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) R
 
 // follow waits for fl and returns its result for this question, or false
 // when the leader abandoned it.
-func (qn *question) follow(fl *flight) (Response, bool) {
+func (qn *question) follow(fl *flight) (found, bool) {
 	var expired <-chan time.Time
 	if qn.budgetBy == budgetQuestion && !qn.budgetEnd.IsZero() {
 		t := time.NewTimer(time.Until(qn.budgetEnd))
@@ -193,27 +200,27 @@ func (qn *question) follow(fl *flight) (Response, bool) {
 		return qn.ended(), true
 	}
 	if fl.abandoned {
-		return Response{}, false
+		return found{}, false
 	}
 	if fl.entry == nil {
-		return fl.result, true // unavailable: Resolve writes the client's SERVFAIL
+		return fl.result, true // unavailable: ResolveWire writes the client's SERVFAIL
 	}
-	return Response{Msg: fl.entry.reply(qn.client, time.Now()), Result: fl.entry.result}, true
+	return found{en: fl.entry, at: time.Now(), result: fl.entry.result}, true
 }
 
 // askUpstream asks name through the attempt loop and, for an answer or
-// NXDOMAIN, makes the entry the reply is built from. searched refunds the
-// attempt of an NXDOMAIN: it moves the question on, it is not a failure.
-func (qn *question) askUpstream(name string, searched bool) (Response, *entry) {
-	r := qn.ask(name)
-	if r.Result != ResultAnswer && r.Result != ResultNXDomain {
+// NXDOMAIN, makes the entry the reply is written from. searched refunds
+// the attempt of an NXDOMAIN: it moves the question on, it is not a
+// failure.
+func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
+	r, res := qn.ask(name)
+	if r.result != ResultAnswer && r.result != ResultNXDomain {
 		return r, nil
 	}
-	if r.Result == ResultNXDomain && searched {
+	if r.result == ResultNXDomain && searched {
 		qn.spent--
 	}
 	now := time.Now()
-	en := newEntry(r.Msg, r.Result, qn.routes.cfg.Cache, now)
-	r.Msg = en.reply(qn.client, now)
-	return r, en
+	r.en, r.at = newEntry(res.reply, res.walked, r.result, qn.routes.cfg.Cache, now), now
+	return r, r.en
 }

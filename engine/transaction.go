@@ -42,8 +42,9 @@ type transaction struct {
 // exchangeResult is what a transaction brings back.
 type exchangeResult struct {
 	outcome Outcome
-	reply   *dns.Msg // set for answer, nxdomain, rcode and truncated
-	rcode   int      // -1 without a reply
+	reply   []byte      // the reply, a copy the result owns: set for answer and nxdomain
+	walked  walkedReply // what the walk of reply found
+	rcode   int         // -1 without a reply
 	// clean says the socket may serve another transaction: a UDP reply
 	// was used (answer, NXDOMAIN or truncated) and nothing else came.
 	clean bool
@@ -195,29 +196,39 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 }
 
 // matched checks one reply against the query. A reply that does not match,
-// or matches but does not parse, counts as mismatched and is ignored.
+// or matches but does not walk, counts as mismatched and is ignored. Only
+// the header and question are compared and the records walked: the reply
+// is not unpacked.
 func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 	if !replyMatches(m, query) {
 		e.counters.mismatchedReplies.Add(1)
 		return exchangeResult{}, false
 	}
-	reply := new(dns.Msg)
-	if err := reply.Unpack(m); err != nil {
+	w, ok := walkReply(m, nil)
+	if !ok {
+		if t == UDP && m[offFlags]&0x02 != 0 {
+			// Truncated, its last record cut: the TCP retry gets it
+			// whole, and nothing in it is used.
+			return exchangeResult{outcome: OutcomeTruncated, rcode: int(m[3] & 0x0F)}, true
+		}
 		e.counters.mismatchedReplies.Add(1)
 		return exchangeResult{}, false
 	}
-	r := exchangeResult{reply: reply, rcode: reply.Rcode}
+	r := exchangeResult{rcode: w.rcode, walked: w}
 	switch {
-	case reply.Truncated && t == UDP:
+	case w.tc && t == UDP:
 		// Over TCP there is nothing bigger to retry with: the reply
 		// is used as it is.
 		r.outcome = OutcomeTruncated
-	case reply.Rcode == dns.RcodeSuccess:
+	case w.rcode == dns.RcodeSuccess:
 		r.outcome = OutcomeAnswer
-	case reply.Rcode == dns.RcodeNameError:
+	case w.rcode == dns.RcodeNameError:
 		r.outcome = OutcomeNXDomain
 	default:
 		r.outcome = OutcomeRcode
+	}
+	if r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain {
+		r.reply = append(make([]byte, 0, len(m)+optRRLen), m...)
 	}
 	return r, true
 }
