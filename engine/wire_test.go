@@ -91,16 +91,17 @@ func recordsText(rs []dns.RR) string {
 // names) reaches the client record for record, first from upstream and
 // then from the cache.
 func TestWireCompressionPointers(t *testing.T) {
-	var sent *dns.Msg
+	answer := []string{"www.example.test. 300 IN CNAME web.example.test.", "web.example.test. 300 IN A 192.0.2.1"}
+	ns := []string{"example.test. 300 IN NS ns1.example.test.", "example.test. 300 IN NS ns2.example.test."}
+	glue := []string{"ns1.example.test. 300 IN A 192.0.2.53", "ns2.example.test. 300 IN A 192.0.2.54"}
 	_, up, ask := wireEngine(t, func(q upstreamtest.Query) upstreamtest.Action {
-		m := upstreamtest.ReplyTo(q.Msg, dns.RcodeSuccess,
-			"@ 300 IN CNAME web.example.test.", "web.example.test. 300 IN A 192.0.2.1")
-		m.Ns = rrs(t, "example.test. 300 IN NS ns1.example.test.", "example.test. 300 IN NS ns2.example.test.")
-		m.Extra = append(rrs(t, "ns1.example.test. 300 IN A 192.0.2.53", "ns2.example.test. 300 IN A 192.0.2.54"), m.Extra...)
+		m := upstreamtest.ReplyTo(q.Msg, dns.RcodeSuccess, answer...)
+		m.Ns = rrs(t, ns...)
+		m.Extra = append(rrs(t, glue...), m.Extra...)
 		m.Compress = true
-		sent = m
 		return packed(m, nil)
 	})
+	sent := &dns.Msg{Answer: rrs(t, answer...), Ns: rrs(t, ns...), Extra: rrs(t, glue...)}
 	for i, wantHit := range []bool{false, true} {
 		q := newQuery("www.example.test.", dns.TypeA)
 		q.Id = uint16(1000 + i)
