@@ -216,6 +216,17 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	if ev := d.Events(func(ev map[string]any) bool { return ev["message"] == "stopped" }); len(ev) != 1 || ev[0]["complete"] != true {
 		t.Fatalf("stopped event: %v", ev)
 	}
+	// Log events are written in batches: the ones of the drained
+	// questions still reach stderr before the process exits.
+	drained := func(msg string) int {
+		return len(d.Events(func(ev map[string]any) bool {
+			q, _ := ev["qname"].(string)
+			return ev["message"] == msg && strings.HasSuffix(q, ".drain.test.")
+		}))
+	}
+	if a, q := drained("attempt"), drained("question"); a != n || q != n {
+		t.Errorf("%d attempt and %d question events for %d drained questions: events lost on SIGTERM", a, q, n)
+	}
 }
 
 // One test for what an operator reads: the attempt and question events

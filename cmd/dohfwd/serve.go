@@ -46,9 +46,13 @@ func loadConfig(path string) (*config.Config, error) {
 
 // serve wires the engine, the DoH handler, telemetry and the listeners.
 func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
-	log, err := telemetry.NewLogger(logTo, cfg.Log.Format, cfg.Log.Level)
+	log, batch, err := telemetry.NewBatchedLogger(logTo, cfg.Log.Format, cfg.Log.Level)
 	if err != nil {
 		return err
+	}
+	if batch != nil {
+		// Last of all, after the drain: no event is lost on SIGTERM.
+		defer batch.Close()
 	}
 	// Lines from Go's log package (certmagic, net/http) join the stream.
 	stdlog.SetFlags(0)
@@ -61,6 +65,7 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
+	defer eng.Close() // its pooled sockets
 	met.CollectEngine(eng)
 
 	trusted := make([]netip.Prefix, 0, len(cfg.Listen.TrustedProxies))

@@ -1,0 +1,143 @@
+package telemetry
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// countingWriter records what reaches the output and how many writes.
+type countingWriter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	writes int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes++
+	return c.buf.Write(p)
+}
+
+func (c *countingWriter) snapshot() (string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String(), c.writes
+}
+
+// Events gather in memory and leave together: none one write each, all of
+// them within BatchInterval.
+func TestBatchWriterWritesInBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		out := &countingWriter{}
+		bw := NewBatchWriter(out)
+		o := NewObserver(zerolog.New(bw), nil)
+		for range 100 {
+			o.Attempt(sampleAttempt)
+		}
+		if s, n := out.snapshot(); n != 0 || s != "" {
+			t.Fatalf("%d writes before the interval, want 0", n)
+		}
+		time.Sleep(BatchInterval)
+		synctest.Wait()
+		s, n := out.snapshot()
+		if n != 1 {
+			t.Errorf("%d writes for 100 events, want 1 batch", n)
+		}
+		if lines := bytes.Count([]byte(s), []byte("\n")); lines != 100 {
+			t.Errorf("%d events out after the interval, want 100", lines)
+		}
+		bw.Close()
+	})
+}
+
+// A full batch leaves at once, without waiting for the interval.
+func TestBatchWriterFlushesFullBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		out := &countingWriter{}
+		bw := NewBatchWriter(out)
+		line := append(bytes.Repeat([]byte("x"), 1023), '\n')
+		for range BatchSize / len(line) {
+			bw.Write(line)
+		}
+		if _, n := out.snapshot(); n != 1 {
+			t.Errorf("%d writes after a full batch, want 1", n)
+		}
+		bw.Close()
+	})
+}
+
+// Close (what the server does as it stops on SIGTERM) writes every event
+// still in memory, whole and in order, from many goroutines at once; later
+// events go straight through.
+func TestBatchWriterCloseLosesNothing(t *testing.T) {
+	out := &countingWriter{}
+	bw := NewBatchWriter(out)
+	log := zerolog.New(bw)
+	o := NewObserver(log, nil)
+	var wg sync.WaitGroup
+	const writers, each = 8, 500
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				ev := sampleAttempt
+				ev.Question, ev.Attempt = uint64(w), i
+				o.Attempt(ev)
+			}
+		})
+	}
+	wg.Wait()
+	if err := bw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.Question(engine.QuestionEvent{Question: 99, QName: "after.close."})
+	s, _ := out.snapshot()
+	next := map[uint64]int{}
+	sc := bufio.NewScanner(bytes.NewReader([]byte(s)))
+	n := 0
+	for sc.Scan() {
+		var ev struct {
+			Message  string `json:"message"`
+			Question uint64 `json:"question"`
+			Attempt  int    `json:"attempt"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("event %d is not whole JSON: %q", n, sc.Text())
+		}
+		n++
+		if ev.Message == "question" {
+			continue
+		}
+		if ev.Attempt != next[ev.Question] {
+			t.Fatalf("writer %d: event %d out of order (want %d)", ev.Question, ev.Attempt, next[ev.Question])
+		}
+		next[ev.Question]++
+	}
+	if n != writers*each+1 {
+		t.Errorf("%d events out, want %d", n, writers*each+1)
+	}
+}
+
+// A batched logger at info costs no allocation per event either.
+func TestBatchedLoggerDoesNotAllocate(t *testing.T) {
+	log, bw, err := NewBatchedLogger(io.Discard, "json", "info")
+	if err != nil || bw == nil {
+		t.Fatalf("NewBatchedLogger: %v %v", bw, err)
+	}
+	defer bw.Close()
+	o := NewObserver(log, nil)
+	o.Attempt(sampleAttempt)
+	if n := testing.AllocsPerRun(500, func() { o.Attempt(sampleAttempt) }); n != 0 {
+		t.Fatalf("Attempt through the batch writer allocates %v times per event", n)
+	}
+}
