@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -103,6 +104,7 @@ func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest
 		}
 	}
 	reportCPU(b, user0, sys0, metric)
+	b.ReportMetric(float64(e.IdleSockets()), "pooled-sockets")
 }
 
 // BenchmarkCacheHitWire answers one question from the cache per op: the
@@ -159,7 +161,7 @@ func BenchmarkInFlight4096(b *testing.B) {
 		b.Fatal(err)
 	}
 	const n = engine.DefaultInFlightCeiling
-	var peak, peakStacks float64
+	var peak, peakStacks, fds float64
 	for b.Loop() {
 		var before, during runtime.MemStats
 		runtime.GC()
@@ -175,6 +177,7 @@ func BenchmarkInFlight4096(b *testing.B) {
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&during)
+		fds = max(fds, float64(countFDs()))
 		cancel()
 		wg.Wait()
 		heap := float64(during.HeapInuse-before.HeapInuse) / (1 << 20)
@@ -184,6 +187,15 @@ func BenchmarkInFlight4096(b *testing.B) {
 	b.ReportMetric(peak, "MiB-heap/4096")
 	b.ReportMetric(peakStacks, "MiB-stacks/4096")
 	b.ReportMetric((peak+peakStacks)*(1<<20)/n, "B-total/transaction")
+	b.ReportMetric(fds, "fds-at-4096")
+	b.ReportMetric(float64(countFDs()), "fds-after")
+	b.ReportMetric(float64(e.IdleSockets()), "pooled-after")
+}
+
+// countFDs is the number of descriptors this process holds (Linux).
+func countFDs() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
 }
 
 // BenchmarkPeerMiekgExchange is the peer for BenchmarkForwardUDP: miekg/dns's

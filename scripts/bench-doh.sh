@@ -20,10 +20,20 @@
 # each, same total shape) on 4 disjoint quarters of the N names; their
 # req/s is the sum of successes over the wall time of the group.
 #
+# Besides req/s, each load reports the CPU each server spent per request
+# (utime+stime from /proc/PID/stat over the load). After the loads:
+#   - one stream (h2load -c 1 -m 1): median latency per request, cache off
+#     with distinct names (the forwarding path) and cache on, one name;
+#   - info against warn: a third dohfwd (cache off, log level info: an
+#     attempt and a question event per question, as operators run it)
+#     under the cache-off distinct load, next to the one at LOG_LEVEL;
+#   - file descriptors each dohfwd holds at rest after the loads.
+#
 # Usage: scripts/bench-doh.sh
 # Env:   N (30000) requests per load; CACHE_ENTRIES (100000) cache size for
-#        the "cache on" loads; LOG_LEVEL (error) dohfwd's log level (info
-#        logs two events per question); PERF_DIR=dir records a perf CPU
+#        the "cache on" loads; LOG_LEVEL (warn) dohfwd's log level (info
+#        logs two events per question); LAT_N (2000) requests of the
+#        one-stream latency runs; PERF_DIR=dir records a perf CPU
 #        profile of dohfwd (unstripped build) during one load into
 #        dir/perf.data; PERF_LOAD picks it: cache-same, cache-distinct,
 #        nocache-same or nocache-distinct (the default).
@@ -34,7 +44,8 @@ export PATH="/usr/local/go/bin:$PATH"
 
 N=${N:-30000}
 CACHE_ENTRIES=${CACHE_ENTRIES:-100000}
-LOG_LEVEL=${LOG_LEVEL:-error}
+LOG_LEVEL=${LOG_LEVEL:-warn}
+LAT_N=${LAT_N:-2000}
 PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
 CONNS=4
@@ -96,7 +107,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
 	-keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 
 # --- servers: dohfwd and dnsdist, one of each with the cache on and off ---
-# dohfwd_conf PORT MAX_ENTRIES
+# dohfwd_conf PORT MAX_ENTRIES [LEVEL]
 dohfwd_conf() {
 	cat <<YAML
 listen: {https: "127.0.0.1:$1", admin: ""}
@@ -105,7 +116,7 @@ scopes:
   - {name: bench, default_route: true, servers: ["127.0.0.1:$nsdport"]}
 fallback_servers: []
 cache: {max_entries: $2}
-log: {level: $LOG_LEVEL, format: json}
+log: {level: ${3:-$LOG_LEVEL}, format: json}
 YAML
 }
 # dnsdist_conf PORT MAX_ENTRIES (0: no packet cache)
@@ -122,13 +133,13 @@ LUA
 }
 
 declare -A port pid
-# start NAME KIND(dohfwd|dnsdist) MAX_ENTRIES
+# start NAME KIND(dohfwd|dnsdist) MAX_ENTRIES [LEVEL]
 start() {
 	local name=$1 kind=$2 entries=$3 p
 	p=$(freeport)
 	port[$name]=$p
 	if [ "$kind" = dohfwd ]; then
-		dohfwd_conf "$p" "$entries" >"$work/$name.yaml"
+		dohfwd_conf "$p" "$entries" "${4:-}" >"$work/$name.yaml"
 		"$dohfwd_bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
 	else
 		dnsdist_conf "$p" "$entries" >"$work/$name.conf"
@@ -141,6 +152,7 @@ start dohfwd-cache dohfwd "$CACHE_ENTRIES"
 start dohfwd-nocache dohfwd 0
 start dnsdist-cache dnsdist "$CACHE_ENTRIES"
 start dnsdist-nocache dnsdist 0
+start dohfwd-info dohfwd 0 info
 for name in "${!port[@]}"; do waitport "${port[$name]}"; done
 
 # --- queries -----------------------------------------------------------------
@@ -199,6 +211,31 @@ load_distinct() {
 }
 
 vmhwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+# cpu_ticks PID: user+system CPU of the process so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+# measured NAME LOAD -> "REQ/S OK CPU_US_PER_OK": LOAD run against NAME with
+# NAME's CPU read around it.
+measured() {
+	local name=$1 load=$2 c0 c1 rps ok
+	c0=$(cpu_ticks "${pid[$name]}")
+	read -r rps ok <<<"$("load_$load" "${port[$name]}")"
+	c1=$(cpu_ticks "${pid[$name]}")
+	echo "${rps:-0} ${ok:-0} $(echo "if (${ok:-0} > 0) ($c1 - $c0) * 1000000 / $hz / $ok else 0" | bc -l)"
+}
+# median_us PORT URIFILE|PATH: one connection, one stream; the median
+# microseconds per request from h2load's per-request log.
+median_us() {
+	local p=$1 target=$2 out
+	out=$work/lat.$p
+	if [ -f "$target" ]; then
+		sed "1s|^|https://127.0.0.1:$p|" "$target" | head -n "$LAT_N" >"$work/lat-uris.$p"
+		timeout 600 h2load -n "$LAT_N" -c 1 -m 1 "${H2[@]}" -i "$work/lat-uris.$p" --log-file="$out" >/dev/null 2>&1 || true
+	else
+		timeout 600 h2load -n "$LAT_N" -c 1 -m 1 "${H2[@]}" "https://127.0.0.1:$p$target" --log-file="$out" >/dev/null 2>&1 || true
+	fi
+	awk -F'\t' '$2 == 200 {print $3}' "$out" | sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print 0}'
+}
 
 # --- runs --------------------------------------------------------------------
 log "load: N=$N, $CONNS connections x $STREAMS streams, HTTP/2 over TLS; dohfwd log level $LOG_LEVEL"
@@ -214,28 +251,54 @@ for cache in cache nocache; do
 			pids+=("$perfpid")
 			sleep 0.5
 		fi
-		read -r d_rps d_ok <<<"$("load_$kind" "${port[$d]}")"
+		read -r d_rps d_ok d_cpu <<<"$(measured "$d" "$kind")"
 		if [ -n "$perfpid" ]; then
 			kill -INT "$perfpid"
 			wait "$perfpid" || true
 			cp "$dohfwd_bin" "$PERF_DIR/dohfwd"
 		fi
-		read -r s_rps s_ok <<<"$("load_$kind" "${port[$s]}")"
-		results+=("$cache $kind ${d_rps:-0} ${d_ok:-0} ${s_rps:-0} ${s_ok:-0}")
+		read -r s_rps s_ok s_cpu <<<"$(measured "$s" "$kind")"
+		results+=("$cache $kind $d_rps $d_ok $s_rps $s_ok $d_cpu $s_cpu")
 		log "done: $cache $kind"
+		if [ "$cache-$kind" = nocache-distinct ]; then
+			read -r i_rps i_ok i_cpu <<<"$(measured dohfwd-info distinct)"
+			log "done: nocache distinct at log level info"
+		fi
 	done
 done
+log "one-stream latency ($LAT_N requests each)"
+lat_miss_d=$(median_us "${port[dohfwd-nocache]}" "$work/part.00")
+lat_miss_s=$(median_us "${port[dnsdist-nocache]}" "$work/part.00")
+lat_hit_d=$(median_us "${port[dohfwd-cache]}" "$same_path")
+lat_hit_s=$(median_us "${port[dnsdist-cache]}" "$same_path")
 
 # --- table -------------------------------------------------------------------
 echo
-printf '%-10s %-9s %12s %12s %10s %18s\n' cache names "dohfwd r/s" "dnsdist r/s" ratio "200s (d / s)"
+printf '%-6s %-9s %11s %11s %7s %13s %13s %7s %16s\n' cache names "dohfwd r/s" "dnsdist r/s" ratio "dohfwd us/req" "dnsdist us/req" "cpu x" "200s (d / s)"
 for r in "${results[@]}"; do
-	read -r cache kind d_rps d_ok s_rps s_ok <<<"$r"
+	read -r cache kind d_rps d_ok s_rps s_ok d_cpu s_cpu <<<"$r"
 	ratio=$(echo "if ($s_rps > 0) $d_rps / $s_rps else 0" | bc -l)
-	[ "$cache" = cache ] && cache="on ($CACHE_ENTRIES)" || cache=off
-	printf '%-10s %-9s %12.0f %12.0f %10.2f %18s\n' "${cache%% *}" "$kind" "$d_rps" "$s_rps" "$ratio" "$d_ok / $s_ok"
+	cpux=$(echo "if ($s_cpu > 0) $d_cpu / $s_cpu else 0" | bc -l)
+	[ "$cache" = cache ] && cache=on || cache=off
+	printf '%-6s %-9s %11.0f %11.0f %7.2f %13.1f %13.1f %7.2f %16s\n' "$cache" "$kind" "$d_rps" "$s_rps" "$ratio" "$d_cpu" "$s_cpu" "$cpux" "$d_ok / $s_ok"
 done
 echo
+printf 'one stream, median us/request: cache off distinct  dohfwd %s  dnsdist %s  ratio %.2f\n' \
+	"$lat_miss_d" "$lat_miss_s" "$(echo "if ($lat_miss_s > 0) $lat_miss_d / $lat_miss_s else 0" | bc -l)"
+printf '                               cache on, one name  dohfwd %s  dnsdist %s  ratio %.2f\n' \
+	"$lat_hit_d" "$lat_hit_s" "$(echo "if ($lat_hit_s > 0) $lat_hit_d / $lat_hit_s else 0" | bc -l)"
+for r in "${results[@]}"; do
+	read -r cache kind d_rps d_ok _ _ d_cpu _ <<<"$r"
+	[ "$cache-$kind" = nocache-distinct ] || continue
+	printf 'log level info vs %s (cache off, distinct): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s events written\n' \
+		"$LOG_LEVEL" "$i_rps" "$d_rps" "$(echo "if ($d_rps > 0) $i_rps / $d_rps else 0" | bc -l)" \
+		"$i_cpu" "$d_cpu" "$(echo "if ($d_cpu > 0) $i_cpu / $d_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/dohfwd-info.log" || true)"
+done
+echo
+echo "file descriptors at rest after the runs:"
+for name in dohfwd-cache dohfwd-nocache dohfwd-info; do
+	printf '  %-15s %s\n' "$name" "$(ls "/proc/${pid[$name]}/fd" | wc -l)"
+done
 echo "peak RSS (VmHWM) after the runs:"
 for c in cache nocache; do
 	d_kb=$(vmhwm_kb "${pid[dohfwd-$c]}")
