@@ -105,7 +105,8 @@ func (*fedClock) Tick(time.Duration) <-chan time.Time { return nil }
 type entry struct {
 	result   Result // ResultAnswer or ResultNXDomain
 	msg      []byte // ID 0, TC clear, no OPT record; TTLs clamped at age 0
-	ttls     []uint16
+	ttls     []uint16 // offsets of the TTL fields, in ttlSpace when they fit
+	ttlSpace [16]uint16
 	optData  []byte // the upstream's EDNS options less per-hop ones
 	optClass uint16 // the upstream's OPT UDP size; 0 when it sent none
 	stored   time.Time
@@ -124,6 +125,7 @@ func newEntry(reply []byte, w walkedReply, result Result, conf CacheConfig, now 
 		}
 	}
 	en := &entry{result: result, stored: now}
+	en.ttls = en.ttlSpace[:0]
 	if w.optStart >= 0 && w.optLast {
 		en.optClass = w.optClass
 		en.optData = hopOptionsRemoved(w.optData)

@@ -161,10 +161,12 @@ func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 // records, kept packed and copied out with the client's ID.
 func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Response {
 	start := time.Now()
-	cq, ok := parseQuery(query)
-	if !ok {
+	var parsed clientQuery // on the stack: the question does not outlive the call
+	cq := &parsed
+	if !cq.parse(query) {
 		// Not readable without unpacking (a compressed question name):
 		// rare enough to go through miekg/dns.
+		var ok bool
 		if cq, ok = unpackedQuery(query); !ok {
 			return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
 		}

@@ -220,14 +220,23 @@ type clientQuery struct {
 // QUERY, exactly one question). It reports false for one it cannot read
 // this way (a compressed question name, records past the end).
 func parseQuery(raw []byte) (*clientQuery, bool) {
-	if len(raw) < headerLen || binary.BigEndian.Uint16(raw[offQDCount:]) != 1 {
+	cq := new(clientQuery)
+	if !cq.parse(raw) {
 		return nil, false
+	}
+	return cq, true
+}
+
+// parse is parseQuery into cq, which the caller may keep on its stack.
+func (cq *clientQuery) parse(raw []byte) bool {
+	if len(raw) < headerLen || binary.BigEndian.Uint16(raw[offQDCount:]) != 1 {
+		return false
 	}
 	qe := questionEnd(raw)
 	if qe < 0 {
-		return nil, false
+		return false
 	}
-	cq := &clientQuery{
+	*cq = clientQuery{
 		raw:    raw,
 		id:     binary.BigEndian.Uint16(raw),
 		rd:     raw[offFlags]&0x01 != 0,
@@ -238,7 +247,7 @@ func parseQuery(raw []byte) (*clientQuery, bool) {
 	}
 	name, ok := nameString(cq.qname)
 	if !ok {
-		return nil, false
+		return false
 	}
 	cq.name = name
 	off := qe
@@ -247,13 +256,13 @@ func parseQuery(raw []byte) (*clientQuery, bool) {
 	for range counts {
 		start := off
 		if off = skipName(raw, off); off < 0 || off+rrFixedLen > len(raw) {
-			return nil, false
+			return false
 		}
 		typ := binary.BigEndian.Uint16(raw[off:])
 		ttl := binary.BigEndian.Uint32(raw[off+4:])
 		end := off + rrFixedLen + int(binary.BigEndian.Uint16(raw[off+8:]))
 		if end > len(raw) {
-			return nil, false
+			return false
 		}
 		if typ == dns.TypeOPT && raw[start] == 0 && !cq.opt {
 			cq.opt, cq.do = true, ttl&(1<<15) != 0
@@ -271,7 +280,7 @@ func parseQuery(raw []byte) (*clientQuery, bool) {
 		}
 		off = end
 	}
-	return cq, true
+	return true
 }
 
 // nameString is the presentation form of an uncompressed wire name, as
