@@ -103,8 +103,8 @@ func (*fedClock) Tick(time.Duration) <-chan time.Time { return nil }
 // bit and question case, the TTLs counted down in place, and an OPT
 // record written for the client.
 type entry struct {
-	result   Result // ResultAnswer or ResultNXDomain
-	msg      []byte // ID 0, TC clear, no OPT record; TTLs clamped at age 0
+	result   Result   // ResultAnswer or ResultNXDomain
+	msg      []byte   // ID 0, TC clear, no OPT record; TTLs clamped at age 0
 	ttls     []uint16 // offsets of the TTL fields, in ttlSpace when they fit
 	ttlSpace [16]uint16
 	optData  []byte // the upstream's EDNS options less per-hop ones
