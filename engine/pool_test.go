@@ -260,3 +260,79 @@ func TestFreshSocketsNeverPooled(t *testing.T) {
 		t.Errorf("%d source ports for 300 fresh sockets", len(ports))
 	}
 }
+
+// A reused connected socket still learns of an ICMP port-unreachable at
+// once: a server that stops answers the next question's attempt with a
+// refusal, not a 2 s timeout, and that socket is not pooled again.
+func TestSocketPoolRefusalKnownAtOnce(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	log := &eventLog{}
+	e, err := engine.New(engine.Config{Scopes: []engine.ScopeConfig{{Name: "main", DefaultRoute: true, Servers: []string{up.String()}}}},
+		engine.Options{Network: engine.NativeNetwork{}, Observer: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	askN(t, e, "warm", 300)
+	idle := e.IdleSockets()
+	if idle < 256 {
+		t.Fatalf("%d idle sockets after warming up", idle)
+	}
+	up.Close()
+	start := time.Now()
+	r := e.Resolve(context.Background(), newQuery("gone.example.test.", dns.TypeA))
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("question took %v: the refusal was not known at once", took)
+	}
+	if r.Result != engine.ResultUnavailable {
+		t.Errorf("result %v, want unavailable", r.Result)
+	}
+	as := log.attemptList()
+	last := as[len(as)-3:]
+	for _, a := range last {
+		if a.Outcome != engine.OutcomeRecvError && a.Outcome != engine.OutcomeSendError {
+			t.Errorf("attempt %d outcome %v, want a refusal (recv_error or send_error)", a.Attempt, a.Outcome)
+		}
+	}
+	if after := e.IdleSockets(); after > idle-1 {
+		t.Errorf("%d idle sockets after three refused attempts, %d before: a refused socket went back", after, idle)
+	}
+}
+
+// The in-flight ceiling counts transactions, not sockets: with hundreds of
+// idle sockets pooled, a question past the ceiling is still refused.
+func TestSocketPoolCeilingCountsTransactions(t *testing.T) {
+	up := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		a := upstreamtest.Answer("@ 60 IN A 192.0.2.1")(q)
+		if q.Msg != nil && strings.HasPrefix(q.Msg.Question[0].Name, "slow") {
+			a.Replies[0].Delay = 300 * time.Millisecond
+		}
+		return a
+	})
+	e, err := engine.New(engine.Config{InFlightCeiling: 2,
+		Scopes: []engine.ScopeConfig{{Name: "main", DefaultRoute: true, Servers: []string{up.String()}}}},
+		engine.Options{Network: engine.NativeNetwork{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	askN(t, e, "warm", 300)
+	if idle := e.IdleSockets(); idle < 256 {
+		t.Fatalf("%d idle sockets after warming up", idle)
+	}
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { e.Resolve(context.Background(), newQuery(fmt.Sprintf("slow%d.example.test.", i), dns.TypeA)) })
+	}
+	for e.InFlight() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	r := e.Resolve(context.Background(), newQuery("third.example.test.", dns.TypeA))
+	wg.Wait()
+	if r.Result != engine.ResultUnavailable || r.Reason != engine.ReasonInFlightCeiling {
+		t.Errorf("third question: %v (%v), want unavailable by the in-flight ceiling", r.Result, r.Reason)
+	}
+	if n := e.Counters().Refused; n != 1 {
+		t.Errorf("refused %d, want 1", n)
+	}
+}
