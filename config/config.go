@@ -43,6 +43,7 @@ type Config struct {
 type Listen struct {
 	HTTPS          string   `yaml:"https"` // "" turns it off
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
+	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`
 	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs or single IPs

@@ -20,7 +20,7 @@ func (c *Config) validate(x *keyIndex) error {
 	bad := func(path, format string, a ...any) { es.add(x.errorAt(c.Source, path, fmt.Sprintf(format, a...))) }
 
 	for _, l := range []struct{ key, addr string }{
-		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP},
+		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP}, {"listen.dot", c.Listen.DoT},
 		{"listen.admin", c.Listen.Admin}, {"tls.acme.http_listen", c.TLS.ACME.HTTPListen},
 	} {
 		if err := checkListenAddr(l.addr); err != nil {

@@ -83,12 +83,13 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		},
 	})
 	return server.Run(ctx, server.Options{
-		Config:  cfg,
-		Handler: handler,
-		Backend: eng,
-		Metrics: met,
-		Log:     log,
-		Version: versionString(),
+		Config:   cfg,
+		Handler:  handler,
+		Backend:  eng,
+		Resolver: eng,
+		Metrics:  met,
+		Log:      log,
+		Version:  versionString(),
 	})
 }
 
