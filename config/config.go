@@ -34,6 +34,7 @@ type Config struct {
 	Hosts           map[string][]string `yaml:"hosts"`
 	Cache           Cache               `yaml:"cache"`
 	Log             Log                 `yaml:"log"`
+	DDR             DDR                 `yaml:"ddr"`
 
 	// Source is the file the configuration came from, or DefaultSource.
 	Source string `yaml:"-"`
@@ -44,6 +45,7 @@ type Listen struct {
 	HTTPS          string   `yaml:"https"` // "" turns it off
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
 	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
+	DNS            string   `yaml:"dns"`   // plain DNS, UDP and TCP; "" = off
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`
 	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs or single IPs
@@ -103,6 +105,20 @@ type Cache struct {
 	MinTTL         time.Duration `yaml:"min_ttl"`
 	MaxTTL         time.Duration `yaml:"max_ttl"`
 	NegativeMaxTTL time.Duration `yaml:"negative_max_ttl"`
+}
+
+// DDR sets what Discovery of Designated Resolvers (RFC 9462) advertises.
+// It is on whenever an encrypted listener (https, dot) is; the ports are
+// the listeners'.
+type DDR struct {
+	// Names are the names clients reach this server by and check its
+	// certificate against; empty = tls.acme.domains, else the DNS names
+	// of the certificate.
+	Names []string `yaml:"names"`
+	// Addresses are this server's public IP addresses (ipv4hint,
+	// ipv6hint); empty = the encrypted listeners' addresses when they are
+	// not wildcards.
+	Addresses []string `yaml:"addresses"`
 }
 
 // Log sets the log level and format.
@@ -200,6 +216,7 @@ func defaults() *Config {
 		Hosts:           map[string][]string{},
 		Cache:           Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour},
 		Log:             Log{Level: "info", Format: "auto"},
+		DDR:             DDR{Names: []string{}, Addresses: []string{}},
 	}
 }
 

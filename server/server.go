@@ -29,6 +29,7 @@ import (
 	"github.com/dohfwd/dohfwd/admin"
 	"github.com/dohfwd/dohfwd/certs"
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/ddr"
 	"github.com/dohfwd/dohfwd/dnsserver"
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
@@ -56,9 +57,12 @@ type Options struct {
 	Backend Backend
 	// Resolver answers the DoT and plain DNS listeners; they need it.
 	Resolver dnsserver.Resolver
-	Metrics  *metrics.Metrics // served at /metrics; nil = no /metrics
-	Log      zerolog.Logger
-	Version  string
+	// Designate, when set, is told what DDR advertises once the
+	// listeners are bound (see ddr.Resolver.Designate).
+	Designate func(ddr.Designation)
+	Metrics   *metrics.Metrics // served at /metrics; nil = no /metrics
+	Log       zerolog.Logger
+	Version   string
 
 	// Load reads the configuration again on SIGHUP. Nil re-reads
 	// Config.Source, or keeps the embedded default.
@@ -278,6 +282,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 		out = append(out, &listener{name: "admin", srv: srv, ln: ln})
 	}
+	designate(o, out, certificates)
 	return out, closeAll, nil
 }
 
@@ -307,9 +312,10 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 	}
 	current.Store(next)
 	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP || next.Listen.DoT != old.Listen.DoT ||
+		next.Listen.DNS != old.Listen.DNS || !reflect.DeepEqual(next.DDR, old.DDR) ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
 		!reflect.DeepEqual(next.Listen.TrustedProxies, old.Listen.TrustedProxies) || !reflect.DeepEqual(next.TLS, old.TLS) {
-		log.Warn().Msg("listen and tls changes take effect at the next restart")
+		log.Warn().Msg("listen, tls and ddr changes take effect at the next restart")
 	}
 	log.Info().Str("config", next.Source).Int("scopes", len(next.Scopes)).
 		Int("fallback_servers", len(next.FallbackServers)).Int("hosts", len(next.Hosts)).
