@@ -35,6 +35,7 @@ type Config struct {
 	Cache           Cache               `yaml:"cache"`
 	Log             Log                 `yaml:"log"`
 	DDR             DDR                 `yaml:"ddr"`
+	AppleProfile    AppleProfile        `yaml:"apple_profile"`
 
 	// Source is the file the configuration came from, or DefaultSource.
 	Source string `yaml:"-"`
@@ -119,6 +120,15 @@ type DDR struct {
 	// ipv6hint); empty = the encrypted listeners' addresses when they are
 	// not wildcards.
 	Addresses []string `yaml:"addresses"`
+}
+
+// AppleProfile configures the .mobileconfig served at /apple.mobileconfig
+// and written by `dohfwd profile apple`.
+type AppleProfile struct {
+	// SignCert and SignKey, both set, sign the profile (PEM: the chain,
+	// leaf first, and its key); both "" leave it unsigned.
+	SignCert string `yaml:"sign_cert"`
+	SignKey  string `yaml:"sign_key"`
 }
 
 // Log sets the log level and format.

@@ -99,6 +99,9 @@ log:
 ddr:
   names: [dns.example.net]
   addresses: [192.0.2.53, "2001:db8::53"]
+apple_profile:
+  sign_cert: ""
+  sign_key: ""
 `
 
 func TestEverySpecKeyIsAccepted(t *testing.T) {
@@ -137,6 +140,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"bad dns listen", "listen:\n  dns: 10.0.0.1\n", "bad.yaml:2: listen.dns:"},
 		{"bad ddr name", "ddr:\n  names: [\"a..b\"]\n", "bad.yaml:2: ddr.names[0]:"},
 		{"bad ddr address", "ddr:\n  addresses:\n    - 192.0.2.1\n    - 0.0.0.0\n", "bad.yaml:4: ddr.addresses[1]:"},
+		{"half a signing pair", "apple_profile:\n  sign_cert: a.pem\n", "bad.yaml:1: apple_profile.sign_key: required"},
 		{"unknown ddr key", "ddr:\n  name: [a.example]\n", "bad.yaml:2: ddr.name: unknown key"},
 	}
 	for _, tc := range cases {

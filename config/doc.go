@@ -10,5 +10,6 @@
 // listener's certificates) and listen.dns (plain DNS on UDP and TCP) are
 // off unless set. The ddr section only names what Discovery of Designated
 // Resolvers advertises (ddr.names, ddr.addresses); DDR itself is on
-// whenever an encrypted listener is.
+// whenever an encrypted listener is. apple_profile signs the Apple
+// configuration profile when set.
 package config

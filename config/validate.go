@@ -139,6 +139,14 @@ func (c *Config) validate(x *keyIndex) error {
 		}
 	}
 
+	if (c.AppleProfile.SignCert == "") != (c.AppleProfile.SignKey == "") {
+		if c.AppleProfile.SignCert == "" {
+			bad("apple_profile.sign_cert", "required with apple_profile.sign_key")
+		} else {
+			bad("apple_profile.sign_key", "required with apple_profile.sign_cert")
+		}
+	}
+
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

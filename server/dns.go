@@ -90,7 +90,7 @@ func designate(o Options, listeners []*listener, certificates *tls.Config) {
 	if o.Config.TLS.Mode != "acme" {
 		names = certificateNames(certificates)
 	}
-	d := designation(o.Config, bound, names)
+	d := Designation(o.Config, bound, names)
 	o.Designate(d)
 	if len(d.Endpoints) > 0 {
 		o.Log.Info().Strs("names", d.Names).Int("endpoints", len(d.Endpoints)).
@@ -98,13 +98,13 @@ func designate(o Options, listeners []*listener, certificates *tls.Config) {
 	}
 }
 
-// designation is what _dns.resolver.arpa advertises (RFC 9462): for each
+// Designation is what _dns.resolver.arpa advertises (RFC 9462): for each
 // name the HTTPS listener (DoH) and the DoT listener at their bound ports.
 // Names are ddr.names, else tls.acme.domains, else certNames (the served
 // certificate's DNS names); addresses are ddr.addresses, else the
 // encrypted listeners' own addresses when they are not wildcards. No
 // encrypted listener, no designation.
-func designation(cfg *config.Config, bound map[string]netip.AddrPort, certNames []string) ddr.Designation {
+func Designation(cfg *config.Config, bound map[string]netip.AddrPort, certNames []string) ddr.Designation {
 	var d ddr.Designation
 	if ap, ok := bound["https"]; ok {
 		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoH, Port: ap.Port(), Path: cfg.Listen.Path})

@@ -27,7 +27,7 @@ func TestDesignationFromConfigAndListeners(t *testing.T) {
 		"dot":     netip.MustParseAddrPort("0.0.0.0:853"),
 		"dns-udp": netip.MustParseAddrPort("0.0.0.0:53"),
 	}
-	got := designation(c, bound, []string{"localhost"})
+	got := Designation(c, bound, []string{"localhost"})
 	want := ddr.Designation{
 		Names:     []string{"dns.example.net"},
 		Addresses: []netip.Addr{netip.MustParseAddr("192.0.2.53"), netip.MustParseAddr("2001:db8::53")},
@@ -43,17 +43,17 @@ func TestDesignationFromConfigAndListeners(t *testing.T) {
 func TestDesignationDefaults(t *testing.T) {
 	acme := parseConfig(t, "tls:\n  mode: acme\n  acme:\n    domains: [doh.example.net]\n")
 	bound := map[string]netip.AddrPort{"https": netip.MustParseAddrPort("192.0.2.1:443"), "dot": netip.MustParseAddrPort("[::]:853")}
-	d := designation(acme, bound, nil)
+	d := Designation(acme, bound, nil)
 	if !reflect.DeepEqual(d.Names, []string{"doh.example.net"}) || !reflect.DeepEqual(d.Addresses, []netip.Addr{netip.MustParseAddr("192.0.2.1")}) || len(d.Endpoints) != 2 {
 		t.Errorf("acme: %+v", d)
 	}
 	self := parseConfig(t, "")
-	d = designation(self, map[string]netip.AddrPort{"https": netip.MustParseAddrPort("127.0.0.1:8443")}, []string{"localhost"})
+	d = Designation(self, map[string]netip.AddrPort{"https": netip.MustParseAddrPort("127.0.0.1:8443")}, []string{"localhost"})
 	if !reflect.DeepEqual(d.Names, []string{"localhost"}) || len(d.Endpoints) != 1 || d.Endpoints[0].Protocol != ddr.DoH {
 		t.Errorf("self-signed: %+v", d)
 	}
 	// Only plain listeners: nothing to designate.
-	if d := designation(self, map[string]netip.AddrPort{"http": netip.MustParseAddrPort("127.0.0.1:8080")}, []string{"localhost"}); len(d.Endpoints) != 0 || len(d.Names) != 0 {
+	if d := Designation(self, map[string]netip.AddrPort{"http": netip.MustParseAddrPort("127.0.0.1:8080")}, []string{"localhost"}); len(d.Endpoints) != 0 || len(d.Names) != 0 {
 		t.Errorf("plain only: %+v", d)
 	}
 }

@@ -74,7 +74,12 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	}
 	// Every listener answers _dns.resolver.arpa (DDR) before the engine.
 	resolver := ddr.Wrap(eng)
+	pages, err := setupPages(cfg)
+	if err != nil {
+		return err
+	}
 	handler := doh.NewHandler(resolver, doh.Options{
+		Setup:          pages,
 		Path:           cfg.Listen.Path,
 		TrustedProxies: trusted,
 		Observe: func(x doh.Exchange) {
@@ -90,7 +95,7 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		Handler:   handler,
 		Backend:   eng,
 		Resolver:  resolver,
-		Designate: resolver.Designate,
+		Designate: func(d ddr.Designation) { resolver.Designate(d); pages.Designate(d) },
 		Metrics:   met,
 		Log:       log,
 		Version:   versionString(),
