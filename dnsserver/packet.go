@@ -50,8 +50,9 @@ func (s *Server) ServePacket(pc net.PacketConn) error {
 		if !s.startPacket() {
 			continue // shutting down: the client will ask again elsewhere
 		}
+		s.inFlight.Add(1)
 		go func() {
-			defer s.serving.Done()
+			defer func() { s.inFlight.Add(-1); s.serving.Done() }()
 			s.sendPacket(pc, addr, s.resolve(s.ctx, q), q)
 		}()
 	}

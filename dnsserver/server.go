@@ -87,7 +87,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	inFlight atomic.Int64
+	inFlight atomic.Int64   // questions from arrival until their answer is sent
 	serving  sync.WaitGroup // packet questions and stream connections
 }
 
@@ -115,30 +115,18 @@ func (s *Server) init() {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 }
 
-// InFlight is the number of questions being resolved now.
+// InFlight is the number of questions being answered now: resolved or
+// their answers written.
 func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
 // resolve is the one place the server asks its resolver, so that another
 // resolver API can be put in here alone.
 func (s *Server) resolve(ctx context.Context, q *dns.Msg) *dns.Msg {
-	s.inFlight.Add(1)
-	defer s.inFlight.Add(-1)
 	r := s.Resolver.Resolve(ctx, q)
 	if r.Msg == nil { // a Resolver that breaks its contract
 		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
 	}
 	return r.Msg
-}
-
-// answer resolves raw, or answers it with a DNS error. It returns the
-// query (nil when it did not parse) and the reply; errNotDNS when raw is
-// not a DNS query.
-func (s *Server) answer(ctx context.Context, raw []byte) (q, reply *dns.Msg, err error) {
-	q, reply, err = checkQuery(raw)
-	if err != nil || reply != nil {
-		return q, reply, err
-	}
-	return q, s.resolve(ctx, q), nil
 }
 
 // Shutdown stops accepting, closes idle connections and waits for the

@@ -141,8 +141,9 @@ func (st *stream) read() (graceful bool) {
 			return false
 		}
 		st.open.Add(1)
+		st.s.inFlight.Add(1)
 		go func() {
-			defer func() { <-st.slots; st.open.Done() }()
+			defer func() { st.s.inFlight.Add(-1); <-st.slots; st.open.Done() }()
 			reply := st.s.resolve(st.ctx, q)
 			if st.ctx.Err() == nil && !st.write(reply, q) {
 				st.abort()
