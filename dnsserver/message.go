@@ -101,7 +101,7 @@ func errorReply(q *dns.Msg, raw []byte, rcode int) *dns.Msg {
 // packReply packs reply for the client without changing it: the query's
 // ID, compressed, padded to a multiple of PaddingBlock when the query was
 // padded, and cut to fit limit bytes (UDP) with TC set; limit 0 is no
-// limit. buf is reused when it is big enough.
+// limit. buf, used to its capacity, is reused when it is big enough.
 func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
 	m := *reply // a shallow copy: the resolver's message stays as it was
 	m.Compress = true
@@ -112,7 +112,8 @@ func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
 	if padded {
 		withPadding(&m)
 	}
-	wire, err := m.PackBuffer(buf)
+	// PackBuffer reuses a buffer only up to its length: hand it all.
+	wire, err := m.PackBuffer(buf[:cap(buf)])
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +122,7 @@ func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
 		// since the records may be shared with the cache.
 		m.Answer, m.Ns, m.Extra = slices.Clone(m.Answer), slices.Clone(m.Ns), slices.Clone(m.Extra)
 		m.Truncate(limit)
-		if wire, err = m.PackBuffer(wire[:0]); err != nil {
+		if wire, err = m.PackBuffer(wire[:cap(wire)]); err != nil {
 			return nil, err
 		}
 	}
@@ -132,7 +133,7 @@ func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
 		}
 		if n > 0 {
 			setPadding(&m, n)
-			return m.PackBuffer(wire[:0])
+			return m.PackBuffer(wire[:cap(wire)])
 		}
 	}
 	return wire, nil

@@ -3,6 +3,7 @@ package dnsserver
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +83,17 @@ func TestUDPGarbageIsDropped(t *testing.T) {
 	if r.calls.Load() != 1 {
 		t.Errorf("resolver asked %d times", r.calls.Load())
 	}
+}
+
+// hugeResolver answers with 60 TXT records of 100 bytes: about 7 KB.
+type hugeResolver struct{}
+
+func (hugeResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+	m := new(dns.Msg)
+	m.SetReply(q)
+	for i := range 60 {
+		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60},
+			Txt: []string{strings.Repeat(string(rune('a'+i%26)), 100)}})
+	}
+	return engine.Response{Msg: m}
 }

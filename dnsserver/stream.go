@@ -163,16 +163,18 @@ func (st *stream) abort() {
 func (st *stream) write(reply, q *dns.Msg) bool {
 	bp := frames.Get().(*[]byte)
 	defer frames.Put(bp)
-	// Pack after two bytes kept for the length, so the frame goes out in
-	// one write (one TLS record).
-	buf := append((*bp)[:0], 0, 0)
+	// Pack after two bytes kept for the length, so that the frame goes
+	// out in one write (one TLS record).
+	buf := (*bp)[:cap(*bp)]
 	wire, err := packReply(reply, q, 0, buf[2:])
 	if err != nil {
 		wire, _ = packReply(errorReplyTo(q, dns.RcodeServerFailure), q, 0, buf[2:])
 	}
-	frame := buf[:2+len(wire)]
-	if &frame[2] != &wire[0] { // the message outgrew the buffer
-		frame = append(buf[:2], wire...)
+	var frame []byte
+	if len(wire) <= len(buf)-2 && &buf[2] == &wire[0] {
+		frame = buf[:2+len(wire)]
+	} else { // the answer outgrew the buffer
+		frame = append(make([]byte, 2, 2+len(wire)), wire...)
 	}
 	binary.BigEndian.PutUint16(frame, uint16(len(wire)))
 	if cap(frame) <= 16<<10 {

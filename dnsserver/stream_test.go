@@ -215,3 +215,16 @@ func TestLengthPrefixFramesTheAnswer(t *testing.T) {
 		t.Fatalf("length %d", l)
 	}
 }
+
+// An answer bigger than the write buffer is framed whole, and the next
+// small one after it too.
+func TestLargeAnswerOverTCP(t *testing.T) {
+	_, addr := startTCP(t, hugeResolver{}, Limits{})
+	c := dialTCP(t, addr)
+	for i := range 3 {
+		c.Write(frame(t, newQuery("big.example.", dns.TypeTXT, uint16(i))))
+		if m := readAnswer(t, c); m.Id != uint16(i) || len(m.Answer) != 60 {
+			t.Fatalf("answer %d: %d records", i, len(m.Answer))
+		}
+	}
+}
