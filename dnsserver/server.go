@@ -74,6 +74,10 @@ type Server struct {
 	// clone whose only ALPN protocol is "dot" (RFC 7858 with ALPN, RFC
 	// 9461's alpn=dot).
 	TLSConfig *tls.Config
+	// OnDrop, if set, is told of each connection closed for breaking the
+	// rules (a failed handshake, a bad length, not a query, a stall), for
+	// logs. It must not block.
+	OnDrop func(peer net.Addr, reason string)
 
 	mu        sync.Mutex
 	limits    Limits

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,7 @@ func (st *stream) read() (graceful bool) {
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
+			st.drop("TLS handshake: " + err.Error())
 			return false
 		}
 		st.conn = tc
@@ -115,18 +117,22 @@ func (st *stream) read() (graceful bool) {
 		// The query has begun: it must arrive whole within ReadTimeout.
 		st.conn.SetReadDeadline(time.Now().Add(l.ReadTimeout))
 		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			st.dropRead(err)
 			return false
 		}
 		n := int(binary.BigEndian.Uint16(prefix[:]))
 		if n < headerSize || n > l.MaxQuerySize {
+			st.drop("length " + strconv.Itoa(n) + " outside 12 to " + strconv.Itoa(l.MaxQuerySize))
 			return false
 		}
 		raw := make([]byte, n)
 		if _, err := io.ReadFull(br, raw); err != nil {
+			st.dropRead(err)
 			return false
 		}
 		q, reply, err := checkQuery(raw)
 		if err != nil {
+			st.drop(err.Error())
 			return false
 		}
 		if reply != nil {
@@ -149,6 +155,22 @@ func (st *stream) read() (graceful bool) {
 				st.abort()
 			}
 		}()
+	}
+}
+
+// drop reports why the stream is closed.
+func (st *stream) drop(reason string) {
+	if f := st.s.OnDrop; f != nil {
+		f(st.raw.RemoteAddr(), reason)
+	}
+}
+
+// dropRead reports a query that did not arrive whole.
+func (st *stream) dropRead(err error) {
+	if isTimeout(err) {
+		st.drop("query stalled past the read timeout")
+	} else if !st.closing() {
+		st.drop("query cut short: " + err.Error())
 	}
 }
 

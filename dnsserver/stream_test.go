@@ -1,8 +1,11 @@
 package dnsserver
 
 import (
+	"crypto/tls"
 	"encoding/binary"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,7 +61,12 @@ func TestDoTPipelinedQueriesAnsweredOutOfOrder(t *testing.T) {
 func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 	r := new(fixedResolver)
 	l := Limits{ReadTimeout: 300 * time.Millisecond, MaxQuerySize: 512}
-	_, addr := startDoT(t, r, l)
+	var mu sync.Mutex
+	var reasons []string
+	cert, _ := testCert()
+	s := &Server{Resolver: r, Limits: l, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+		OnDrop: func(_ net.Addr, why string) { mu.Lock(); reasons = append(reasons, why); mu.Unlock() }}
+	addr := serveStream(t, s)
 	good := dialDoT(t, addr)
 
 	half := frame(t, newQuery("half.example.", dns.TypeA, 9))
@@ -86,6 +94,11 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 	}
 	if r.calls.Load() != int64(len(cases)) {
 		t.Errorf("resolver asked %d times, want %d (only the good queries)", r.calls.Load(), len(cases))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reasons) != len(cases) {
+		t.Errorf("drops reported: %q, want one per bad connection", reasons)
 	}
 }
 

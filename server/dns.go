@@ -32,7 +32,7 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listen.dot %s: %w", cfg.Listen.DoT, err)
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates}
+		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot")}
 		out = append(out, &listener{name: "dot", ln: ln, dns: srv})
 	}
 	if cfg.Listen.DNS != "" {
@@ -43,10 +43,18 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 			}
 			return nil, fmt.Errorf("listen.dns %s: %w", cfg.Listen.DNS, err)
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver}
+		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp")}
 		out = append(out, &listener{name: "dns-udp", pc: pc, dns: srv}, &listener{name: "dns-tcp", ln: ln, dns: srv})
 	}
 	return out, nil
+}
+
+// logDrop logs, at debug, each DNS connection closed for bad input.
+func logDrop(o Options, listener string) func(net.Addr, string) {
+	log := o.Log
+	return func(peer net.Addr, reason string) {
+		log.Debug().Str("listener", listener).Str("client", peer.String()).Str("problem", reason).Msg("connection dropped")
+	}
 }
 
 // listenUDPAndTCP opens TCP and UDP on the same address. With port 0 the
