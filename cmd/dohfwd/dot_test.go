@@ -1,8 +1,10 @@
 package main
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	be "encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -108,5 +110,26 @@ func TestSIGTERMDrainsDoT(t *testing.T) {
 	}
 	if ev := d.Events(func(ev map[string]any) bool { return ev["message"] == "stopped" }); len(ev) != 1 || ev[0]["complete"] != true {
 		t.Fatalf("stopped event: %v", ev)
+	}
+}
+
+// With the self-signed default, DoT and HTTPS serve the one certificate
+// whose fingerprint the certificate event logs.
+func TestDoTServesTheSelfSignedCertificate(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(scopeYAML("127.0.0.1:1"), "listen:\n", "listen:\n  dot: 127.0.0.1:0\n", 1)
+	d := startDohfwd(t, yaml, nil)
+	dot := d.listenerAddr("dot")
+	ev := d.waitEvent(5*time.Second, func(ev map[string]any) bool { return ev["message"] == "certificate" })
+	for _, addr := range []string{dot, d.HTTPS} {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"dot", "h2"}})
+		if err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		sum := sha256.Sum256(c.ConnectionState().PeerCertificates[0].Raw)
+		c.Close()
+		if got := hex.EncodeToString(sum[:]); got != ev["fingerprint"] {
+			t.Errorf("%s serves %s, the logged certificate is %v", addr, got, ev["fingerprint"])
+		}
 	}
 }
