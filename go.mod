@@ -8,10 +8,13 @@ require (
 	github.com/miekg/dns v1.1.73
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.35.1
+	github.com/smallstep/pkcs7 v0.2.3
 	github.com/tetratelabs/wazero v1.12.0
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/net v0.62.0
+	howett.net/plist v1.0.1
+	rsc.io/qr v0.2.0
 )
 
 require (

@@ -34,6 +34,8 @@ type Config struct {
 	Hosts           map[string][]string `yaml:"hosts"`
 	Cache           Cache               `yaml:"cache"`
 	Log             Log                 `yaml:"log"`
+	DDR             DDR                 `yaml:"ddr"`
+	AppleProfile    AppleProfile        `yaml:"apple_profile"`
 
 	// Source is the file the configuration came from, or DefaultSource.
 	Source string `yaml:"-"`
@@ -43,6 +45,8 @@ type Config struct {
 type Listen struct {
 	HTTPS          string   `yaml:"https"` // "" turns it off
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
+	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
+	DNS            string   `yaml:"dns"`   // plain DNS, UDP and TCP; "" = off
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`
 	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs or single IPs
@@ -102,6 +106,29 @@ type Cache struct {
 	MinTTL         time.Duration `yaml:"min_ttl"`
 	MaxTTL         time.Duration `yaml:"max_ttl"`
 	NegativeMaxTTL time.Duration `yaml:"negative_max_ttl"`
+}
+
+// DDR sets what Discovery of Designated Resolvers (RFC 9462) advertises.
+// It is on whenever an encrypted listener (https, dot) is; the ports are
+// the listeners'.
+type DDR struct {
+	// Names are the names clients reach this server by and check its
+	// certificate against; empty = tls.acme.domains, else the DNS names
+	// of the certificate.
+	Names []string `yaml:"names"`
+	// Addresses are this server's public IP addresses (ipv4hint,
+	// ipv6hint); empty = the encrypted listeners' addresses when they are
+	// not wildcards.
+	Addresses []string `yaml:"addresses"`
+}
+
+// AppleProfile configures the .mobileconfig served at /apple.mobileconfig
+// and written by `dohfwd profile apple`.
+type AppleProfile struct {
+	// SignCert and SignKey, both set, sign the profile (PEM: the chain,
+	// leaf first, and its key); both "" leave it unsigned.
+	SignCert string `yaml:"sign_cert"`
+	SignKey  string `yaml:"sign_key"`
 }
 
 // Log sets the log level and format.
@@ -199,6 +226,7 @@ func defaults() *Config {
 		Hosts:           map[string][]string{},
 		Cache:           Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour},
 		Log:             Log{Level: "info", Format: "auto"},
+		DDR:             DDR{Names: []string{}, Addresses: []string{}},
 	}
 }
 

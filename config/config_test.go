@@ -52,6 +52,8 @@ func TestEmptyFileIsAllDefaults(t *testing.T) {
 const fullFile = `listen:
   https: 127.0.0.1:8443
   http: "127.0.0.1:8080"
+  dot: 127.0.0.1:853
+  dns: 127.0.0.1:53
   admin: 127.0.0.1:9153
   path: /dns-query
   trusted_proxies: [10.0.0.0/8, 192.0.2.1]
@@ -94,6 +96,12 @@ cache:
 log:
   level: info
   format: auto
+ddr:
+  names: [dns.example.net]
+  addresses: [192.0.2.53, "2001:db8::53"]
+apple_profile:
+  sign_cert: ""
+  sign_key: ""
 `
 
 func TestEverySpecKeyIsAccepted(t *testing.T) {
@@ -128,6 +136,12 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"zero attempts", "engine:\n  attempts: 0\n", "bad.yaml:2: engine.attempts: 0: must be at least 1"},
 		{"malformed", "listen:\n  https: [127.0.0.1\nlog: {\n", "bad.yaml:"},
 		{"tab indent", "listen:\n\thttps: x\n", "bad.yaml:2: "},
+		{"bad dot listen", "listen:\n  dot: 853\n", "bad.yaml:2: listen.dot:"},
+		{"bad dns listen", "listen:\n  dns: 10.0.0.1\n", "bad.yaml:2: listen.dns:"},
+		{"bad ddr name", "ddr:\n  names: [\"a..b\"]\n", "bad.yaml:2: ddr.names[0]:"},
+		{"bad ddr address", "ddr:\n  addresses:\n    - 192.0.2.1\n    - 0.0.0.0\n", "bad.yaml:4: ddr.addresses[1]:"},
+		{"half a signing pair", "apple_profile:\n  sign_cert: a.pem\n", "bad.yaml:1: apple_profile.sign_key: required"},
+		{"unknown ddr key", "ddr:\n  name: [a.example]\n", "bad.yaml:2: ddr.name: unknown key"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,7 +20,7 @@ func (c *Config) validate(x *keyIndex) error {
 	bad := func(path, format string, a ...any) { es.add(x.errorAt(c.Source, path, fmt.Sprintf(format, a...))) }
 
 	for _, l := range []struct{ key, addr string }{
-		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP},
+		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP}, {"listen.dot", c.Listen.DoT}, {"listen.dns", c.Listen.DNS},
 		{"listen.admin", c.Listen.Admin}, {"tls.acme.http_listen", c.TLS.ACME.HTTPListen},
 	} {
 		if err := checkListenAddr(l.addr); err != nil {
@@ -130,6 +130,21 @@ func (c *Config) validate(x *keyIndex) error {
 	notNegative("cache.negative_max_ttl", c.Cache.NegativeMaxTTL)
 	if c.Cache.MaxTTL > 0 && c.Cache.MinTTL > c.Cache.MaxTTL {
 		bad("cache.min_ttl", "%v is more than cache.max_ttl %v", c.Cache.MinTTL, c.Cache.MaxTTL)
+	}
+
+	checkNames("ddr.names", c.DDR.Names, bad)
+	for i, a := range c.DDR.Addresses {
+		if ip, err := netip.ParseAddr(a); err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+			bad(fmt.Sprintf("ddr.addresses[%d]", i), "%q is not a unicast IP address", a)
+		}
+	}
+
+	if (c.AppleProfile.SignCert == "") != (c.AppleProfile.SignKey == "") {
+		if c.AppleProfile.SignCert == "" {
+			bad("apple_profile.sign_cert", "required with apple_profile.sign_key")
+		} else {
+			bad("apple_profile.sign_key", "required with apple_profile.sign_cert")
+		}
 	}
 
 	switch c.Log.Level {

@@ -64,6 +64,9 @@ type Options struct {
 	// written, for metrics and logs. It must not block or keep
 	// x.Response.Msg (x.Response.Wire is cleared once written).
 	Observe func(x Exchange)
+	// Setup, if set, serves the device setup pages: GET / from a browser
+	// (Accept: text/html) and SetupProfilePath (see package setup).
+	Setup http.Handler
 }
 
 // Format is the form of a request.
@@ -115,7 +118,7 @@ type Exchange struct {
 // parameter), 404 elsewhere. Methods other than GET and POST (HEAD
 // included: a DoH answer without its body is of no use) get 405.
 func NewHandler(r Resolver, o Options) http.Handler {
-	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe}
+	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup}
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -131,6 +134,7 @@ type handler struct {
 	path     string
 	trusted  []netip.Prefix
 	observe  func(Exchange)
+	setup    http.Handler
 	notFound string
 }
 
@@ -149,6 +153,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case JSONPath:
 		h.serveJSON(w, r, &x, false)
+	case "/", SetupProfilePath:
+		if h.setup != nil && (r.URL.Path != "/" || acceptsHTML(r.Header)) {
+			h.setup.ServeHTTP(w, r) // a page, not a DNS exchange: not observed
+			return
+		}
+		h.fail(w, &x, http.StatusNotFound, h.notFound)
 	default:
 		h.fail(w, &x, http.StatusNotFound, h.notFound)
 	}

@@ -1,13 +1,14 @@
 // Package server runs dohfwd's listeners around a DoH handler: HTTPS
-// (HTTP/2 and HTTP/1.1), the optional plaintext HTTP/1.1 + h2c listener and
-// the admin listener. It reloads the configuration on SIGHUP and drains
+// (HTTP/2 and HTTP/1.1), the optional plaintext HTTP/1.1 + h2c listener,
+// the optional DNS-over-TLS and plain DNS listeners, and the admin
+// listener. It reloads the configuration on SIGHUP and drains
 // questions in flight on SIGTERM. It serves any DoH handler over any
 // Backend, so the native binary and the WebAssembly edge host share it.
 package server
 
 import (
 	"context"
-	"errors"
+	"crypto/tls"
 	"fmt"
 	stdlog "log"
 	"net"
@@ -27,6 +28,8 @@ import (
 	"github.com/dohfwd/dohfwd/admin"
 	"github.com/dohfwd/dohfwd/certs"
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/ddr"
+	"github.com/dohfwd/dohfwd/dnsserver"
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/metrics"
@@ -51,9 +54,14 @@ type Options struct {
 	Config  *config.Config
 	Handler http.Handler // the DoH handler, served on the HTTPS and HTTP listeners
 	Backend Backend
-	Metrics *metrics.Metrics // served at /metrics; nil = no /metrics
-	Log     zerolog.Logger
-	Version string
+	// Resolver answers the DoT and plain DNS listeners; they need it.
+	Resolver dnsserver.Resolver
+	// Designate, when set, is told what DDR advertises once the
+	// listeners are bound (see ddr.Resolver.Designate).
+	Designate func(ddr.Designation)
+	Metrics   *metrics.Metrics // served at /metrics; nil = no /metrics
+	Log       zerolog.Logger
+	Version   string
 
 	// Load reads the configuration again on SIGHUP. Nil re-reads
 	// Config.Source, or keeps the embedded default.
@@ -68,12 +76,16 @@ type Options struct {
 	OnListen func(name string, addr net.Addr)
 }
 
-// listener is one running http.Server.
+// listener is one running http.Server, or one DNS server (dns) on a
+// stream listener (ln) or a packet connection (pc).
 type listener struct {
 	name string
 	srv  *http.Server
 	ln   net.Listener
 	tls  bool
+
+	dns *dnsserver.Server
+	pc  net.PacketConn
 }
 
 // Run serves until ctx ends or a SIGTERM/SIGINT arrives, then stops
@@ -98,20 +110,16 @@ func Run(ctx context.Context, o Options) error {
 	errc := make(chan error, len(listeners))
 	errorLog := stdlog.New(telemetry.LineWriter(log), "", 0)
 	for _, l := range listeners {
-		l.srv.ErrorLog = errorLog
-		log.Info().Str("listener", l.name).Str("addr", l.ln.Addr().String()).Msg("listening")
+		if l.srv != nil {
+			l.srv.ErrorLog = errorLog
+		}
+		log.Info().Str("listener", l.name).Str("addr", l.addr().String()).Msg("listening")
 		if o.OnListen != nil {
-			o.OnListen(l.name, l.ln.Addr())
+			o.OnListen(l.name, l.addr())
 		}
 		go func() {
-			var err error
-			if l.tls {
-				err = l.srv.ServeTLS(l.ln, "", "")
-			} else {
-				err = l.srv.Serve(l.ln)
-			}
-			if !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s listener %s: %w", l.name, l.ln.Addr(), err)
+			if err := l.serve(); err != nil {
+				errc <- fmt.Errorf("%s listener %s: %w", l.name, l.addr(), err)
 			}
 		}()
 	}
@@ -162,11 +170,16 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 	}
 	fail := func(err error) ([]*listener, func(), error) {
 		for _, l := range out {
-			l.ln.Close()
+			if l.pc != nil {
+				l.pc.Close()
+			} else {
+				l.ln.Close()
+			}
 		}
 		closeAll()
 		return nil, func() {}, err
 	}
+	var certificates *tls.Config // the HTTPS and DoT listeners' certificates
 	if cfg.Listen.HTTPS != "" {
 		// The port is held before ACME starts, so a TLS-ALPN-01 validation
 		// always reaches this listener and never a stand-in of certmagic's.
@@ -175,13 +188,19 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 			return fail(fmt.Errorf("listen.https %s: %w", cfg.Listen.HTTPS, err))
 		}
 		out = append(out, &listener{name: "https", ln: ln, tls: true})
+	}
+	if cfg.Listen.HTTPS != "" || cfg.Listen.DoT != "" {
 		cm, err := certs.New(ctx, certsConfig(cfg), log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
 		}
 		closers = append(closers, func() { cm.Close() })
 		log.Info().Str("mode", cm.Mode()).Str("fingerprint", cm.Fingerprint()).Msg("certificate")
-		if out[len(out)-1].srv, err = doh.NewTLSServer(o.Handler, cm.TLSConfig(), o.Limits); err != nil {
+		certificates = cm.TLSConfig()
+	}
+	if cfg.Listen.HTTPS != "" {
+		var err error
+		if out[len(out)-1].srv, err = doh.NewTLSServer(o.Handler, certificates, o.Limits); err != nil {
 			return fail(err)
 		}
 	}
@@ -192,6 +211,11 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		}
 		out = append(out, &listener{name: "http", srv: doh.NewPlainServer(o.Handler, o.Limits), ln: ln})
 	}
+	dnsListeners, err := listenDNS(o, certificates)
+	if err != nil {
+		return fail(err)
+	}
+	out = append(out, dnsListeners...)
 	if cfg.Listen.Admin != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.Admin)
 		if err != nil {
@@ -205,6 +229,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 		out = append(out, &listener{name: "admin", srv: srv, ln: ln})
 	}
+	designate(o, out, certificates)
 	return out, closeAll, nil
 }
 
@@ -233,10 +258,11 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 		return
 	}
 	current.Store(next)
-	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP ||
+	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP || next.Listen.DoT != old.Listen.DoT ||
+		next.Listen.DNS != old.Listen.DNS || !reflect.DeepEqual(next.DDR, old.DDR) ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
 		!reflect.DeepEqual(next.Listen.TrustedProxies, old.Listen.TrustedProxies) || !reflect.DeepEqual(next.TLS, old.TLS) {
-		log.Warn().Msg("listen and tls changes take effect at the next restart")
+		log.Warn().Msg("listen, tls and ddr changes take effect at the next restart")
 	}
 	log.Info().Str("config", next.Source).Int("scopes", len(next.Scopes)).
 		Int("fallback_servers", len(next.FallbackServers)).Int("hosts", len(next.Hosts)).
@@ -265,7 +291,7 @@ func drain(o Options, listeners []*listener, active *atomic.Int64, reason string
 	go func() {
 		var wg sync.WaitGroup
 		for _, l := range listeners {
-			wg.Go(func() { l.srv.Shutdown(ctx) })
+			wg.Go(func() { l.shutdown(ctx) })
 		}
 		wg.Wait()
 		close(shutdown)
@@ -284,7 +310,7 @@ wait:
 			log.Warn().Int64("requests", active.Load()).Msg("drain cut short by its timeout")
 			break wait
 		case <-tick.C:
-			if active.Load() > 0 {
+			if active.Load()+inFlight(listeners) > 0 {
 				quiet = 0
 			} else if quiet++; quiet >= 5 {
 				break wait
@@ -292,7 +318,7 @@ wait:
 		}
 	}
 	for _, l := range listeners {
-		l.srv.Close()
+		l.close()
 	}
 	log.Info().Dur("took_ms", time.Since(start)).Bool("complete", complete).Msg("stopped")
 }

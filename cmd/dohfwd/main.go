@@ -6,6 +6,7 @@
 //	dohfwd check-config [FILE]    check FILE (or the embedded default) and exit
 //	dohfwd status [--admin ADDR]  print a running server's status as a table
 //	dohfwd healthcheck            exit 0 when the admin /healthz answers (container HEALTHCHECK)
+//	dohfwd profile apple          print the Apple configuration profile (.mobileconfig)
 //	dohfwd version                print the version
 package main
 
@@ -35,6 +36,8 @@ const usage = `usage:
   dohfwd healthcheck [--config FILE | --admin ADDR]  exit 0 when the admin /healthz answers 200
   dohfwd edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
                                  serve through the WebAssembly module under wazero (edge/host)
+  dohfwd profile apple [--config FILE] [-o FILE]
+                                 write the Apple configuration profile (.mobileconfig)
   dohfwd version                 print the version
 `
 
@@ -53,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusCommand(ctx, args, stdout, stderr)
 	case "healthcheck":
 		return healthcheckCommand(ctx, args, stderr)
+	case "profile":
+		return profileCommand(args, stdout, stderr)
 	case "edge":
 		if err := host.Main(ctx, args, stderr, versionString()); err != nil {
 			fmt.Fprintln(stderr, "dohfwd edge:", err)

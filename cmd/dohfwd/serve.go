@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/ddr"
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/metrics"
@@ -76,7 +77,14 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		}
 		trusted = append(trusted, pfx)
 	}
-	handler := doh.NewHandler(eng, doh.Options{
+	// Every listener answers _dns.resolver.arpa (DDR) before the engine.
+	resolver := ddr.Wrap(eng)
+	pages, err := setupPages(cfg)
+	if err != nil {
+		return err
+	}
+	handler := doh.NewHandler(resolver, doh.Options{
+		Setup:          pages,
 		Path:           cfg.Listen.Path,
 		TrustedProxies: trusted,
 		Observe: func(x doh.Exchange) {
@@ -88,12 +96,14 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		},
 	})
 	return server.Run(ctx, server.Options{
-		Config:  cfg,
-		Handler: handler,
-		Backend: eng,
-		Metrics: met,
-		Log:     log,
-		Version: versionString(),
+		Config:    cfg,
+		Handler:   handler,
+		Backend:   eng,
+		Resolver:  resolver,
+		Designate: func(d ddr.Designation) { resolver.Designate(d); pages.Designate(d) },
+		Metrics:   met,
+		Log:       log,
+		Version:   versionString(),
 	})
 }
 

@@ -1,0 +1,169 @@
+package ddr
+
+import (
+	"context"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// params reads an SVCB record's parameters as key=value text.
+func params(t *testing.T, rr dns.RR) map[string]string {
+	t.Helper()
+	s, ok := rr.(*dns.SVCB)
+	if !ok {
+		t.Fatalf("%v is not SVCB", rr)
+	}
+	out := map[string]string{}
+	for _, kv := range s.Value {
+		out[kv.Key().String()] = kv.String()
+	}
+	return out
+}
+
+var example = Designation{
+	Names:     []string{"dns.example.net"},
+	Addresses: []netip.Addr{netip.MustParseAddr("192.0.2.53"), netip.MustParseAddr("2001:db8::53")},
+	Endpoints: []Endpoint{{Protocol: DoH, Port: 8443, Path: "/dns-query"}, {Protocol: DoT, Port: 853}},
+}
+
+// RFC 9462 section 4 and RFC 9461: DoH is alpn=h2 with dohpath, DoT is
+// alpn=dot; the port is the listener's; the hints and the name's A and
+// AAAA records carry the configured addresses. Read back from the wire.
+func TestDesignationRecordsOnTheWire(t *testing.T) {
+	q := new(dns.Msg)
+	q.SetQuestion(Name, dns.TypeSVCB)
+	reply := NewTable(example).Answer(q)
+	wire, err := reply.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(wire); err != nil {
+		t.Fatal(err)
+	}
+	if m.Rcode != dns.RcodeSuccess || !m.Authoritative || len(m.Answer) != 2 {
+		t.Fatalf("reply %v", m)
+	}
+	want := []map[string]string{
+		{"alpn": "h2", "port": "8443", "ipv4hint": "192.0.2.53", "ipv6hint": "2001:db8::53", "dohpath": "/dns-query{?dns}"},
+		{"alpn": "dot", "port": "853", "ipv4hint": "192.0.2.53", "ipv6hint": "2001:db8::53"},
+	}
+	for i, rr := range m.Answer {
+		s := rr.(*dns.SVCB)
+		if s.Hdr.Name != Name || s.Target != "dns.example.net." || s.Priority != uint16(i+1) {
+			t.Errorf("record %d: %v", i, s)
+		}
+		if got := params(t, rr); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("record %d params %v, want %v", i, got, want[i])
+		}
+	}
+	if len(m.Extra) != 2 || m.Extra[0].(*dns.A).A.String() != "192.0.2.53" || m.Extra[1].(*dns.AAAA).AAAA.String() != "2001:db8::53" {
+		t.Errorf("additional %v", m.Extra)
+	}
+}
+
+// RFC 9462 section 6.4: names under resolver.arpa are answered here and
+// never forwarded; other names are not this package's.
+func TestResolverArpaIsAnsweredLocally(t *testing.T) {
+	tab := NewTable(example)
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		rcode int // -1: not answered here
+		n     int
+	}{
+		{"_DNS.Resolver.Arpa.", dns.TypeSVCB, dns.RcodeSuccess, 2},
+		{Name, dns.TypeA, dns.RcodeSuccess, 0},
+		{"resolver.arpa.", dns.TypeSOA, dns.RcodeSuccess, 0},
+		{"other.resolver.arpa.", dns.TypeSVCB, dns.RcodeNameError, 0},
+		{"example.net.", dns.TypeSVCB, -1, 0},
+		{"arpa.", dns.TypeNS, -1, 0},
+	} {
+		q := new(dns.Msg)
+		q.SetQuestion(tc.name, tc.qtype)
+		m := tab.Answer(q)
+		switch {
+		case tc.rcode < 0 && m != nil:
+			t.Errorf("%s %s answered locally", tc.name, dns.TypeToString[tc.qtype])
+		case tc.rcode >= 0 && (m == nil || m.Rcode != tc.rcode || len(m.Answer) != tc.n):
+			t.Errorf("%s %s: %v", tc.name, dns.TypeToString[tc.qtype], m)
+		}
+	}
+	var none *Table // no designation yet: NODATA, not the upstream's
+	q := new(dns.Msg)
+	q.SetQuestion(Name, dns.TypeSVCB)
+	if m := none.Answer(q); m == nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
+		t.Errorf("without a designation: %v", m)
+	}
+}
+
+type countingNext struct{ n, wire int }
+
+func (c *countingNext) ResolveWire(_ context.Context, query, dst []byte) engine.Response {
+	c.wire++
+	return engine.Response{Wire: append(dst, query...)}
+}
+
+func (c *countingNext) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+	c.n++
+	return engine.Response{Msg: new(dns.Msg).SetRcode(q, dns.RcodeRefused)}
+}
+
+func TestResolverForwardsTheRest(t *testing.T) {
+	next := new(countingNext)
+	r := Wrap(next)
+	r.Designate(example)
+	q := new(dns.Msg)
+	q.SetQuestion(Name, dns.TypeSVCB)
+	if resp := r.Resolve(t.Context(), q); len(resp.Msg.Answer) != 2 || resp.Result != engine.ResultLocal || next.n != 0 {
+		t.Fatalf("DDR: %v (next asked %d)", resp.Msg, next.n)
+	}
+	q.SetQuestion("www.example.net.", dns.TypeA)
+	if resp := r.Resolve(t.Context(), q); resp.Msg.Rcode != dns.RcodeRefused || next.n != 1 {
+		t.Fatalf("other: %v", resp.Msg)
+	}
+}
+
+// The DoH wire path reaches the engine as bytes for every name outside
+// resolver.arpa; names inside it are left to Resolve and the table.
+func TestResolverWirePathLeavesZoneToTable(t *testing.T) {
+	next := new(countingNext)
+	r := Wrap(next)
+	r.Designate(example)
+	for _, c := range []struct {
+		name   string
+		inZone bool
+	}{
+		{Name, true},
+		{"_DNS.Resolver.ARPA.", true},
+		{"resolver.arpa.", true},
+		{"www.example.net.", false},
+		{"arpa.", false},
+		{"resolver.arpa.example.", false},
+		{".", false},
+	} {
+		q := new(dns.Msg)
+		q.SetQuestion(c.name, dns.TypeSVCB)
+		raw, err := q.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := next.wire
+		resp := r.ResolveWire(t.Context(), raw, nil)
+		forwarded := next.wire > before
+		if forwarded == c.inZone {
+			t.Errorf("%s: forwarded as bytes = %v, want %v", c.name, forwarded, !c.inZone)
+		}
+		if c.inZone && len(resp.Wire) != 0 {
+			t.Errorf("%s: wire answer %x, want none (Resolve answers it)", c.name, resp.Wire)
+		}
+	}
+	if !inZone([]byte{0, 1, 2}) {
+		t.Error("a query cut short must take the unpacking path")
+	}
+}

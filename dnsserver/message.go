@@ -1,0 +1,221 @@
+package dnsserver
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+
+	"github.com/miekg/dns"
+)
+
+const (
+	headerSize = 12
+	flagQR     = 0x80 // in byte 2 of the header
+	// PaddingBlock is the block length answers to padded queries are
+	// padded to (RFC 8467, section 4.1).
+	PaddingBlock = 468
+	// maxMessageSize is the largest DNS message a stream can frame.
+	maxMessageSize = 65535
+)
+
+// errNotDNS is a message that is not a DNS query at all: too short, a
+// response, or a header and question that cannot be read. The stream that
+// sent it is closed.
+var errNotDNS = errors.New("not a DNS query")
+
+// checkQuery reads a wire query. It returns q ready for the resolver (QR
+// clear, opcode QUERY, one question), or reply set to the DNS error the
+// query gets here (FORMERR, NOTIMP, BADVERS), or errNotDNS. The rules are
+// the DoH front end's, so both answer bad queries alike.
+func checkQuery(raw []byte) (q, reply *dns.Msg, err error) {
+	if len(raw) < headerSize || raw[2]&flagQR != 0 {
+		return nil, nil, errNotDNS
+	}
+	q = new(dns.Msg)
+	unpackErr := q.Unpack(raw)
+	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
+		return q, errorReply(q, raw, dns.RcodeNotImplemented), nil
+	}
+	if qd := binary.BigEndian.Uint16(raw[4:]); qd != 1 {
+		return q, errorReply(nil, raw, dns.RcodeFormatError), nil
+	}
+	if len(q.Question) != 1 {
+		return nil, nil, errNotDNS // the question itself is unreadable
+	}
+	if unpackErr != nil {
+		return q, errorReply(q, raw, dns.RcodeFormatError), nil
+	}
+	if rcode := queryProblem(q); rcode != dns.RcodeSuccess {
+		return q, errorReply(q, raw, rcode), nil
+	}
+	return q, nil, nil
+}
+
+// queryProblem is the rcode for a parsed query a DNS server refuses to
+// read: records in the answer or authority section, a misplaced or second
+// OPT, a meta type as the question, an EDNS version above 0.
+func queryProblem(q *dns.Msg) int {
+	if len(q.Answer) != 0 || len(q.Ns) != 0 {
+		return dns.RcodeFormatError
+	}
+	opts := 0
+	for _, rr := range q.Extra {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			if opts++; opts > 1 || rr.Header().Name != "." {
+				return dns.RcodeFormatError
+			}
+		}
+	}
+	switch q.Question[0].Qtype {
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY:
+		return dns.RcodeFormatError
+	case dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
+		return dns.RcodeNotImplemented
+	}
+	if o := q.IsEdns0(); o != nil && o.Version() != 0 {
+		return dns.RcodeBadVers
+	}
+	return dns.RcodeSuccess
+}
+
+// errorReply is the DNS error answer to a query: its ID, opcode, RD and CD
+// bits, its question when it has one, and an OPT record when it had one.
+func errorReply(q *dns.Msg, raw []byte, rcode int) *dns.Msg {
+	m := new(dns.Msg)
+	m.Id = binary.BigEndian.Uint16(raw)
+	m.Response = true
+	m.Opcode = int(raw[2]>>3) & 0xF
+	m.RecursionDesired = raw[2]&0x01 != 0
+	m.RecursionAvailable = true
+	m.CheckingDisabled = raw[3]&0x10 != 0
+	m.Rcode = rcode
+	if q != nil && len(q.Question) == 1 {
+		m.Question = q.Question
+	}
+	if q != nil && q.IsEdns0() != nil || rcode > 0xF {
+		m.SetEdns0(dns.DefaultMsgSize, false)
+	}
+	return m
+}
+
+// packReply packs reply for the client without changing it: the query's
+// ID, compressed, padded to a multiple of PaddingBlock when the query was
+// padded, and cut to fit limit bytes (UDP) with TC set; limit 0 is no
+// limit. buf, used to its capacity, is reused when it is big enough.
+func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
+	m := *reply // a shallow copy: the resolver's message stays as it was
+	m.Compress = true
+	if q != nil {
+		m.Id = q.Id
+	}
+	padded := q != nil && wantsPadding(q)
+	if padded {
+		withPadding(&m)
+	}
+	// PackBuffer reuses a buffer only up to its length: hand it all.
+	wire, err := m.PackBuffer(buf[:cap(buf)])
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && len(wire) > limit {
+		// Truncate reslices and appends: give it sections of its own,
+		// since the records may be shared with the cache.
+		m.Answer, m.Ns, m.Extra = slices.Clone(m.Answer), slices.Clone(m.Ns), slices.Clone(m.Extra)
+		m.Truncate(limit)
+		if wire, err = m.PackBuffer(wire[:cap(wire)]); err != nil {
+			return nil, err
+		}
+	}
+	if padded {
+		n := paddingLen(len(wire))
+		if limit > 0 && len(wire)+n > limit {
+			n = 0 // padding never costs an answer
+		}
+		if n > 0 {
+			setPadding(&m, n)
+			return m.PackBuffer(wire[:cap(wire)])
+		}
+	}
+	return wire, nil
+}
+
+// wantsPadding reports whether a query carries an EDNS(0) Padding option
+// (RFC 7830): only then is the answer padded (RFC 8467, section 4).
+func wantsPadding(q *dns.Msg) bool {
+	if o := q.IsEdns0(); o != nil {
+		for _, e := range o.Option {
+			if e.Option() == dns.EDNS0PADDING {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withPadding gives m, a shallow copy the caller owns, an OPT record of
+// its own with an empty Padding option, keeping the reply's OPT header and
+// its other options.
+func withPadding(m *dns.Msg) {
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+	opt.SetUDPSize(dns.DefaultMsgSize)
+	extra := make([]dns.RR, 0, len(m.Extra)+1)
+	for _, rr := range m.Extra {
+		if old, ok := rr.(*dns.OPT); ok {
+			opt.Hdr.Class, opt.Hdr.Ttl = old.Hdr.Class, old.Hdr.Ttl
+			for _, e := range old.Option {
+				if e.Option() != dns.EDNS0PADDING {
+					opt.Option = append(opt.Option, e)
+				}
+			}
+			continue
+		}
+		extra = append(extra, rr)
+	}
+	opt.Option = append(opt.Option, &dns.EDNS0_PADDING{})
+	m.Extra = append(extra, opt)
+}
+
+// zeros is the padding: RFC 7830 asks for zero octets.
+var zeros [PaddingBlock]byte
+
+// setPadding sets the Padding option withPadding added to n zero bytes.
+func setPadding(m *dns.Msg, n int) {
+	for _, rr := range m.Extra {
+		if opt, ok := rr.(*dns.OPT); ok {
+			for _, e := range opt.Option {
+				if p, ok := e.(*dns.EDNS0_PADDING); ok {
+					p.Padding = zeros[:n]
+				}
+			}
+		}
+	}
+}
+
+// paddingLen is how many padding bytes take a message of size bytes (its
+// empty Padding option included) to the next multiple of PaddingBlock.
+func paddingLen(size int) int {
+	n := (PaddingBlock - size%PaddingBlock) % PaddingBlock
+	if size+n > maxMessageSize {
+		return 0
+	}
+	return n
+}
+
+// udpLimit is the largest answer a UDP client takes: its EDNS payload size,
+// at least 512 bytes (RFC 6891, section 6.2.5).
+func udpLimit(q *dns.Msg) int {
+	if q != nil {
+		if o := q.IsEdns0(); o != nil {
+			return max(int(o.UDPSize()), dns.MinMsgSize)
+		}
+	}
+	return dns.MinMsgSize
+}
+
+// errorReplyTo is the DNS error answer to a parsed query.
+func errorReplyTo(q *dns.Msg, rcode int) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetRcode(q, rcode)
+	m.RecursionAvailable = true
+	return m
+}

@@ -1,0 +1,238 @@
+package dnsserver
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// Resolver answers one checked query: QR clear, opcode QUERY, exactly one
+// question. ctx ends when the client goes away. *engine.Engine satisfies
+// it, as does the DoH front end's resolver.
+type Resolver interface {
+	Resolve(ctx context.Context, q *dns.Msg) engine.Response
+}
+
+// Limits bound what one client may hold. Zero fields take the values of
+// DefaultLimits.
+type Limits struct {
+	// MaxQuerySize is the largest query a stream may frame; a longer
+	// length prefix closes the connection. Queries are small; 65535 is
+	// what the frame allows, not what a client needs.
+	MaxQuerySize int
+	// MaxInFlight is how many questions one stream connection may have
+	// open at once; past it the server stops reading until one ends.
+	MaxInFlight int
+	// ReadTimeout is how long a query, once its first byte is in, may
+	// take to arrive whole; also the TLS handshake's bound.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one answer.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a stream without a query or an answer owed for
+	// that long.
+	IdleTimeout time.Duration
+}
+
+// DefaultLimits are the DoH listener's limits in DNS terms: as many open
+// questions per connection as HTTP/2 streams, the same timeouts.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxQuerySize: 4096,
+		MaxInFlight:  250,
+		ReadTimeout:  10 * time.Second,
+		WriteTimeout: 15 * time.Second,
+		IdleTimeout:  2 * time.Minute,
+	}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	l.MaxQuerySize = min(cmp.Or(l.MaxQuerySize, d.MaxQuerySize), maxMessageSize)
+	l.MaxInFlight = cmp.Or(l.MaxInFlight, d.MaxInFlight)
+	l.ReadTimeout = cmp.Or(l.ReadTimeout, d.ReadTimeout)
+	l.WriteTimeout = cmp.Or(l.WriteTimeout, d.WriteTimeout)
+	l.IdleTimeout = cmp.Or(l.IdleTimeout, d.IdleTimeout)
+	return l
+}
+
+// Server serves DNS queries from Resolver on stream listeners (TCP, or
+// TLS for DoT) and packet connections (UDP). One Server may serve several
+// listeners; Shutdown and Close end them all.
+type Server struct {
+	Resolver Resolver
+	Limits   Limits
+	// TLSConfig, when set, makes ServeStream speak DoT: the server takes a
+	// clone whose only ALPN protocol is "dot" (RFC 7858 with ALPN, RFC
+	// 9461's alpn=dot).
+	TLSConfig *tls.Config
+	// OnDrop, if set, is told of each connection closed for breaking the
+	// rules (a failed handshake, a bad length, not a query, a stall), for
+	// logs. It must not block.
+	OnDrop func(peer net.Addr, reason string)
+
+	mu        sync.Mutex
+	limits    Limits
+	tlsConfig *tls.Config
+	listeners map[net.Listener]struct{}
+	packets   map[net.PacketConn]struct{}
+	conns     map[*stream]struct{}
+	closing   bool
+	done      chan struct{} // closed by Shutdown or Close
+	// ctx is the UDP questions' context: Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	inFlight atomic.Int64   // questions from arrival until their answer is sent
+	serving  sync.WaitGroup // packet questions and stream connections
+}
+
+// ErrServerClosed is what the Serve methods return after Shutdown or
+// Close.
+var ErrServerClosed = errors.New("dnsserver: server closed")
+
+func (s *Server) init() {
+	if s.conns != nil {
+		return
+	}
+	s.limits = s.Limits.withDefaults()
+	if s.TLSConfig != nil {
+		c := s.TLSConfig.Clone()
+		c.NextProtos = []string{"dot"}
+		if c.MinVersion < tls.VersionTLS12 {
+			c.MinVersion = tls.VersionTLS12
+		}
+		s.tlsConfig = c
+	}
+	s.listeners = map[net.Listener]struct{}{}
+	s.packets = map[net.PacketConn]struct{}{}
+	s.conns = map[*stream]struct{}{}
+	s.done = make(chan struct{})
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+}
+
+// InFlight is the number of questions being answered now: resolved or
+// their answers written.
+func (s *Server) InFlight() int64 { return s.inFlight.Load() }
+
+// resolve is the one place the server asks its resolver, so that another
+// resolver API can be put in here alone.
+func (s *Server) resolve(ctx context.Context, q *dns.Msg) *dns.Msg {
+	r := s.Resolver.Resolve(ctx, q)
+	if r.Msg == nil { // a Resolver that breaks its contract
+		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
+	}
+	return r.Msg
+}
+
+// Shutdown stops accepting, closes idle connections and waits for the
+// questions in flight to be answered, then closes the rest. When ctx ends
+// first it closes everything and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.init()
+	if !s.closing {
+		s.closing = true
+		close(s.done)
+	}
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.wake() // an idle reader sees the deadline and ends the stream
+	}
+	s.mu.Unlock()
+
+	all := make(chan struct{})
+	go func() { s.serving.Wait(); close(all) }()
+	var err error
+	select {
+	case <-all:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.Close()
+	return err
+}
+
+// Close closes every listener and connection now.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	if !s.closing {
+		s.closing = true
+		close(s.done)
+	}
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for pc := range s.packets {
+		pc.Close()
+	}
+	s.cancel()
+	for c := range s.conns {
+		c.abort()
+	}
+	return nil
+}
+
+// track adds or removes a listener; it reports false when the server is
+// closing.
+func (s *Server) trackListener(ln net.Listener, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	if add {
+		if s.closing {
+			return false
+		}
+		s.listeners[ln] = struct{}{}
+	} else {
+		delete(s.listeners, ln)
+	}
+	return true
+}
+
+// ServeStream accepts connections on ln (TCP) and serves each one's
+// queries, over TLS when TLSConfig is set. It returns ErrServerClosed after
+// Shutdown or Close.
+func (s *Server) ServeStream(ln net.Listener) error {
+	if !s.trackListener(ln, true) {
+		return ErrServerClosed
+	}
+	defer s.trackListener(ln, false)
+	var delay time.Duration // backoff on temporary accept errors, as net/http
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return ErrServerClosed
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		st := s.newStream(c)
+		if st == nil {
+			c.Close()
+			return ErrServerClosed
+		}
+		go st.serve()
+	}
+}
