@@ -46,6 +46,10 @@ type Listen struct {
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`
 	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs or single IPs
+	// ProxyProtocol lists the layer-4 balancers (CIDRs or single IPs) that
+	// open every connection to the DoH listeners with a PROXY protocol
+	// header (v1 or v2). Their header is required; anyone else's is refused.
+	ProxyProtocol []string `yaml:"proxy_protocol"`
 }
 
 // TLS chooses where the HTTPS listener's certificate comes from.
@@ -188,8 +192,9 @@ func Parse(name string, data []byte) (*Config, error) {
 // the system scope.
 func defaults() *Config {
 	return &Config{
-		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{}},
-		TLS:    TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
+		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
+			ProxyProtocol: []string{}},
+		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
 		Engine: Engine{
 			TransactionTimeout: 2 * time.Second, Attempts: 3, DemotionPeriod: 30 * time.Second,
 			InFlightCeiling: 4096,

@@ -55,6 +55,7 @@ const fullFile = `listen:
   admin: 127.0.0.1:9153
   path: /dns-query
   trusted_proxies: [10.0.0.0/8, 192.0.2.1]
+  proxy_protocol: [10.0.0.0/8, fd00::/8]
 tls:
   mode: self-signed
   cert_file: ""
@@ -120,6 +121,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"bad scope server", "scopes:\n  - name: a\n    servers: [1.2.3.4:99999]\n", "bad.yaml:3: scopes[0].servers[0]:"},
 		{"bad listen", "listen:\n  admin: nowhere\n", "bad.yaml:2: listen.admin:"},
 		{"bad proxy", "listen:\n  trusted_proxies: [10.0.0.0/33]\n", "bad.yaml:2: listen.trusted_proxies[0]:"},
+		{"bad proxy protocol source", "listen:\n  proxy_protocol:\n    - 10.0.0.0/8\n    - balancer\n", "bad.yaml:4: listen.proxy_protocol[1]:"},
 		{"bad mode", "tls:\n  mode: magic\n", "bad.yaml:2: tls.mode:"},
 		{"files without cert", "tls:\n  mode: files\n", "bad.yaml:1: tls.cert_file: required"},
 		{"bad level", "log:\n  level: loud\n", "bad.yaml:2: log.level:"},

@@ -38,6 +38,11 @@ func (c *Config) validate(x *keyIndex) error {
 			bad(fmt.Sprintf("listen.trusted_proxies[%d]", i), "%v", err)
 		}
 	}
+	for i, p := range c.Listen.ProxyProtocol {
+		if _, err := ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("listen.proxy_protocol[%d]", i), "%v", err)
+		}
+	}
 
 	switch c.TLS.Mode {
 	case "self-signed":
