@@ -97,8 +97,10 @@ func checkACME(cfg Config) (acmeSettings, error) {
 	if s.storage == "" {
 		s.storage = defaultStorage()
 	}
-	if err := os.MkdirAll(s.storage, 0o700); err != nil {
-		return s, fmt.Errorf("tls.acme.storage: %w", err)
+	if !IsRedisURL(s.storage) {
+		if err := os.MkdirAll(s.storage, 0o700); err != nil {
+			return s, fmt.Errorf("tls.acme.storage: %w", err)
+		}
 	}
 	alpnListen := a.TLSALPNListen
 	if alpnListen == "" {
@@ -156,6 +158,15 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	storage, shared, err := m.openStorage(s, cfg.ACME.Redis)
+	if err != nil {
+		return err
+	}
+	storageName := s.storage
+	if shared != nil {
+		storageName = shared.String()
+		m.closers = append(m.closers, func() { _ = shared.Close() })
+	}
 	zl := zap.New(newZerologCore(m.log))
 
 	a := &acmeState{domains: s.domains, ca: s.ca, ready: make(chan struct{})}
@@ -165,7 +176,7 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 		Logger:             zl,
 	})
 	a.magic = certmagic.New(a.cache, certmagic.Config{
-		Storage:            &certmagic.FileStorage{Path: s.storage},
+		Storage:            storage,
 		RenewalWindowRatio: s.renewalRatio,
 		// Clients that connect by IP send no SNI; give them the certificate.
 		DefaultServerName:  s.domains[0],
@@ -211,7 +222,7 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	}
 
 	m.acme = a
-	m.log.Info().Strs("domains", a.domains).Str("ca", a.ca).Str("storage", s.storage).
+	m.log.Info().Strs("domains", a.domains).Str("ca", a.ca).Str("storage", storageName).
 		Msg("waiting for a certificate from the ACME CA; HTTPS handshakes fail until it arrives")
 	// ManageAsync loads the certificate from storage (another replica may
 	// have it) or obtains one in the background, never prompting, retrying
@@ -228,6 +239,9 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("tls.acme: %w", err)
 	}
 	m.goTracked(func() { m.reportReady(ctx) })
+	if shared != nil {
+		m.goTracked(func() { m.watchStore(ctx, shared) })
+	}
 	return nil
 }
 
