@@ -229,7 +229,19 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	// with certmagic's backoff (1 min, 2 min, ... up to 30 days, which keeps
 	// clear of the CA's failed-validation rate limits); its cache then
 	// renews it. Readiness and failures come back through onACMEEvent.
-	if err := a.magic.ManageAsync(ctx, a.domains); err != nil {
+	// certmagic gives up on a domain whose storage cannot be read at this
+	// point, so with a shared store that does not answer yet, management
+	// starts once it does.
+	answers := shared == nil || m.storeAnswers(ctx, shared)
+	if !answers {
+		m.goTracked(func() {
+			if m.waitForStore(ctx, shared) {
+				if err := a.magic.ManageAsync(ctx, a.domains); err != nil {
+					m.log.Error().Err(err).Msg("could not start certificate management")
+				}
+			}
+		})
+	} else if err := a.magic.ManageAsync(ctx, a.domains); err != nil {
 		m.cancel()
 		if a.http01 != nil {
 			_ = a.http01.Close()
@@ -240,7 +252,7 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	}
 	m.goTracked(func() { m.reportReady(ctx) })
 	if shared != nil {
-		m.goTracked(func() { m.watchStore(ctx, shared) })
+		m.goTracked(func() { m.watchStore(ctx, shared, answers) })
 	}
 	return nil
 }

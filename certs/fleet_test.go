@@ -344,16 +344,18 @@ func TestFleetRedisOutageReplicasKeepServingAndRecover(t *testing.T) {
 		}
 	}
 
+	// A replica that starts during the outage waits for the store.
+	late := f.startDohfwd()
+	late.waitLogged(t, 10*time.Second, "certificate store unreachable at start")
+
 	f.redis.Resume()
 	for _, r := range rs {
 		r.waitLogged(t, 10*time.Second, "certificate store reachable again")
 	}
-	// A replica that joins after the outage finds the certificate in the
-	// store instead of ordering one.
-	late := f.startDohfwd()
+	// Then it finds the certificate in the store instead of ordering one.
 	late.waitLogged(t, obtainTimeout, "certificate ready")
 	if got := fingerprint(f.leaf(late, roots).Raw); got != want {
-		t.Errorf("the replica started after the outage serves %s, want %s", got, want)
+		t.Errorf("the replica started during the outage serves %s, want %s", got, want)
 	}
 	if n := f.ca.orders.Load(); n != 1 {
 		t.Errorf("Pebble saw %d orders, want 1", n)

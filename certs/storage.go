@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/dohfwd/dohfwd/certs/redisstore"
 )
@@ -105,6 +106,7 @@ func (m *Manager) openStorage(s acmeSettings, rc RedisConfig) (certmagic.Storage
 	if err != nil {
 		return nil, nil, fmt.Errorf("tls.acme.redis.lock_lease: %w", err)
 	}
+	redis.SetLogger(redisLogger{m.log})
 	st.OnLockLost = func(name string) {
 		m.log.Warn().Str("lock", name).Str("storage", st.String()).
 			Msg("certificate store lock lost: its lease ran out before it could be renewed")
@@ -112,16 +114,59 @@ func (m *Manager) openStorage(s acmeSettings, rc RedisConfig) (certmagic.Storage
 	return st, st, nil
 }
 
+// storeAnswers pings the shared store once.
+func (m *Manager) storeAnswers(ctx context.Context, st *redisstore.Store) bool {
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	err := st.Ping(pctx)
+	if err != nil {
+		m.log.Error().Err(err).Str("storage", st.String()).
+			Msg("certificate store unreachable at start: the certificate is loaded or obtained once it answers")
+	}
+	return err == nil
+}
+
+// waitForStore pings the store until it answers (true) or ctx ends.
+func (m *Manager) waitForStore(ctx context.Context, st *redisstore.Store) bool {
+	every := storeCheckInterval(st)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(every):
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := st.Ping(pctx)
+		cancel()
+		if err == nil {
+			m.log.Info().Str("storage", st.String()).Msg("certificate store reachable: starting certificate management")
+			return true
+		}
+	}
+}
+
+func storeCheckInterval(st *redisstore.Store) time.Duration {
+	return min(max(st.Lease()/2, 500*time.Millisecond), 10*time.Second)
+}
+
+// redisLogger puts go-redis's own messages (pool dial failures and the
+// like, which name addresses but never credentials) into the log stream at
+// debug level: the store's health is reported by watchStore.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Str("storage", "redis").Msg(fmt.Sprintf(format, v...))
+}
+
 // watchStore checks the shared store every half lease (at most every 10 s)
 // and logs when it becomes unreachable and when it is back. While it is
 // away the certificates already loaded keep being served; obtaining and
 // renewing wait for it (certmagic retries with backoff).
-func (m *Manager) watchStore(ctx context.Context, st *redisstore.Store) {
-	every := min(max(st.Lease()/2, 500*time.Millisecond), 10*time.Second)
+func (m *Manager) watchStore(ctx context.Context, st *redisstore.Store, healthy bool) {
+	every := storeCheckInterval(st)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	healthy := true
-	var down time.Time
+	down := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
