@@ -209,6 +209,9 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 			a.cache.Stop()
 			return fmt.Errorf("tls.acme.http_listen: %w", err)
 		}
+		if wrap := cfg.ACME.WrapHTTPListener; wrap != nil {
+			ln = wrap(ln)
+		}
 		a.http01 = &http.Server{
 			Handler:           a.issuer.HTTPChallengeHandler(http.HandlerFunc(notACMEChallenge)),
 			ReadHeaderTimeout: 10 * time.Second,

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,9 @@ type ACMEConfig struct {
 	// HTTPListen is the address of a plain-HTTP listener the Manager runs to
 	// answer HTTP-01 challenges, e.g. ":80"; "" = TLS-ALPN-01 only.
 	HTTPListen string
+	// WrapHTTPListener, when set, wraps the HTTP-01 listener (PROXY
+	// protocol behind a layer-4 balancer, as for the DoH listeners).
+	WrapHTTPListener func(net.Listener) net.Listener `json:"-"`
 	// TLSALPNListen is the address of the HTTPS listener serving TLSConfig,
 	// where TLS-ALPN-01 is answered; "" = ":443". Only its port matters to
 	// certmagic, which binds it itself only while nothing else does.

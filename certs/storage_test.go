@@ -1,7 +1,12 @@
 package certs
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +15,7 @@ import (
 
 	"github.com/dohfwd/dohfwd/certs/redisstore"
 	"github.com/dohfwd/dohfwd/certs/redisstore/redistest"
+	"github.com/dohfwd/dohfwd/proxied"
 )
 
 const redisTestPassword = "correct-horse-battery-staple-7f3a"
@@ -86,5 +92,53 @@ func TestRedisURLWithPasswordIsRefusedWithoutRepeatingIt(t *testing.T) {
 		if strings.Contains(err.Error(), redisTestPassword) {
 			t.Errorf("the error repeats the password: %v", err)
 		}
+	}
+}
+
+// The HTTP-01 listener goes through the same PROXY protocol wrapper as the
+// DoH listeners when one is given: behind a balancer that sends headers on
+// port 80 too, challenges still reach it.
+func TestHTTP01ListenerTakesTheListenerWrapper(t *testing.T) {
+	t.Parallel()
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	log, _ := testLogger(t)
+	// certmagic's background obtain may still write here after Close.
+	storage, err := os.MkdirTemp("", "dohfwd-wrapped-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(storage) }) // best effort
+	cfg := Config{Mode: ModeACME, ACME: ACMEConfig{
+		Domains: []string{"wrapped.doh.test"}, CA: "https://127.0.0.1:1/dir", Storage: storage,
+		HTTPListen: httpAddr, TLSALPNListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		WrapHTTPListener: func(ln net.Listener) net.Listener {
+			return proxied.Listen(ln, proxied.Options{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+		},
+	}}
+	m, err := New(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, m)
+	get := func(header string) (string, error) {
+		c, err := net.DialTimeout("tcp", httpAddr, 2*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "%sGET /.well-known/acme-challenge/x HTTP/1.1\r\nHost: wrapped.doh.test\r\n\r\n", header)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		return resp.Status, nil
+	}
+	if status, err := get("PROXY TCP4 198.51.100.7 127.0.0.1 4000 80\r\n"); err != nil || !strings.HasPrefix(status, "404") {
+		t.Errorf("with a PROXY header: %q, %v; want the challenge handler's 404", status, err)
+	}
+	if status, err := get(""); err == nil {
+		t.Errorf("without the header the balancer must send: served (%s)", status)
 	}
 }

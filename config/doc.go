@@ -10,7 +10,7 @@
 //
 //   - listen.proxy_protocol (default []): the balancers' CIDRs or IPs.
 //     Connections from them to the DoH listeners (HTTPS, plaintext, DoT)
-//     must open with a PROXY protocol v1 or v2 header, whose client address
+//     and to tls.acme.http_listen must open with a PROXY protocol v1 or v2 header, whose client address
 //     is then the one the handler, logs, limits and metrics see; a header
 //     from anyone else is refused. Empty turns PROXY protocol off.
 //   - tls.acme.storage: a folder, or redis://host:port/db (rediss:// for

@@ -177,7 +177,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 			return fail(err)
 		}
 		out = append(out, &listener{name: "https", ln: ln, tls: true})
-		cm, err := certs.New(ctx, certsConfig(cfg), log)
+		cm, err := certs.New(ctx, certsConfig(cfg, log), log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
 		}
@@ -347,8 +347,9 @@ func gatherer(m *metrics.Metrics) prometheus.Gatherer {
 }
 
 // certsConfig is the certificate manager's part of the configuration.
-// TLS-ALPN-01 challenges are answered on the HTTPS listener.
-func certsConfig(c *config.Config) certs.Config {
+// TLS-ALPN-01 challenges are answered on the HTTPS listener; the HTTP-01
+// listener takes PROXY protocol from the same balancers as the DoH ones.
+func certsConfig(c *config.Config, log zerolog.Logger) certs.Config {
 	return certs.Config{
 		Mode:     c.TLS.Mode,
 		CertFile: c.TLS.CertFile,
@@ -365,7 +366,10 @@ func certsConfig(c *config.Config) certs.Config {
 				KeyPrefix:    c.TLS.ACME.Redis.KeyPrefix,
 				LockLease:    c.TLS.ACME.Redis.LockLease,
 			},
-			HTTPListen:     c.TLS.ACME.HTTPListen,
+			HTTPListen: c.TLS.ACME.HTTPListen,
+			WrapHTTPListener: func(ln net.Listener) net.Listener {
+				return proxied.Listen(ln, ProxyOptions(c, log))
+			},
 			DisableTLSALPN: c.TLS.ACME.DisableTLSALPN,
 			Profile:        c.TLS.ACME.Profile,
 			TLSALPNListen:  c.Listen.HTTPS,
