@@ -178,6 +178,7 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	a.magic = certmagic.New(a.cache, certmagic.Config{
 		Storage:            storage,
 		RenewalWindowRatio: s.renewalRatio,
+		DisableARI:         cfg.tuning.disableARI,
 		// Clients that connect by IP send no SNI; give them the certificate.
 		DefaultServerName:  s.domains[0],
 		FallbackServerName: s.domains[0],

@@ -76,6 +76,10 @@ type tuning struct {
 	filePoll           time.Duration // files mode: how often files are checked
 	renewCheckInterval time.Duration // acme: certmagic maintenance period
 	renewalWindowRatio float64       // acme: remaining:lifetime ratio that triggers renewal
+	// disableARI ignores the CA's renewal info, whose window Pebble opens
+	// at issuance for short certificates, so that only the ratio above
+	// says when to renew.
+	disableARI bool
 }
 
 const defaultFilePoll = time.Second

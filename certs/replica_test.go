@@ -25,6 +25,7 @@ type replicaSpec struct {
 	// Renewal tuning (see tuning); zero = production values.
 	RenewCheck   time.Duration
 	RenewalRatio float64
+	DisableARI   bool
 	// Listen is the HTTPS address; "" = a free port.
 	Listen string
 }
@@ -59,6 +60,7 @@ func runReplica(specJSON string) int {
 	spec.Config.TLSALPNListen = ln.Addr().String()
 	cfg := Config{Mode: ModeACME, ACME: spec.Config}
 	cfg.tuning.renewCheckInterval, cfg.tuning.renewalWindowRatio = spec.RenewCheck, spec.RenewalRatio
+	cfg.tuning.disableARI = spec.DisableARI
 	log := zerolog.New(os.Stderr).With().Str("replica", "child").Logger()
 	m, err := New(context.Background(), cfg, log)
 	if err != nil {
