@@ -97,8 +97,10 @@ func checkACME(cfg Config) (acmeSettings, error) {
 	if s.storage == "" {
 		s.storage = defaultStorage()
 	}
-	if err := os.MkdirAll(s.storage, 0o700); err != nil {
-		return s, fmt.Errorf("tls.acme.storage: %w", err)
+	if !IsRedisURL(s.storage) {
+		if err := os.MkdirAll(s.storage, 0o700); err != nil {
+			return s, fmt.Errorf("tls.acme.storage: %w", err)
+		}
 	}
 	alpnListen := a.TLSALPNListen
 	if alpnListen == "" {
@@ -156,6 +158,15 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	storage, shared, err := m.openStorage(s, cfg.ACME.Redis)
+	if err != nil {
+		return err
+	}
+	storageName := s.storage
+	if shared != nil {
+		storageName = shared.String()
+		m.closers = append(m.closers, func() { _ = shared.Close() })
+	}
 	zl := zap.New(newZerologCore(m.log))
 
 	a := &acmeState{domains: s.domains, ca: s.ca, ready: make(chan struct{})}
@@ -165,8 +176,9 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 		Logger:             zl,
 	})
 	a.magic = certmagic.New(a.cache, certmagic.Config{
-		Storage:            &certmagic.FileStorage{Path: s.storage},
+		Storage:            storage,
 		RenewalWindowRatio: s.renewalRatio,
+		DisableARI:         cfg.tuning.disableARI,
 		// Clients that connect by IP send no SNI; give them the certificate.
 		DefaultServerName:  s.domains[0],
 		FallbackServerName: s.domains[0],
@@ -198,6 +210,9 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 			a.cache.Stop()
 			return fmt.Errorf("tls.acme.http_listen: %w", err)
 		}
+		if wrap := cfg.ACME.WrapHTTPListener; wrap != nil {
+			ln = wrap(ln)
+		}
 		a.http01 = &http.Server{
 			Handler:           a.issuer.HTTPChallengeHandler(http.HandlerFunc(notACMEChallenge)),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -211,14 +226,26 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 	}
 
 	m.acme = a
-	m.log.Info().Strs("domains", a.domains).Str("ca", a.ca).Str("storage", s.storage).
+	m.log.Info().Strs("domains", a.domains).Str("ca", a.ca).Str("storage", storageName).
 		Msg("waiting for a certificate from the ACME CA; HTTPS handshakes fail until it arrives")
 	// ManageAsync loads the certificate from storage (another replica may
 	// have it) or obtains one in the background, never prompting, retrying
 	// with certmagic's backoff (1 min, 2 min, ... up to 30 days, which keeps
 	// clear of the CA's failed-validation rate limits); its cache then
 	// renews it. Readiness and failures come back through onACMEEvent.
-	if err := a.magic.ManageAsync(ctx, a.domains); err != nil {
+	// certmagic gives up on a domain whose storage cannot be read at this
+	// point, so with a shared store that does not answer yet, management
+	// starts once it does.
+	answers := shared == nil || m.storeAnswers(ctx, shared)
+	if !answers {
+		m.goTracked(func() {
+			if m.waitForStore(ctx, shared) {
+				if err := a.magic.ManageAsync(ctx, a.domains); err != nil {
+					m.log.Error().Err(err).Msg("could not start certificate management")
+				}
+			}
+		})
+	} else if err := a.magic.ManageAsync(ctx, a.domains); err != nil {
 		m.cancel()
 		if a.http01 != nil {
 			_ = a.http01.Close()
@@ -228,6 +255,9 @@ func (m *Manager) startACME(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("tls.acme: %w", err)
 	}
 	m.goTracked(func() { m.reportReady(ctx) })
+	if shared != nil {
+		m.goTracked(func() { m.watchStore(ctx, shared, answers) })
+	}
 	return nil
 }
 

@@ -1,7 +1,8 @@
 // Package certs supplies the TLS certificate of dohfwd's HTTPS listener: a
 // self-signed one made at start, one read from files and reloaded when the
 // files change, or one obtained and renewed automatically over ACME
-// (certmagic), shared between replicas through certmagic's storage.
+// (certmagic), shared between replicas through certmagic's storage: a
+// folder, or Redis (package redisstore) for a fleet on separate machines.
 package certs
 
 import (
@@ -10,6 +11,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,10 +48,17 @@ type ACMEConfig struct {
 	Email   string
 	CA      string // ACME directory URL; "" = Let's Encrypt production
 	CARoot  string // PEM file of roots to trust for the CA's API (test CAs)
-	Storage string // certmagic storage folder shared by replicas; "" = user data dir
+	// Storage is certmagic's storage: a folder ("" = the user data dir),
+	// or a redis:// or rediss:// URL shared by the replicas of a fleet.
+	Storage string
+	// Redis tunes a Redis storage.
+	Redis RedisConfig
 	// HTTPListen is the address of a plain-HTTP listener the Manager runs to
 	// answer HTTP-01 challenges, e.g. ":80"; "" = TLS-ALPN-01 only.
 	HTTPListen string
+	// WrapHTTPListener, when set, wraps the HTTP-01 listener (PROXY
+	// protocol behind a layer-4 balancer, as for the DoH listeners).
+	WrapHTTPListener func(net.Listener) net.Listener `json:"-"`
 	// TLSALPNListen is the address of the HTTPS listener serving TLSConfig,
 	// where TLS-ALPN-01 is answered; "" = ":443". Only its port matters to
 	// certmagic, which binds it itself only while nothing else does.
@@ -67,6 +76,10 @@ type tuning struct {
 	filePoll           time.Duration // files mode: how often files are checked
 	renewCheckInterval time.Duration // acme: certmagic maintenance period
 	renewalWindowRatio float64       // acme: remaining:lifetime ratio that triggers renewal
+	// disableARI ignores the CA's renewal info, whose window Pebble opens
+	// at issuance for short certificates, so that only the ratio above
+	// says when to renew.
+	disableARI bool
 }
 
 const defaultFilePoll = time.Second
@@ -84,6 +97,7 @@ type Manager struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+	closers   []func() // run last by Close (the shared store)
 	closeErr  error
 }
 
@@ -131,6 +145,9 @@ func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Manager, error) 
 	if err != nil {
 		cancel()
 		m.wg.Wait()
+		for _, c := range m.closers {
+			c()
+		}
 		return nil, err
 	}
 	return m, nil
@@ -207,6 +224,9 @@ func (m *Manager) Close() error {
 		m.wg.Wait()
 		if m.acme != nil {
 			m.acme.cache.Stop() // also releases storage locks this process holds
+		}
+		for _, c := range m.closers {
+			c()
 		}
 	})
 	return m.closeErr

@@ -44,7 +44,10 @@ type pebble struct {
 	mgmtURL  string
 	httpPort int // where Pebble validates HTTP-01
 	orders   atomic.Int64
-	output   *logBuffer
+	// orderHook, when set, runs before an order is passed to Pebble with
+	// the order's number (1 for the first); it may hold the order back.
+	orderHook atomic.Pointer[func(n int64, r *http.Request)]
+	output    *logBuffer
 }
 
 // findPebble locates the pebble binary on PATH or in GOBIN/GOPATH/bin.
@@ -246,7 +249,10 @@ func startPebble(t *testing.T, tlsPort int) *pebble {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.URL.Path == "/order-plz" {
-			p.orders.Add(1)
+			n := p.orders.Add(1)
+			if hook := p.orderHook.Load(); hook != nil {
+				(*hook)(n, r)
+			}
 		}
 		proxy.ServeHTTP(w, r)
 	}), ReadHeaderTimeout: 5 * time.Second}

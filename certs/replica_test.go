@@ -22,13 +22,21 @@ const replicaEnv = "DOHFWD_CERTS_TEST_REPLICA"
 
 type replicaSpec struct {
 	Config ACMEConfig
+	// Renewal tuning (see tuning); zero = production values.
+	RenewCheck   time.Duration
+	RenewalRatio float64
+	DisableARI   bool
+	// Listen is the HTTPS address; "" = a free port.
+	Listen string
 }
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(replicaEnv); spec != "" {
 		os.Exit(runReplica(spec))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBuilt()
+	os.Exit(code)
 }
 
 // runReplica is a second process: a Manager in acme mode serving HTTPS on a
@@ -40,13 +48,19 @@ func runReplica(specJSON string) int {
 		fmt.Fprintln(os.Stderr, "replica spec:", err)
 		return 2
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	listen := spec.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	spec.Config.TLSALPNListen = ln.Addr().String()
 	cfg := Config{Mode: ModeACME, ACME: spec.Config}
+	cfg.tuning.renewCheckInterval, cfg.tuning.renewalWindowRatio = spec.RenewCheck, spec.RenewalRatio
+	cfg.tuning.disableARI = spec.DisableARI
 	log := zerolog.New(os.Stderr).With().Str("replica", "child").Logger()
 	m, err := New(context.Background(), cfg, log)
 	if err != nil {
@@ -71,7 +85,13 @@ func runReplica(specJSON string) int {
 // startReplica runs a second replica process sharing cfg's storage.
 func startReplica(t *testing.T, cfg ACMEConfig) (ready <-chan [2]string) {
 	t.Helper()
-	spec, _ := json.Marshal(replicaSpec{Config: cfg})
+	return startReplicaSpec(t, replicaSpec{Config: cfg}, nil)
+}
+
+// startReplicaSpec runs a replica process; its log goes to logs when set.
+func startReplicaSpec(t *testing.T, rs replicaSpec, logs *logBuffer) (ready <-chan [2]string) {
+	t.Helper()
+	spec, _ := json.Marshal(rs)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), replicaEnv+"="+string(spec))
 	stdin, err := cmd.StdinPipe()
@@ -82,7 +102,10 @@ func startReplica(t *testing.T, cfg ACMEConfig) (ready <-chan [2]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := &logBuffer{}
+	stderr := logs
+	if stderr == nil {
+		stderr = &logBuffer{}
+	}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

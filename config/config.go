@@ -50,6 +50,10 @@ type Listen struct {
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`
 	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs or single IPs
+	// ProxyProtocol lists the layer-4 balancers (CIDRs or single IPs) that
+	// open every connection to the DoH listeners with a PROXY protocol
+	// header (v1 or v2). Their header is required; anyone else's is refused.
+	ProxyProtocol []string `yaml:"proxy_protocol"`
 }
 
 // TLS chooses where the HTTPS listener's certificate comes from.
@@ -66,7 +70,11 @@ type ACME struct {
 	Email   string   `yaml:"email"`
 	CA      string   `yaml:"ca"`      // directory URL; "" = Let's Encrypt production
 	CARoot  string   `yaml:"ca_root"` // PEM file to trust for the CA
-	Storage string   `yaml:"storage"`
+	// Storage is a folder, or a redis:// or rediss:// URL (no password in
+	// it) of a store shared by the replicas of a fleet.
+	Storage string `yaml:"storage"`
+	// Redis tunes a Redis storage.
+	Redis Redis `yaml:"redis"`
 	// HTTPListen is where HTTP-01 challenges are answered; "" leaves
 	// TLS-ALPN-01 only.
 	HTTPListen string `yaml:"http_listen"`
@@ -76,6 +84,19 @@ type ACME struct {
 	// Profile asks the CA for a certificate profile it offers ("" = the
 	// CA's default).
 	Profile string `yaml:"profile"`
+}
+
+// Redis tunes the shared certificate store when tls.acme.storage is a
+// redis:// or rediss:// URL.
+type Redis struct {
+	// PasswordFile holds the password; "" = $DOHFWD_REDIS_PASSWORD. The
+	// user name comes from the URL or $DOHFWD_REDIS_USERNAME.
+	PasswordFile string `yaml:"password_file"`
+	// CARoot is a PEM file of roots to trust for rediss:// ("" = system).
+	CARoot    string `yaml:"ca_root"`
+	KeyPrefix string `yaml:"key_prefix"`
+	// LockLease is how long a lock outlives a replica that died holding it.
+	LockLease time.Duration `yaml:"lock_lease"`
 }
 
 // Engine holds the forwarding engine's values.
@@ -215,8 +236,10 @@ func Parse(name string, data []byte) (*Config, error) {
 // the system scope.
 func defaults() *Config {
 	return &Config{
-		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{}},
-		TLS:    TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
+		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
+			ProxyProtocol: []string{}},
+		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{},
+			Redis: Redis{KeyPrefix: "dohfwd", LockLease: 30 * time.Second}}},
 		Engine: Engine{
 			TransactionTimeout: 2 * time.Second, Attempts: 3, DemotionPeriod: 30 * time.Second,
 			InFlightCeiling: 4096,

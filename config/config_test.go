@@ -57,6 +57,7 @@ const fullFile = `listen:
   admin: 127.0.0.1:9153
   path: /dns-query
   trusted_proxies: [10.0.0.0/8, 192.0.2.1]
+  proxy_protocol: [10.0.0.0/8, fd00::/8]
 tls:
   mode: self-signed
   cert_file: ""
@@ -66,7 +67,12 @@ tls:
     email: ""
     ca: ""
     ca_root: ""
-    storage: ""
+    storage: redis://redis.dohfwd.svc:6379/0
+    redis:
+      password_file: /run/secrets/redis-password
+      ca_root: ""
+      key_prefix: dohfwd
+      lock_lease: 30s
     http_listen: ""
     disable_tls_alpn: false
     profile: ""
@@ -128,6 +134,10 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"bad scope server", "scopes:\n  - name: a\n    servers: [1.2.3.4:99999]\n", "bad.yaml:3: scopes[0].servers[0]:"},
 		{"bad listen", "listen:\n  admin: nowhere\n", "bad.yaml:2: listen.admin:"},
 		{"bad proxy", "listen:\n  trusted_proxies: [10.0.0.0/33]\n", "bad.yaml:2: listen.trusted_proxies[0]:"},
+		{"password in redis URL", "tls:\n  mode: acme\n  acme:\n    domains: [doh.example.net]\n    storage: redis://:hunter2@redis:6379/0\n", "bad.yaml:5: tls.acme.storage: a password in the URL is refused"},
+		{"long lock lease", "tls:\n  mode: acme\n  acme:\n    domains: [doh.example.net]\n    redis:\n      lock_lease: 5m\n", "bad.yaml:6: tls.acme.redis.lock_lease: 5m0s: want 1s to 1m0s"},
+		{"redis ca_root without TLS", "tls:\n  mode: acme\n  acme:\n    domains: [doh.example.net]\n    storage: redis://redis:6379\n    redis:\n      ca_root: ca.pem\n", "bad.yaml:7: tls.acme.redis.ca_root: needs a rediss://"},
+		{"bad proxy protocol source", "listen:\n  proxy_protocol:\n    - 10.0.0.0/8\n    - balancer\n", "bad.yaml:4: listen.proxy_protocol[1]:"},
 		{"bad mode", "tls:\n  mode: magic\n", "bad.yaml:2: tls.mode:"},
 		{"files without cert", "tls:\n  mode: files\n", "bad.yaml:1: tls.cert_file: required"},
 		{"bad level", "log:\n  level: loud\n", "bad.yaml:2: log.level:"},

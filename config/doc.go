@@ -12,4 +12,24 @@
 // Resolvers advertises (ddr.names, ddr.addresses); DDR itself is on
 // whenever an encrypted listener is. apple_profile signs the Apple
 // configuration profile when set.
+//
+// Keys for a fleet of replicas behind a layer-4 load balancer:
+//
+//   - listen.proxy_protocol (default []): the balancers' CIDRs or IPs.
+//     Connections from them to the DoH listeners (HTTPS, plaintext, DoT)
+//     and to tls.acme.http_listen must open with a PROXY protocol v1 or v2 header, whose client address
+//     is then the one the handler, logs, limits and metrics see; a header
+//     from anyone else is refused. Empty turns PROXY protocol off.
+//   - tls.acme.storage: a folder, or redis://host:port/db (rediss:// for
+//     TLS) naming a store that every replica shares, so one of them orders
+//     each certificate and renewal. A password in the URL is refused.
+//   - tls.acme.redis.password_file (default ""): a file holding the Redis
+//     password; when empty, $DOHFWD_REDIS_PASSWORD. The user name comes
+//     from the URL or $DOHFWD_REDIS_USERNAME. Neither is ever logged.
+//   - tls.acme.redis.ca_root (default ""): PEM roots for rediss:// with a
+//     private CA ("" = the system's).
+//   - tls.acme.redis.key_prefix (default dohfwd): starts every Redis key.
+//   - tls.acme.redis.lock_lease (default 30s, 1s to 1m): how long a lock
+//     outlives a replica that died holding it; the holder renews it every
+//     third of a lease while it lives.
 package config

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,11 @@ func (c *Config) validate(x *keyIndex) error {
 			bad(fmt.Sprintf("listen.trusted_proxies[%d]", i), "%v", err)
 		}
 	}
+	for i, p := range c.Listen.ProxyProtocol {
+		if _, err := ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("listen.proxy_protocol[%d]", i), "%v", err)
+		}
+	}
 
 	switch c.TLS.Mode {
 	case "self-signed":
@@ -57,6 +63,7 @@ func (c *Config) validate(x *keyIndex) error {
 				bad(fmt.Sprintf("tls.acme.domains[%d]", i), "%q is not a domain name", d)
 			}
 		}
+		checkStorage(c.TLS.ACME, bad)
 		if c.TLS.ACME.DisableTLSALPN && c.TLS.ACME.HTTPListen == "" {
 			bad("tls.acme.disable_tls_alpn", "leaves no challenge: set tls.acme.http_listen for HTTP-01")
 		}
@@ -158,6 +165,45 @@ func (c *Config) validate(x *keyIndex) error {
 		bad("log.format", "%q: want auto, json or console", c.Log.Format)
 	}
 	return es.join()
+}
+
+// Bounds of tls.acme.redis.lock_lease: a replica that dies holding a lock
+// blocks the others for at most one lease.
+const (
+	minLockLease = time.Second
+	maxLockLease = time.Minute
+)
+
+// checkStorage checks a Redis storage URL and its settings. Messages never
+// repeat the URL, which could hold a password by mistake.
+func checkStorage(a ACME, bad func(string, string, ...any)) {
+	r := a.Redis
+	if r.LockLease < minLockLease || r.LockLease > maxLockLease {
+		bad("tls.acme.redis.lock_lease", "%v: want %v to %v", r.LockLease, minLockLease, maxLockLease)
+	}
+	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, " :") {
+		bad("tls.acme.redis.key_prefix", "%q: want a non-empty name without spaces or colons", r.KeyPrefix)
+	}
+	scheme, _, _ := strings.Cut(a.Storage, "://")
+	if scheme != "redis" && scheme != "rediss" {
+		return
+	}
+	u, err := url.Parse(a.Storage)
+	if err != nil || u.Host == "" {
+		bad("tls.acme.storage", "not a valid redis://host:port/db or rediss:// URL")
+		return
+	}
+	if _, has := u.User.Password(); has {
+		bad("tls.acme.storage", "a password in the URL is refused: use tls.acme.redis.password_file or $DOHFWD_REDIS_PASSWORD")
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		if _, err := strconv.ParseUint(db, 10, 8); err != nil {
+			bad("tls.acme.storage", "database %q: want a number (redis://host:port/0)", db)
+		}
+	}
+	if r.CARoot != "" && scheme != "rediss" {
+		bad("tls.acme.redis.ca_root", "needs a rediss:// storage URL")
+	}
 }
 
 // checkListenAddr accepts "" (off) or host:port with an IP or empty host

@@ -28,9 +28,9 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 	}
 	var out []*listener
 	if cfg.Listen.DoT != "" {
-		ln, err := net.Listen("tcp", cfg.Listen.DoT)
+		ln, err := listenDoH(cfg, o.Log, "listen.dot", cfg.Listen.DoT)
 		if err != nil {
-			return nil, fmt.Errorf("listen.dot %s: %w", cfg.Listen.DoT, err)
+			return nil, err
 		}
 		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot")}
 		out = append(out, &listener{name: "dot", ln: ln, dns: srv})

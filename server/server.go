@@ -13,6 +13,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"reflect"
@@ -33,6 +34,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/metrics"
+	"github.com/dohfwd/dohfwd/proxied"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
@@ -183,14 +185,14 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 	if cfg.Listen.HTTPS != "" {
 		// The port is held before ACME starts, so a TLS-ALPN-01 validation
 		// always reaches this listener and never a stand-in of certmagic's.
-		ln, err := net.Listen("tcp", cfg.Listen.HTTPS)
+		ln, err := listenDoH(cfg, log, "listen.https", cfg.Listen.HTTPS)
 		if err != nil {
-			return fail(fmt.Errorf("listen.https %s: %w", cfg.Listen.HTTPS, err))
+			return fail(err)
 		}
 		out = append(out, &listener{name: "https", ln: ln, tls: true})
 	}
 	if cfg.Listen.HTTPS != "" || cfg.Listen.DoT != "" {
-		cm, err := certs.New(ctx, certsConfig(cfg), log)
+		cm, err := certs.New(ctx, certsConfig(cfg, log), log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
 		}
@@ -205,9 +207,9 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		}
 	}
 	if cfg.Listen.HTTP != "" {
-		ln, err := net.Listen("tcp", cfg.Listen.HTTP)
+		ln, err := listenDoH(cfg, log, "listen.http", cfg.Listen.HTTP)
 		if err != nil {
-			return fail(fmt.Errorf("listen.http %s: %w", cfg.Listen.HTTP, err))
+			return fail(err)
 		}
 		out = append(out, &listener{name: "http", srv: doh.NewPlainServer(o.Handler, o.Limits), ln: ln})
 	}
@@ -231,6 +233,35 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 	}
 	designate(o, out, certificates)
 	return out, closeAll, nil
+}
+
+// listenDoH binds a DoH listener (HTTPS, plaintext, DoT). It is the one
+// place listeners for client traffic are made: with listen.proxy_protocol
+// set, their connections from those balancers must carry a PROXY header,
+// and the client address in it is the connection's RemoteAddr.
+func listenDoH(cfg *config.Config, log zerolog.Logger, key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
+	}
+	return proxied.Listen(ln, ProxyOptions(cfg, log)), nil
+}
+
+// ProxyOptions are the PROXY protocol settings of cfg for proxied.Listen:
+// the trusted balancers, and a debug event for each refused connection.
+func ProxyOptions(cfg *config.Config, log zerolog.Logger) proxied.Options {
+	var o proxied.Options
+	for _, s := range cfg.Listen.ProxyProtocol {
+		p, err := config.ParsePrefix(s)
+		if err != nil {
+			continue // validated at load
+		}
+		o.Trusted = append(o.Trusted, p)
+	}
+	o.OnRefuse = func(peer netip.AddrPort, err error) {
+		log.Debug().Str("peer", peer.String()).Err(err).Msg("connection refused: PROXY protocol header")
+	}
+	return o
 }
 
 // reload applies a new configuration file: scopes, servers, hosts, engine
@@ -261,7 +292,8 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP || next.Listen.DoT != old.Listen.DoT ||
 		next.Listen.DNS != old.Listen.DNS || !reflect.DeepEqual(next.DDR, old.DDR) ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
-		!reflect.DeepEqual(next.Listen.TrustedProxies, old.Listen.TrustedProxies) || !reflect.DeepEqual(next.TLS, old.TLS) {
+		!reflect.DeepEqual(next.Listen.TrustedProxies, old.Listen.TrustedProxies) ||
+		!reflect.DeepEqual(next.Listen.ProxyProtocol, old.Listen.ProxyProtocol) || !reflect.DeepEqual(next.TLS, old.TLS) {
 		log.Warn().Msg("listen, tls and ddr changes take effect at the next restart")
 	}
 	log.Info().Str("config", next.Source).Int("scopes", len(next.Scopes)).
@@ -341,19 +373,29 @@ func gatherer(m *metrics.Metrics) prometheus.Gatherer {
 }
 
 // certsConfig is the certificate manager's part of the configuration.
-// TLS-ALPN-01 challenges are answered on the HTTPS listener.
-func certsConfig(c *config.Config) certs.Config {
+// TLS-ALPN-01 challenges are answered on the HTTPS listener; the HTTP-01
+// listener takes PROXY protocol from the same balancers as the DoH ones.
+func certsConfig(c *config.Config, log zerolog.Logger) certs.Config {
 	return certs.Config{
 		Mode:     c.TLS.Mode,
 		CertFile: c.TLS.CertFile,
 		KeyFile:  c.TLS.KeyFile,
 		ACME: certs.ACMEConfig{
-			Domains:        slices.Clone(c.TLS.ACME.Domains),
-			Email:          c.TLS.ACME.Email,
-			CA:             c.TLS.ACME.CA,
-			CARoot:         c.TLS.ACME.CARoot,
-			Storage:        c.TLS.ACME.Storage,
-			HTTPListen:     c.TLS.ACME.HTTPListen,
+			Domains: slices.Clone(c.TLS.ACME.Domains),
+			Email:   c.TLS.ACME.Email,
+			CA:      c.TLS.ACME.CA,
+			CARoot:  c.TLS.ACME.CARoot,
+			Storage: c.TLS.ACME.Storage,
+			Redis: certs.RedisConfig{
+				PasswordFile: c.TLS.ACME.Redis.PasswordFile,
+				CARoot:       c.TLS.ACME.Redis.CARoot,
+				KeyPrefix:    c.TLS.ACME.Redis.KeyPrefix,
+				LockLease:    c.TLS.ACME.Redis.LockLease,
+			},
+			HTTPListen: c.TLS.ACME.HTTPListen,
+			WrapHTTPListener: func(ln net.Listener) net.Listener {
+				return proxied.Listen(ln, ProxyOptions(c, log))
+			},
 			DisableTLSALPN: c.TLS.ACME.DisableTLSALPN,
 			Profile:        c.TLS.ACME.Profile,
 			TLSALPNListen:  c.Listen.HTTPS,

@@ -23,14 +23,22 @@ const drainSeconds = 10
 // must agree with. `dohfwd check-config` checks the whole file.
 type DohfwdConfig struct {
 	Listen struct {
-		HTTPS string `json:"https"`
-		HTTP  string `json:"http"`
-		Admin string `json:"admin"`
+		HTTPS         string   `json:"https"`
+		HTTP          string   `json:"http"`
+		Admin         string   `json:"admin"`
+		ProxyProtocol []string `json:"proxy_protocol"`
 	} `json:"listen"`
 	TLS struct {
 		Mode     string `json:"mode"`
 		CertFile string `json:"cert_file"`
 		KeyFile  string `json:"key_file"`
+		ACME     struct {
+			Domains []string `json:"domains"`
+			Storage string   `json:"storage"`
+			Redis   struct {
+				PasswordFile string `json:"password_file"`
+			} `json:"redis"`
+		} `json:"acme"`
 	} `json:"tls"`
 }
 
@@ -59,11 +67,17 @@ func Check(s *Set) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	if len(s.Deployments) != 1 {
-		bad("want exactly one Deployment, have %d", len(s.Deployments))
+	var d *appsv1.Deployment
+	n := 0
+	for _, dep := range s.Deployments {
+		if container(dep, "dohfwd") != nil {
+			d, n = dep, n+1
+		}
+	}
+	if n != 1 {
+		bad("want exactly one Deployment with a dohfwd container, have %d", n)
 		return errs
 	}
-	d := s.Deployments[0]
 	pod := d.Spec.Template
 	if d.Spec.Selector == nil || !SelectorMatches(d.Spec.Selector.MatchLabels, pod.Labels) {
 		bad("Deployment %s: selector does not match its pod labels", d.Name)
@@ -123,9 +137,12 @@ func Check(s *Set) []error {
 	} else if !slices.Contains(c.Args, configPath) {
 		bad("Deployment %s: args %v do not name the mounted config %s", d.Name, c.Args, configPath)
 	}
-	errs = append(errs, checkConfig(s, c, tlsDir)...)
+	errs = append(errs, checkConfig(s, d, c, tlsDir)...)
 
 	for _, svc := range s.Services {
+		if other := selected(s, svc); other != nil && other != d {
+			continue // the Redis store's Service: checked with it
+		}
 		if !SelectorMatches(svc.Spec.Selector, pod.Labels) {
 			bad("Service %s: selector matches no dohfwd pod", svc.Name)
 		}
@@ -187,9 +204,10 @@ func checkHardening(d *appsv1.Deployment, c *corev1.Container) []error {
 }
 
 // checkConfig holds the ConfigMap's dohfwd file against the container: the
-// listeners on the container's ports, the certificate files from the
-// cert-manager Secret (keys tls.crt and tls.key) under tlsDir.
-func checkConfig(s *Set, c *corev1.Container, tlsDir string) []error {
+// listeners on the container's ports, and either the certificate files from
+// the cert-manager Secret (keys tls.crt and tls.key) under tlsDir, or ACME
+// with the fleet's shared store (checkFleet).
+func checkConfig(s *Set, d *appsv1.Deployment, c *corev1.Container, tlsDir string) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(s.ConfigMaps) != 1 || s.ConfigMaps[0].Data[ConfigKey] == "" {
@@ -212,8 +230,12 @@ func checkConfig(s *Set, c *corev1.Container, tlsDir string) []error {
 			bad("ConfigMap %s: %s listens on %q, unreachable from outside the pod", s.ConfigMaps[0].Name, name, addr)
 		}
 	}
+	errs = append(errs, checkProxyProtocol(s, d, cfg)...)
+	if cfg.TLS.Mode == "acme" {
+		return append(errs, checkFleet(s, c, cfg, tlsDir)...)
+	}
 	if cfg.TLS.Mode != "files" {
-		bad("ConfigMap %s: tls.mode %q, want files (the cert-manager Secret)", s.ConfigMaps[0].Name, cfg.TLS.Mode)
+		bad("ConfigMap %s: tls.mode %q, want files (the cert-manager Secret) or acme", s.ConfigMaps[0].Name, cfg.TLS.Mode)
 	}
 	for file, want := range map[string]string{cfg.TLS.CertFile: "tls.crt", cfg.TLS.KeyFile: "tls.key"} {
 		if tlsDir == "" || file != path.Join(tlsDir, want) {
@@ -251,6 +273,16 @@ func containerPort(c *corev1.Container, p intstr.IntOrString) *corev1.ContainerP
 		cp := &c.Ports[i]
 		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
 			return cp
+		}
+	}
+	return nil
+}
+
+// selected returns the Deployment whose pods svc selects, if any.
+func selected(s *Set, svc *corev1.Service) *appsv1.Deployment {
+	for _, d := range s.Deployments {
+		if SelectorMatches(svc.Spec.Selector, d.Spec.Template.Labels) {
+			return d
 		}
 	}
 	return nil

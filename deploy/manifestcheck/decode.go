@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -71,6 +73,7 @@ type Set struct {
 	PDBs          []*policyv1.PodDisruptionBudget
 	HPAs          []*autoscalingv2.HorizontalPodAutoscaler
 	Certificates  []*Certificate
+	PVCs          []*corev1.PersistentVolumeClaim
 }
 
 // LoadKustomization reads dir/kustomization.yaml and every resource file it
@@ -98,6 +101,40 @@ func LoadKustomization(dir string) (*Set, error) {
 			if err := s.add(doc); err != nil {
 				return nil, fmt.Errorf("%s (document %d): %w", file, i+1, err)
 			}
+		}
+	}
+	return s, nil
+}
+
+// LoadOverlay renders the kustomization in dir with kustomize's own
+// library (as `kubectl apply -k` would: bases, patches, deletions) and
+// decodes every resource of the result strictly.
+func LoadOverlay(dir string) (*Set, error) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	out, err := rm.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	s := new(Set)
+	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("kustomization: %w", err)
+	}
+	var k8s struct {
+		Namespace string   `json:"namespace"`
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(data, &k8s); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	s.Kustomization.Namespace, s.Kustomization.Resources = k8s.Namespace, k8s.Resources
+	for i, doc := range Documents(out) {
+		if err := s.add(doc); err != nil {
+			return nil, fmt.Errorf("%s (rendered document %d): %w", dir, i+1, err)
 		}
 	}
 	return s, nil
@@ -148,6 +185,8 @@ func (s *Set) add(doc []byte) error {
 		return decodeInto(doc, &s.HPAs)
 	case "cert-manager.io/v1 Certificate":
 		return decodeInto(doc, &s.Certificates)
+	case "v1 PersistentVolumeClaim":
+		return decodeInto(doc, &s.PVCs)
 	}
 	return fmt.Errorf("apiVersion %q kind %q: not a kind this checker knows", tm.APIVersion, tm.Kind)
 }

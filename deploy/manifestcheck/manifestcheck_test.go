@@ -126,8 +126,10 @@ func TestFlyTomlFitsItsConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, edit := range map[string][2]string{
-		"unknown key":  {"[http_service]\n", "[http_service]\ninternal_prot = 1\n"},
-		"wrong port":   {"internal_port = 8080", "internal_port = 8443"},
+		"unknown key":  {"[[services]]\n", "[[services]]\ninternal_prot = 1\n"},
+		"wrong port":   {"internal_port = 8443", "internal_port = 8080"},
+		"tls at proxy": {`handlers = ["proxy_proto"]`, `handlers = ["tls", "proxy_proto"]`},
+		"no header":    {`handlers = ["proxy_proto"]`, `handlers = []`},
 		"short drain":  {`kill_timeout = "20s"`, `kill_timeout = "5s"`},
 		"check target": {"port = 9153", "port = 8080"},
 	} {
@@ -202,6 +204,7 @@ func TestShippedConfigurationsPassCheckConfig(t *testing.T) {
 		files[filepath.Base(f)] = data
 	}
 	files["configmap "+ConfigKey] = []byte(loadSet(t).ConfigMaps[0].Data[ConfigKey])
+	files["fleet configmap "+ConfigKey] = []byte(loadFleet(t).ConfigMaps[0].Data[ConfigKey])
 	files["broken"] = []byte("listen:\n  htps: 0.0.0.0:8443\n") // must fail: proves the check runs
 	dir := t.TempDir()
 	for name, data := range files {
@@ -218,6 +221,79 @@ func TestShippedConfigurationsPassCheckConfig(t *testing.T) {
 		}
 		if err != nil {
 			t.Errorf("%s: dohfwd check-config: %v\n%s", name, err, out)
+		}
+	}
+}
+
+const fleetDir = "../kubernetes-fleet"
+
+func loadFleet(t *testing.T) *Set {
+	t.Helper()
+	s, err := LoadOverlay(fleetDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The ACME fleet overlay, rendered by kustomize: dohfwd on ACME with the
+// certificates in the in-cluster Redis, behind a PROXY protocol balancer.
+func TestFleetOverlayRendersStrictlyAndFits(t *testing.T) {
+	s := loadFleet(t)
+	if len(s.Deployments) != 2 || len(s.PVCs) != 1 || len(s.Certificates) != 0 || len(s.Services) != 3 {
+		t.Fatalf("rendered overlay: %d Deployments, %d PVCs, %d Certificates, %d Services; want 2, 1, 0, 3",
+			len(s.Deployments), len(s.PVCs), len(s.Certificates), len(s.Services))
+	}
+	for _, err := range Check(s) {
+		t.Error(err)
+	}
+	for _, d := range s.Deployments {
+		if d.Namespace != "dohfwd" {
+			t.Errorf("Deployment %s in namespace %q, want dohfwd", d.Name, d.Namespace)
+		}
+	}
+}
+
+func TestFleetCheckCatchesMismatches(t *testing.T) {
+	editConfig := func(old, new string) func(*Set) {
+		return func(s *Set) {
+			c := s.ConfigMaps[0].Data[ConfigKey]
+			if !strings.Contains(c, old) {
+				t.Fatalf("the fleet ConfigMap has no %q", old)
+			}
+			s.ConfigMaps[0].Data[ConfigKey] = strings.Replace(c, old, new, 1)
+		}
+	}
+	dohfwd := func(s *Set) int {
+		for i, d := range s.Deployments {
+			if container(d, "dohfwd") != nil {
+				return i
+			}
+		}
+		t.Fatal("no dohfwd Deployment")
+		return -1
+	}
+	for name, breakIt := range map[string]func(*Set){
+		"proxy protocol off in dohfwd": editConfig("proxy_protocol: [10.0.0.0/8]", "proxy_protocol: []"),
+		"storage in a folder":          editConfig("storage: redis://dohfwd-redis:6379/0", "storage: /var/lib/dohfwd"),
+		"password in the URL":          editConfig("storage: redis://dohfwd-redis:6379/0", "storage: redis://:pw@dohfwd-redis:6379/0"),
+		"wrong redis port":             editConfig("dohfwd-redis:6379/0", "dohfwd-redis:6380/0"),
+		"balancer sends no header": func(s *Set) {
+			for _, svc := range s.Services {
+				delete(svc.Annotations, "service.beta.kubernetes.io/aws-load-balancer-proxy-protocol")
+			}
+		},
+		"password not from a Secret": func(s *Set) {
+			c := &s.Deployments[dohfwd(s)].Spec.Template.Spec.Containers[0]
+			c.Env[0].ValueFrom, c.Env[0].Value = nil, "hunter2"
+		},
+		"redis without persistence": func(s *Set) { s.PVCs = nil },
+		"cert-manager left in":      func(s *Set) { s.Certificates = loadSet(t).Certificates },
+	} {
+		s := loadFleet(t)
+		breakIt(s)
+		if errs := Check(s); len(errs) == 0 {
+			t.Errorf("%s: Check found nothing wrong", name)
 		}
 	}
 }
