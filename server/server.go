@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -52,6 +51,7 @@ type Options struct {
 	Handler http.Handler // the DoH handler, served on the HTTPS and HTTP listeners
 	Backend Backend
 	Metrics *metrics.Metrics // served at /metrics; nil = no /metrics
+	Certs   certs.Config     // the HTTPS listener's certificates (assembly.CertsConfig)
 	Log     zerolog.Logger
 	Version string
 
@@ -175,7 +175,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 			return fail(fmt.Errorf("listen.https %s: %w", cfg.Listen.HTTPS, err))
 		}
 		out = append(out, &listener{name: "https", ln: ln, tls: true})
-		cm, err := certs.New(ctx, certsConfig(cfg), log)
+		cm, err := certs.New(ctx, o.Certs, log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
 		}
@@ -312,25 +312,4 @@ func gatherer(m *metrics.Metrics) prometheus.Gatherer {
 		return nil
 	}
 	return m.Registry
-}
-
-// certsConfig is the certificate manager's part of the configuration.
-// TLS-ALPN-01 challenges are answered on the HTTPS listener.
-func certsConfig(c *config.Config) certs.Config {
-	return certs.Config{
-		Mode:     c.TLS.Mode,
-		CertFile: c.TLS.CertFile,
-		KeyFile:  c.TLS.KeyFile,
-		ACME: certs.ACMEConfig{
-			Domains:        slices.Clone(c.TLS.ACME.Domains),
-			Email:          c.TLS.ACME.Email,
-			CA:             c.TLS.ACME.CA,
-			CARoot:         c.TLS.ACME.CARoot,
-			Storage:        c.TLS.ACME.Storage,
-			HTTPListen:     c.TLS.ACME.HTTPListen,
-			DisableTLSALPN: c.TLS.ACME.DisableTLSALPN,
-			Profile:        c.TLS.ACME.Profile,
-			TLSALPNListen:  c.Listen.HTTPS,
-		},
-	}
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	stdlog "log"
-	"net/netip"
 
+	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
-	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/metrics"
-	"github.com/dohfwd/dohfwd/server"
-	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
@@ -44,52 +40,18 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
 }
 
-// serve wires the engine, the DoH handler, telemetry and the listeners.
+// serve assembles dohfwd natively (its own sockets, Prometheus) and runs
+// its listeners.
 func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
-	log, err := telemetry.NewLogger(logTo, cfg.Log.Format, cfg.Log.Level)
+	d, err := assembly.New(cfg, assembly.Options{
+		LogTo:   logTo,
+		Network: engine.NativeNetwork{},
+		Metrics: metrics.NewMetrics(),
+	})
 	if err != nil {
 		return err
 	}
-	// Lines from Go's log package (certmagic, net/http) join the stream.
-	stdlog.SetFlags(0)
-	stdlog.SetOutput(telemetry.LineWriter(log))
-	met := metrics.NewMetrics()
-	eng, err := engine.New(cfg.EngineConfig(), engine.Options{
-		Network:  engine.NativeNetwork{},
-		Observer: telemetry.NewObserver(log, met),
-	})
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	met.CollectEngine(eng)
-
-	trusted := make([]netip.Prefix, 0, len(cfg.Listen.TrustedProxies))
-	for _, p := range cfg.Listen.TrustedProxies {
-		pfx, err := config.ParsePrefix(p)
-		if err != nil {
-			return err // validated at load
-		}
-		trusted = append(trusted, pfx)
-	}
-	handler := doh.NewHandler(eng, doh.Options{
-		Path:           cfg.Listen.Path,
-		TrustedProxies: trusted,
-		Observe: func(x doh.Exchange) {
-			met.ObserveRequest(x.Status, x.Rcode)
-			if x.Problem != "" {
-				log.Debug().Int("status", x.Status).Int("rcode", x.Rcode).Str("problem", x.Problem).
-					Str("client", x.ClientIP.String()).Str("method", x.Method).Msg("bad request")
-			}
-		},
-	})
-	return server.Run(ctx, server.Options{
-		Config:  cfg,
-		Handler: handler,
-		Backend: eng,
-		Metrics: met,
-		Log:     log,
-		Version: versionString(),
-	})
+	return d.Serve(ctx, assembly.Serving{Version: versionString()})
 }
 
 func checkConfigCommand(args []string, stdout, stderr io.Writer) int {

@@ -20,6 +20,9 @@ package abi
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // ImportModule is the Wasm import module of the socket interface.
@@ -42,7 +45,7 @@ const (
 	ExportBuffer = "dohfwd_buffer" // (n u32) -> ptr u32
 	ExportInit   = "dohfwd_init"   // (len, flags u32) -> errlen u32: config YAML in; 0, or the error text's length
 	ExportServe  = "dohfwd_serve"  // (len u32) -> len u32: a Request in, a Response out
-	ExportStatus = "dohfwd_status" // () -> len u32: the engine's status as JSON
+	ExportStatus = "dohfwd_status" // () -> len u32: a Status as JSON
 	// (len u32) -> errlen u32: an engine.Config as JSON in (a reload); 0, or the error text's length
 	ExportReconfigure = "dohfwd_reconfigure"
 )
@@ -65,6 +68,15 @@ const (
 // (uint32), the peer's port (uint16), two bytes of padding, and the peer's
 // address as 16 bytes (IPv4 mapped into IPv6).
 const RecvInfoSize = 24
+
+// Status is what dohfwd_status returns, as JSON: the instance's engine
+// status (its fields at the top level, as engine.Status marshals) and the
+// attempt latencies of its servers, which its host exports with its own
+// metrics (the module has no Prometheus).
+type Status struct {
+	engine.Status
+	AttemptLatency map[string]telemetry.Histogram `json:"attempt_latency,omitempty"`
+}
 
 // Request is a DoH request as the host hands it over.
 type Request struct {

@@ -1,11 +1,15 @@
 package host
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/edge/abi"
 )
 
@@ -23,12 +27,21 @@ var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); ret
 // Handler serves DoH by passing each request to an instance of the pool.
 type Handler struct {
 	Pool *Pool
+	// Observe, if set, is told of each request at its end, as the native
+	// DoH handler tells its observer (assembly.Dohfwd.Observe): the
+	// module's instances have no metrics of their own.
+	Observe func(doh.Exchange)
 }
 
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := doh.Exchange{Method: r.Method, Proto: r.Proto, Rcode: -1, Start: time.Now()}
+	if h.Observe != nil {
+		defer func() { h.Observe(x) }()
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	if err != nil {
-		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+		x.Status, x.Problem = http.StatusBadRequest, "reading body: "+err.Error()
+		http.Error(w, x.Problem, x.Status)
 		return
 	}
 	bp := requestBuffers.Get().(*[]byte)
@@ -45,15 +58,22 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, err := h.Pool.Serve(r.Context(), enc)
 	if err != nil {
 		if r.Context().Err() != nil {
+			x.Status = doh.StatusClientClosed
 			return // the client went away while waiting for an instance
 		}
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		x.Status = http.StatusInternalServerError
+		http.Error(w, err.Error(), x.Status)
 		return
 	}
 	resp, err := abi.ParseResponse(out)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		x.Status = http.StatusInternalServerError
+		http.Error(w, err.Error(), x.Status)
 		return
+	}
+	x.Status = resp.Status
+	if h.Observe != nil {
+		x.Rcode, x.Problem = outcome(&resp)
 	}
 	hdr := w.Header()
 	for _, kv := range resp.Headers {
@@ -62,4 +82,29 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)
+}
+
+// outcome reads what the module's DoH handler answered: the DNS rcode of
+// a wire or JSON answer (-1 when it holds no DNS message), and the
+// problem text of an HTTP error.
+func outcome(resp *abi.Response) (rcode int, problem string) {
+	var ctype string
+	for _, kv := range resp.Headers {
+		if strings.EqualFold(kv[0], "Content-Type") {
+			ctype = kv[1]
+		}
+	}
+	switch {
+	case resp.Status >= 400:
+		return -1, strings.TrimSpace(string(resp.Body))
+	case ctype == doh.MediaTypeDNS && len(resp.Body) >= 12:
+		// The header's rcode: the engine's answers carry no extended one.
+		return int(resp.Body[3] & 0x0f), ""
+	case strings.HasPrefix(ctype, doh.MediaTypeJSON):
+		var j struct{ Status *int }
+		if json.Unmarshal(resp.Body, &j) == nil && j.Status != nil {
+			return *j.Status, ""
+		}
+	}
+	return -1, ""
 }

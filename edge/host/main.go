@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	stdlog "log"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,10 +12,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/metrics"
-	"github.com/dohfwd/dohfwd/server"
-	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // Usage is the edge subcommand's synopsis.
@@ -67,13 +65,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	if err != nil {
 		return fmt.Errorf("module: %w", err)
 	}
-	log, err := telemetry.NewLogger(stderr, cfg.Log.Format, cfg.Log.Level)
+	// The engines run in the module instances; the host keeps the
+	// listeners, the certificates and Prometheus.
+	met := metrics.NewMetrics()
+	d, err := assembly.New(cfg, assembly.Options{LogTo: stderr, Metrics: met})
 	if err != nil {
 		return err
 	}
-	// Lines from Go's log package (certmagic, net/http) join the stream.
-	stdlog.SetFlags(0)
-	stdlog.SetOutput(telemetry.LineWriter(log))
+	log := d.Log
 	// The module gets the configuration as loaded (the embedded default
 	// with its system scope included) in the same YAML form.
 	configYAML, err := yaml.Marshal(cfg)
@@ -93,14 +92,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	defer pool.Close(context.Background())
 	log.Info().Str("module", *modPath).Int("instances", *instances).Str("cache_dir", *cacheDir).Msg("edge module ready")
 
-	met := metrics.NewMetrics()
-	met.CollectEngine(pool)
-	return server.Run(ctx, server.Options{
-		Config:  cfg,
-		Handler: Handler{Pool: pool},
+	met.CollectAttemptLatency(pool.AttemptLatency)
+	return d.Serve(ctx, assembly.Serving{
 		Backend: pool,
-		Metrics: met,
-		Log:     log,
+		Handler: Handler{Pool: pool, Observe: d.Observe},
 		Version: version,
 	})
 }

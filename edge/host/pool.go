@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // Pool is a fixed set of instances; a call borrows one and gives it back,
@@ -39,7 +41,7 @@ type Pool struct {
 
 // snapshot is an instance's status as of status read number asked.
 type snapshot struct {
-	status engine.Status
+	status abi.Status
 	asked  uint64
 }
 
@@ -111,7 +113,7 @@ func (p *Pool) refresh(ctx context.Context, in *Instance) error {
 	if err != nil {
 		return err
 	}
-	var st engine.Status
+	var st abi.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("edge: status: %w", err)
 	}
@@ -172,10 +174,38 @@ func (p *Pool) holdAll(ctx context.Context) (held []*Instance, release func(), e
 }
 
 // Statuses returns each instance's engine status without waiting for the
-// calls in flight: the instances free now are asked at once (each borrowed
-// for that one status call); a busy instance contributes the status it
-// gave when its last call ended.
+// calls in flight (see snapshots).
 func (p *Pool) Statuses(ctx context.Context) ([]engine.Status, error) {
+	all, err := p.snapshots(ctx)
+	out := make([]engine.Status, len(all))
+	for i, st := range all {
+		out[i] = st.Status
+	}
+	return out, err
+}
+
+// AttemptLatency adds up the instances' attempt latencies by server, for
+// the host's dohfwd_upstream_attempt_duration_seconds.
+func (p *Pool) AttemptLatency() map[string]telemetry.Histogram {
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	all, _ := p.snapshots(ctx)
+	out := map[string]telemetry.Histogram{}
+	for _, st := range all {
+		for server, h := range st.AttemptLatency {
+			sum := out[server]
+			sum.Add(h)
+			out[server] = sum
+		}
+	}
+	return out
+}
+
+// snapshots returns each instance's status without waiting for the calls
+// in flight: the instances free now are asked at once (each borrowed for
+// that one status call); a busy instance contributes the status it gave
+// when its last call ended.
+func (p *Pool) snapshots(ctx context.Context) ([]abi.Status, error) {
 	p.asked.Add(1)
 	var firstErr error
 	for range len(p.free) {
@@ -195,7 +225,7 @@ func (p *Pool) Statuses(ctx context.Context) ([]engine.Status, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]engine.Status, 0, len(p.all))
+	out := make([]abi.Status, 0, len(p.all))
 	for _, in := range p.all {
 		if s, ok := p.snaps[in]; ok {
 			out = append(out, s.status)

@@ -1,0 +1,92 @@
+//go:build !wasip1
+
+package assembly
+
+import (
+	"context"
+	stdlog "log"
+	"net/http"
+	"slices"
+
+	"github.com/dohfwd/dohfwd/certs"
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/metrics"
+	"github.com/dohfwd/dohfwd/server"
+	"github.com/dohfwd/dohfwd/telemetry"
+)
+
+// Serving is what runs behind the listeners.
+type Serving struct {
+	// Backend answers for the engine (status, counters, reloads); nil
+	// means the assembled Engine. The edge host's is its pool of
+	// module instances.
+	Backend server.Backend
+	// Handler serves DoH; nil means the assembled Handler.
+	Handler http.Handler
+	Version string
+}
+
+// Serve runs the listeners (package server) around s until ctx ends or a
+// SIGTERM. Lines from Go's log package (certmagic, net/http) join the log.
+// A SIGHUP reload goes to the backend and then to Reconfigured.
+func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(telemetry.LineWriter(d.Log))
+	if s.Backend == nil {
+		s.Backend = d.Engine
+	}
+	if s.Handler == nil {
+		s.Handler = d.Handler
+	}
+	// The Prometheus metrics given to New are served at /metrics, with
+	// the backend's counters read at scrape time.
+	met, _ := d.metrics.(*metrics.Metrics)
+	if met != nil {
+		met.CollectEngine(s.Backend)
+	}
+	return server.Run(ctx, server.Options{
+		Config:  d.Config,
+		Handler: s.Handler,
+		Backend: reloading{s.Backend, d},
+		Metrics: met,
+		Certs:   CertsConfig(d.Config),
+		Log:     d.Log,
+		Version: s.Version,
+	})
+}
+
+// reloading passes a reload on to the assembly once the backend took it.
+type reloading struct {
+	server.Backend
+	d *Dohfwd
+}
+
+func (r reloading) Reconfigure(ec engine.Config) error {
+	if err := r.Backend.Reconfigure(ec); err != nil {
+		return err
+	}
+	r.d.Reconfigured(ec)
+	return nil
+}
+
+// CertsConfig is the certificate manager's part of the configuration.
+// TLS-ALPN-01 challenges are answered on the HTTPS listener.
+func CertsConfig(c *config.Config) certs.Config {
+	return certs.Config{
+		Mode:     c.TLS.Mode,
+		CertFile: c.TLS.CertFile,
+		KeyFile:  c.TLS.KeyFile,
+		ACME: certs.ACMEConfig{
+			Domains:        slices.Clone(c.TLS.ACME.Domains),
+			Email:          c.TLS.ACME.Email,
+			CA:             c.TLS.ACME.CA,
+			CARoot:         c.TLS.ACME.CARoot,
+			Storage:        c.TLS.ACME.Storage,
+			HTTPListen:     c.TLS.ACME.HTTPListen,
+			DisableTLSALPN: c.TLS.ACME.DisableTLSALPN,
+			Profile:        c.TLS.ACME.Profile,
+			TLSALPNListen:  c.Listen.HTTPS,
+		},
+	}
+}
