@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 // DefaultSource names the embedded default in errors and logs.
@@ -150,12 +152,24 @@ func Default() (*Config, error) {
 	if err != nil {
 		return nil, err // the embedded file is tested; this is a build bug
 	}
-	servers, err := SystemServers("/etc/resolv.conf")
+	servers, err := systemServers(resolvConf)
 	if err == nil && len(servers) > 0 {
-		c.Scopes = append(c.Scopes, Scope{Name: "system", DefaultRoute: true, Servers: servers})
+		s := Scope{Name: "system", DefaultRoute: true}
+		for _, ns := range servers {
+			// Checked as a file's servers are: the engine refuses what
+			// it cannot use (an IPv6 zone, say).
+			if _, err := engine.ParseServer(ns.addr); err != nil {
+				return nil, &Error{File: resolvConf, Line: ns.line, Key: "nameserver", Msg: err.Error()}
+			}
+			s.Servers = append(s.Servers, ns.addr)
+		}
+		c.Scopes = append(c.Scopes, s)
 	}
 	return c, nil
 }
+
+// resolvConf is where Default reads the system's nameservers.
+var resolvConf = "/etc/resolv.conf"
 
 // Parse reads a configuration from data; name is the file name used in
 // errors. Keys left out keep their defaults.
@@ -233,15 +247,35 @@ func keyOnLine(data []byte, n int) string {
 
 // SystemServers returns the nameservers listed in a resolv.conf file.
 func SystemServers(path string) ([]string, error) {
+	servers, err := systemServers(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(servers))
+	for i, ns := range servers {
+		out[i] = ns.addr
+	}
+	return out, nil
+}
+
+// nameserver is one nameserver line of a resolv.conf file.
+type nameserver struct {
+	addr string
+	line int
+}
+
+func systemServers(path string) ([]nameserver, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("resolv.conf: %w", err)
 	}
-	var out []string
+	var out []nameserver
+	n := 0
 	for line := range strings.Lines(string(data)) {
+		n++
 		f := strings.Fields(line)
 		if len(f) >= 2 && f[0] == "nameserver" {
-			out = append(out, f[1])
+			out = append(out, nameserver{addr: f[1], line: n})
 		}
 	}
 	return out, nil

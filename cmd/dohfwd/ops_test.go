@@ -30,6 +30,8 @@ func TestBadConfigIsRefusedWithFileLineKey(t *testing.T) {
 		"malformed.yaml": {"log:\n  level: info\n\tformat: json\n", ":2: level: malformed YAML at or just after this line"},
 		"type.yaml":      {"engine:\n  attempts: three\n", ":2: engine.attempts: wrong type"},
 		"address.yaml":   {"scopes:\n  - name: a\n    servers: [10.0.0.300]\n", ":3: scopes[0].servers[0]:"},
+		// What only the engine used to refuse: zones are refused, with the line.
+		"zone.yaml": {"scopes:\n  - name: a\n    servers: [\"[fe80::1%eth0]:53\"]\n", ":3: scopes[0].servers[0]: server \"[fe80::1%eth0]:53\": IPv6 zones are not supported"},
 	}
 	for name, tc := range cases {
 		path := filepath.Join(dir, name)
