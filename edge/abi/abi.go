@@ -50,6 +50,19 @@ const (
 	ExportReconfigure = "dohfwd_reconfigure"
 )
 
+// Flags of dohfwd_init.
+const (
+	// InitTCPOnly starts the engine with TCP as the first transport of
+	// every attempt, for hosts without UDP (Cloudflare Workers).
+	InitTCPOnly = 1
+)
+
+// ForwardedHeaders are the request headers a host passes to the module
+// (with Host): the ones the DoH handling reads. Hosts keep the rest.
+var ForwardedHeaders = []string{
+	"Accept", "Content-Type", "Content-Length", "X-Forwarded-For", "Forwarded", "User-Agent",
+}
+
 // Cancelled is the code a socket import returns when the request it
 // serves has gone (the client disconnected) before or while it waited. It
 // is not an engine.ErrorClass: the module first cancels the request's

@@ -17,11 +17,6 @@ import (
 // handler still sees an oversized body as oversized (413).
 const maxBody = 65535 + 1
 
-// forwardedHeaders are the request headers the DoH handling reads.
-var forwardedHeaders = []string{
-	"Accept", "Content-Type", "Content-Length", "X-Forwarded-For", "Forwarded", "User-Agent",
-}
-
 var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // Handler serves DoH by passing each request to an instance of the pool.
@@ -48,7 +43,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer requestBuffers.Put(bp)
 	req := abi.Request{Method: r.Method, Target: r.URL.RequestURI(), Remote: r.RemoteAddr, Body: body}
 	req.Headers = append(req.Headers, [2]string{"Host", r.Host})
-	for _, k := range forwardedHeaders {
+	for _, k := range abi.ForwardedHeaders {
 		for _, v := range r.Header.Values(k) {
 			req.Headers = append(req.Headers, [2]string{k, v})
 		}

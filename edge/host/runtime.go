@@ -147,7 +147,7 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 	}
 	var flags uint64
 	if r.opts.TCPOnly {
-		flags |= 1
+		flags |= abi.InitTCPOnly
 	}
 	res, err := initFn.Call(ctx, uint64(len(configYAML)), flags)
 	if err != nil {

@@ -44,9 +44,6 @@ var (
 	cancelRequest context.CancelFunc
 )
 
-// InitTCPOnly is the dohfwd_init flag of hosts without UDP.
-const initTCPOnly = 1
-
 //go:wasmexport dohfwd_buffer
 func exportBuffer(n uint32) uint32 {
 	if int(n) > cap(buf) {
@@ -76,7 +73,7 @@ func setup(yaml []byte, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	d, err := assemble(cfg, flags&initTCPOnly != 0, latency)
+	d, err := assemble(cfg, flags&abi.InitTCPOnly != 0, latency)
 	if err != nil {
 		return err
 	}
