@@ -1,7 +1,7 @@
 // Package assembly builds a running dohfwd from a loaded configuration:
 // the engine and its options, the DoH handler and its options, the log and
 // metrics observers, the trusted proxies and (natively) the certificate
-// settings and the listeners. `dohfwd serve`, `dohfwd edge` (the wazero
+// settings and the listeners. `dohfwd serve`, `dohfwd-edge` (the wazero
 // host) and the WebAssembly module all build through it; what differs
 // between them (where the engine's sockets come from, whether there is an
 // engine in this process at all, whether Prometheus is there) is a field

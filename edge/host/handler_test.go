@@ -18,7 +18,7 @@ import (
 	"github.com/dohfwd/dohfwd/metrics"
 )
 
-// dohfwd edge counts DoH requests as dohfwd serve does: by HTTP status and
+// dohfwd-edge counts DoH requests as dohfwd serve does: by HTTP status and
 // by the rcode of the answer the module gave (wire or JSON), with "" for
 // requests that got no DNS message; and it exports the attempt latencies
 // its module instances tallied.

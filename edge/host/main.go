@@ -17,22 +17,17 @@ import (
 	"github.com/dohfwd/dohfwd/metrics"
 )
 
-// Usage is the edge subcommand's synopsis.
-const Usage = `dohfwd edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
-    serve DoH through the WebAssembly module under wazero, with the same
-    configuration, listeners, TLS and admin as dohfwd serve`
-
 // DefaultInstances is the pool size: each instance answers one question at
 // a time and waits on the network most of that time, so more instances
 // than cores pay off.
 func DefaultInstances() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
-// Main is `dohfwd edge`: it loads the configuration (the file, or the
+// Main is the dohfwd-edge command (cmd/dohfwd-edge): it loads the configuration (the file, or the
 // embedded default), starts a pool of module instances configured with
 // the same YAML, and serves them through package server until ctx ends or
 // SIGTERM.
 func Main(ctx context.Context, args []string, stderr io.Writer, version string) error {
-	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs := flag.NewFlagSet("dohfwd-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration `FILE` (default: the embedded default)")
 	modPath := fs.String("module", filepath.Join("dist", "dohfwd.wasm"), "the WebAssembly `FILE` built by make wasm")
