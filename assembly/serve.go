@@ -4,6 +4,7 @@ package assembly
 
 import (
 	"context"
+	"errors"
 	stdlog "log"
 	"net/http"
 	"slices"
@@ -16,12 +17,18 @@ import (
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
+// Backend is what runs behind the listeners: the engine, or the edge
+// host's pool of module instances, seen by the server (status, drain,
+// reloads) and by the metrics (counters at scrape time).
+type Backend interface {
+	server.Backend
+	metrics.EngineStats
+}
+
 // Serving is what runs behind the listeners.
 type Serving struct {
-	// Backend answers for the engine (status, counters, reloads); nil
-	// means the assembled Engine. The edge host's is its pool of
-	// module instances.
-	Backend server.Backend
+	// Backend answers for the engine; nil means the assembled Engine.
+	Backend Backend
 	// Handler serves DoH; nil means the assembled Handler.
 	Handler http.Handler
 	Version string
@@ -33,11 +40,16 @@ type Serving struct {
 func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 	stdlog.SetFlags(0)
 	stdlog.SetOutput(telemetry.LineWriter(d.Log))
-	if s.Backend == nil {
-		s.Backend = d.Engine
-	}
-	if s.Handler == nil {
-		s.Handler = d.Handler
+	if s.Backend == nil || s.Handler == nil {
+		if d.Engine == nil {
+			return errors.New("assembly: nothing to serve: no engine was assembled and Serving names no backend and handler")
+		}
+		if s.Backend == nil {
+			s.Backend = d.Engine
+		}
+		if s.Handler == nil {
+			s.Handler = d.Handler
+		}
 	}
 	// The Prometheus metrics given to New are served at /metrics, with
 	// the backend's counters read at scrape time.
@@ -58,7 +70,7 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 
 // reloading passes a reload on to the assembly once the backend took it.
 type reloading struct {
-	server.Backend
+	Backend
 	d *Dohfwd
 }
 

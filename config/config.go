@@ -23,9 +23,6 @@ const DefaultSource = "(embedded default)"
 //go:embed default.yaml
 var defaultYAML []byte
 
-// DefaultYAML returns the embedded default configuration file.
-func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
-
 // Config is the whole file. The YAML keys are those of SPEC §5.
 type Config struct {
 	Listen          Listen              `yaml:"listen"`
@@ -143,6 +140,15 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return Parse(path, data)
+}
+
+// LoadOrDefault reads the file at path, or the embedded default (Default)
+// when path is "": what `dohfwd serve --config` and dohfwd-edge read.
+func LoadOrDefault(path string) (*Config, error) {
+	if path == "" {
+		return Default()
+	}
+	return Load(path)
 }
 
 // Default returns the embedded default with a default-route scope named

@@ -35,7 +35,6 @@ import (
 // Backend is what the server needs from the engine behind the handler.
 type Backend interface {
 	Status() engine.Status
-	Counters() engine.Counters
 	InFlight() int64
 	// Reconfigure takes a reloaded configuration; on error nothing changes.
 	Reconfigure(engine.Config) error

@@ -21,7 +21,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dohfwd serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := config.LoadOrDefault(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -31,13 +31,6 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func loadConfig(path string) (*config.Config, error) {
-	if path == "" {
-		return config.Default()
-	}
-	return config.Load(path)
 }
 
 // serve assembles dohfwd natively (its own sockets, Prometheus) and runs
@@ -63,7 +56,7 @@ func checkConfigCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 {
 		path = args[0]
 	}
-	cfg, err := loadConfig(path)
+	cfg, err := config.LoadOrDefault(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

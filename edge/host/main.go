@@ -22,10 +22,10 @@ import (
 // than cores pay off.
 func DefaultInstances() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
-// Main is the dohfwd-edge command (cmd/dohfwd-edge): it loads the configuration (the file, or the
-// embedded default), starts a pool of module instances configured with
-// the same YAML, and serves them through package server until ctx ends or
-// SIGTERM.
+// Main is the dohfwd-edge command (cmd/dohfwd-edge): it loads the
+// configuration (the file, or the embedded default), starts a pool of
+// module instances configured with the same YAML, and serves them with the
+// listeners package assembly builds until ctx ends or SIGTERM.
 func Main(ctx context.Context, args []string, stderr io.Writer, version string) error {
 	fs := flag.NewFlagSet("dohfwd-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -46,13 +46,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 		}
 		defer stop()
 	}
-	var cfg *config.Config
-	var err error
-	if *cfgPath == "" {
-		cfg, err = config.Default()
-	} else {
-		cfg, err = config.Load(*cfgPath)
-	}
+	cfg, err := config.LoadOrDefault(*cfgPath)
 	if err != nil {
 		return err
 	}
