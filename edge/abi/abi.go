@@ -113,18 +113,18 @@ func AppendRequest(b []byte, r *Request) []byte {
 	b = appendField(b, r.Target)
 	b = appendField(b, r.Remote)
 	b = appendField(b, r.Body)
-	for _, h := range r.Headers {
-		b = appendField(b, h[0])
-		b = appendField(b, h[1])
-	}
-	return b
+	return appendHeaders(b, r.Headers)
 }
 
 // AppendResponse appends r's encoding to b.
 func AppendResponse(b []byte, r *Response) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Status))
 	b = appendField(b, r.Body)
-	for _, h := range r.Headers {
+	return appendHeaders(b, r.Headers)
+}
+
+func appendHeaders(b []byte, hs [][2]string) []byte {
+	for _, h := range hs {
 		b = appendField(b, h[0])
 		b = appendField(b, h[1])
 	}

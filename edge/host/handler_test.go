@@ -1,11 +1,8 @@
 package host
 
 import (
-	"context"
 	"encoding/base64"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -35,14 +32,8 @@ func TestWazeroRequestsAndLatencyCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	pool, err := NewPool(ctx, testRuntime(t), yaml, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	met.CollectAttemptLatency(pool.AttemptLatency)
-	srv := httptest.NewServer(Handler{Pool: pool, Observe: d.Observe})
-	t.Cleanup(func() { srv.Close(); pool.Close(ctx) })
+	e := startObservedEdge(t, yaml, 1, d.Observe)
+	met.CollectAttemptLatency(e.pool.AttemptLatency)
 
 	wire, _ := query("gone.example.org", dns.TypeA).Pack()
 	for _, target := range []string{
@@ -50,7 +41,7 @@ func TestWazeroRequestsAndLatencyCounted(t *testing.T) {
 		"/resolve?name=gone.example.org&type=A",
 		"/dns-query?dns=%%%",
 	} {
-		resp, err := http.Get(srv.URL + target)
+		resp, err := e.client.Get(e.srv.URL + target)
 		if err != nil {
 			t.Fatal(err)
 		}
