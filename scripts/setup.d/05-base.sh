@@ -4,7 +4,7 @@
 # ./cmd/dohfwd), knot (forces TCP), dig, kdig, curl, h2load, and
 # systemd-analyze (deploy/manifestcheck verifies the unit with it).
 # Idempotent: apt-get runs only when a tool is missing, and `apt-get
-# update` at most once. Exits 1, loudly, when it cannot install them.
+# update` at most once (scripts/apt.sh). Exits 1, loudly, when it cannot install them.
 set -u
 
 declare -A need=(
@@ -25,10 +25,8 @@ if [ ${#missing[@]} -eq 0 ]; then
 	exit 0
 fi
 echo "05-base: installing ${missing[*]}"
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-if ! { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; }; then
+. "$(dirname "$0")/../apt.sh"
+if ! apt_install "${missing[@]}"; then
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
 	echo "!!! 05-base: WARNING: could not install ${missing[*]}." >&2
 	echo "!!! The tests that use them FAIL under CI=true (and skip loudly elsewhere)." >&2
@@ -37,6 +35,8 @@ if ! { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-rec
 fi
 # The Debian nsd/knot packages start system services on their default
 # ports; tests run their own instances.
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
 for svc in nsd knot; do
 	command -v systemctl >/dev/null 2>&1 && $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done

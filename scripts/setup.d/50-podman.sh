@@ -21,9 +21,8 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 echo "setup 50-podman: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-install() { apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1; }
-if ! install && ! { apt-get update >/dev/null 2>&1 && install; }; then
+. "$(dirname "$0")/../apt.sh"
+if ! apt_install "${missing[@]}"; then
 	echo "!!! setup 50-podman: WARNING: could not install the podman stack;" >&2
 	echo "!!! the container test and 'make container' will NOT run !!!" >&2
 	exit 1

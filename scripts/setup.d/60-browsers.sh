@@ -19,11 +19,8 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 fi
 
 echo "setup 60-browsers: installing ${pkgs[*]}"
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-install() { $sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1; }
-if ! install && ! { $sudo apt-get update -qq >/dev/null 2>&1 && install; }; then
+. "$(dirname "$0")/../apt.sh"
+if ! apt_install "${pkgs[@]}"; then
 	echo "could not install ${pkgs[*]}" >"$marker"
 	echo "!!! setup 60-browsers: WARNING: could not install ${pkgs[*]};" >&2
 	echo "!!! cmd/dohfwd's TestBrowsers will FAIL under CI=true (SKIP elsewhere): real browsers are NOT tested !!!" >&2
