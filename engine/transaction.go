@@ -52,9 +52,10 @@ func newID() uint16 {
 	return binary.BigEndian.Uint16(b[:])
 }
 
-// exchange runs one transaction to its end. It never returns early: a reply
-// that does not match, garbage included, is counted and ignored until the
-// deadline.
+// exchange runs one transaction to its end: a matching reply, the
+// deadline, a socket failure, or ctx ending (the client gone). A reply that
+// does not match, garbage included, does not end it: it is counted and
+// ignored, and the wait goes on until the deadline.
 func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 	binary.BigEndian.PutUint16(tx.query[2:], newID())
 	msg := tx.query[2:]
