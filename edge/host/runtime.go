@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -92,6 +93,9 @@ type Instance struct {
 	// answers; the socket imports give up when it is done. Nil between
 	// calls.
 	request context.Context
+	// receiving is 1 while the module waits in sock_recv: what a test
+	// waits for before its client goes away mid-question.
+	receiving atomic.Int32
 }
 
 // errClosed is what a call into a closed instance returns.
