@@ -68,7 +68,9 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.Status = resp.Status
 	if h.Observe != nil {
-		x.Rcode, x.Problem = outcome(&resp)
+		// The module's own log has its bad requests (with the client's
+		// address); here they are only counted.
+		x.Rcode = rcodeOf(&resp)
 	}
 	hdr := w.Header()
 	for _, kv := range resp.Headers {
@@ -79,10 +81,9 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(resp.Body)
 }
 
-// outcome reads what the module's DoH handler answered: the DNS rcode of
-// a wire or JSON answer (-1 when it holds no DNS message), and the
-// problem text of an HTTP error.
-func outcome(resp *abi.Response) (rcode int, problem string) {
+// rcodeOf reads the DNS rcode of the module's wire or JSON answer; -1
+// when it holds no DNS message.
+func rcodeOf(resp *abi.Response) int {
 	var ctype string
 	for _, kv := range resp.Headers {
 		if strings.EqualFold(kv[0], "Content-Type") {
@@ -91,15 +92,15 @@ func outcome(resp *abi.Response) (rcode int, problem string) {
 	}
 	switch {
 	case resp.Status >= 400:
-		return -1, strings.TrimSpace(string(resp.Body))
+		return -1
 	case ctype == doh.MediaTypeDNS && len(resp.Body) >= 12:
 		// The header's rcode: the engine's answers carry no extended one.
-		return int(resp.Body[3] & 0x0f), ""
+		return int(resp.Body[3] & 0x0f)
 	case strings.HasPrefix(ctype, doh.MediaTypeJSON):
 		var j struct{ Status *int }
 		if json.Unmarshal(resp.Body, &j) == nil && j.Status != nil {
-			return *j.Status, ""
+			return *j.Status
 		}
 	}
-	return -1, ""
+	return -1
 }
