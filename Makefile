@@ -58,7 +58,9 @@ unit:
 	$(GO) test -count=1 -timeout 5m $(NORACE_PKGS)
 
 tagcheck:
-	@if [ -x ../shared/tools/tagcheck ]; then ../shared/tools/tagcheck; else echo "tagcheck: ../shared/tools/tagcheck not present, skipped"; fi
+	@if [ -x ../shared/tools/tagcheck ]; then ../shared/tools/tagcheck; \
+	elif [ "$${CI:-}" = true ] || [ "$${CI:-}" = 1 ]; then echo "tagcheck: ../shared/tools/tagcheck not present under CI=true: FAIL"; exit 1; \
+	else echo "tagcheck: ../shared/tools/tagcheck not present, skipped (with CI=true this fails)"; fi
 
 test: setup lint unit $(TEST_EXTRA) tagcheck
 
