@@ -2,7 +2,7 @@
 # every test after installing what the tests need.
 #
 # Other engineers plug in through make fragments (edge/edge.mk,
-# deploy/deploy.mk, scripts/*.mk): they may add targets and append
+# deploy/deploy.mk): they may add targets and append
 # target names to TEST_EXTRA, which `make test` runs after the Go tests,
 # and package import paths to NORACE_PKGS for packages tested without -race.
 
@@ -26,7 +26,7 @@ NORACE_PKGS := $(MODULE)/config
 # Targets run by `make test` after the Go tests; fragments append to it.
 TEST_EXTRA :=
 
--include edge/edge.mk deploy/deploy.mk scripts/*.mk
+-include edge/edge.mk deploy/deploy.mk
 
 .PHONY: all build run test setup lint vet fmt-check unit tagcheck clean
 
@@ -58,7 +58,9 @@ unit:
 	$(GO) test -count=1 -timeout 5m $(NORACE_PKGS)
 
 tagcheck:
-	@if [ -x ../shared/tools/tagcheck ]; then ../shared/tools/tagcheck; else echo "tagcheck: ../shared/tools/tagcheck not present, skipped"; fi
+	@if [ -x ../shared/tools/tagcheck ]; then ../shared/tools/tagcheck; \
+	elif [ "$${CI:-}" = true ] || [ "$${CI:-}" = 1 ]; then echo "tagcheck: ../shared/tools/tagcheck not present under CI=true: FAIL"; exit 1; \
+	else echo "tagcheck: ../shared/tools/tagcheck not present, skipped (with CI=true this fails)"; fi
 
 test: setup lint unit $(TEST_EXTRA) tagcheck
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 // DefaultSource names the embedded default in errors and logs.
@@ -20,9 +22,6 @@ const DefaultSource = "(embedded default)"
 
 //go:embed default.yaml
 var defaultYAML []byte
-
-// DefaultYAML returns the embedded default configuration file.
-func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
 
 // Config is the whole file. The YAML keys are those of SPEC §5.
 type Config struct {
@@ -191,6 +190,15 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// LoadOrDefault reads the file at path, or the embedded default (Default)
+// when path is "": what `dohfwd serve --config` and dohfwd-edge read.
+func LoadOrDefault(path string) (*Config, error) {
+	if path == "" {
+		return Default()
+	}
+	return Load(path)
+}
+
 // Default returns the embedded default with a default-route scope named
 // "system" whose servers are the nameservers of /etc/resolv.conf.
 func Default() (*Config, error) {
@@ -198,12 +206,24 @@ func Default() (*Config, error) {
 	if err != nil {
 		return nil, err // the embedded file is tested; this is a build bug
 	}
-	servers, err := SystemServers("/etc/resolv.conf")
+	servers, err := systemServers(resolvConf)
 	if err == nil && len(servers) > 0 {
-		c.Scopes = append(c.Scopes, Scope{Name: "system", DefaultRoute: true, Servers: servers})
+		s := Scope{Name: "system", DefaultRoute: true}
+		for _, ns := range servers {
+			// Checked as a file's servers are: the engine refuses what
+			// it cannot use (an IPv6 zone, say).
+			if _, err := engine.ParseServer(ns.addr); err != nil {
+				return nil, &Error{File: resolvConf, Line: ns.line, Key: "nameserver", Msg: err.Error()}
+			}
+			s.Servers = append(s.Servers, ns.addr)
+		}
+		c.Scopes = append(c.Scopes, s)
 	}
 	return c, nil
 }
+
+// resolvConf is where Default reads the system's nameservers.
+var resolvConf = "/etc/resolv.conf"
 
 // Parse reads a configuration from data; name is the file name used in
 // errors. Keys left out keep their defaults.
@@ -284,15 +304,35 @@ func keyOnLine(data []byte, n int) string {
 
 // SystemServers returns the nameservers listed in a resolv.conf file.
 func SystemServers(path string) ([]string, error) {
+	servers, err := systemServers(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(servers))
+	for i, ns := range servers {
+		out[i] = ns.addr
+	}
+	return out, nil
+}
+
+// nameserver is one nameserver line of a resolv.conf file.
+type nameserver struct {
+	addr string
+	line int
+}
+
+func systemServers(path string) ([]nameserver, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("resolv.conf: %w", err)
 	}
-	var out []string
+	var out []nameserver
+	n := 0
 	for line := range strings.Lines(string(data)) {
+		n++
 		f := strings.Fields(line)
 		if len(f) >= 2 && f[0] == "nameserver" {
-			out = append(out, f[1])
+			out = append(out, nameserver{addr: f[1], line: n})
 		}
 	}
 	return out, nil

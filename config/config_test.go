@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 func TestEmbeddedDefaultEqualsBuiltInDefaults(t *testing.T) {
@@ -25,15 +29,16 @@ func TestEmbeddedDefaultEqualsBuiltInDefaults(t *testing.T) {
 }
 
 func TestDefaultAddsSystemScope(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(p, []byte("search lan\nnameserver 192.0.2.53\nnameserver ::1\n"), 0o644)
+	defer func(old string) { resolvConf = old }(resolvConf)
+	resolvConf = p
 	c, err := Default()
 	if err != nil {
 		t.Fatal(err)
 	}
-	servers, _ := SystemServers("/etc/resolv.conf")
-	if len(servers) == 0 {
-		t.Skip("this machine's /etc/resolv.conf lists no nameserver")
-	}
-	if len(c.Scopes) != 1 || !c.Scopes[0].DefaultRoute || !reflect.DeepEqual(c.Scopes[0].Servers, servers) {
+	want := []string{"192.0.2.53", "::1"}
+	if len(c.Scopes) != 1 || !c.Scopes[0].DefaultRoute || !reflect.DeepEqual(c.Scopes[0].Servers, want) {
 		t.Fatalf("system scope: %+v", c.Scopes)
 	}
 }
@@ -181,5 +186,52 @@ func TestSystemServers(t *testing.T) {
 	got, err := SystemServers(p)
 	if err != nil || !reflect.DeepEqual(got, []string{"192.0.2.53", "::1"}) {
 		t.Fatalf("%v %v", got, err)
+	}
+}
+
+// Everything the engine refuses is refused at load with FILE:LINE: KEY,
+// and the engine would indeed have refused it. IPv6 zones are refused in
+// every address (servers in each form, sources, hosts): the engine binds
+// to no interface, so a zone could not be honoured.
+func TestEngineRefusalsNameFileLineAndKey(t *testing.T) {
+	cases := []struct{ name, file, want string }{
+		{"zone in [IPv6%zone]:port", "scopes:\n  - name: a\n    servers: [\"[fe80::1%eth0]:53\"]\n", "bad.yaml:3: scopes[0].servers[0]: server \"[fe80::1%eth0]:53\": IPv6 zones are not supported"},
+		{"zone in [IPv6%zone]", "scopes:\n  - name: a\n    servers: [\"[fe80::1%eth0]\"]\n", "bad.yaml:3: scopes[0].servers[0]: server \"[fe80::1%eth0]\": IPv6 zones"},
+		{"zone in bare IPv6%zone", "fallback_servers:\n  - 192.0.2.1\n  - fe80::1%eth0\n", "bad.yaml:3: fallback_servers[1]: server \"fe80::1%eth0\": IPv6 zones"},
+		{"zone in a source", "scopes:\n  - name: a\n    servers: [192.0.2.1]\n    sources_v6: [\"fe80::2%eth0\"]\n", "bad.yaml:4: scopes[0].sources_v6[0]: source \"fe80::2%eth0\": IPv6 zones"},
+		{"zone in a host", "hosts:\n  router.lan: [\"fe80::1%eth0\"]\n", "bad.yaml:2: hosts.router.lan[0]: hosts \"router.lan\": address \"fe80::1%eth0\": IPv6 zones"},
+		{"root as search domain", "scopes:\n  - name: a\n    servers: [192.0.2.1]\n    search: [\".\"]\n", "bad.yaml:4: scopes[0].search[0]: \".\": the root is not a search domain"},
+		{"name IDNA refuses", "scopes:\n  - name: a\n    servers: [192.0.2.1]\n    domains: [\"b\u00fc\u200dcher.example\"]\n", "bad.yaml:4: scopes[0].domains[0]:"},
+		{"scope named fallback", "scopes:\n  - name: fallback\n    servers: [192.0.2.1]\n", "bad.yaml:2: scopes[0].name: \"fallback\""},
+		{"root as host name", "hosts:\n  \".\": [192.0.2.1]\n", "bad.yaml:2: hosts..: \".\" is not a domain name"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tc.file))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			// Decoded without the checks, the engine refuses it too.
+			c := defaults()
+			if err := yaml.Unmarshal([]byte(tc.file), c); err != nil {
+				t.Fatal(err)
+			}
+			if err := engine.Validate(c.EngineConfig()); err == nil {
+				t.Fatal("the engine accepts it: the check is stricter than the engine")
+			}
+		})
+	}
+}
+
+// A link-local nameserver with a zone in resolv.conf is refused with the
+// file and line, not later by the engine.
+func TestDefaultRefusesZonedSystemServer(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(p, []byte("search lan\nnameserver 192.0.2.53\nnameserver fe80::1%eth0\n"), 0o644)
+	defer func(old string) { resolvConf = old }(resolvConf)
+	resolvConf = p
+	_, err := Default()
+	if err == nil || !strings.HasPrefix(err.Error(), p+":3: nameserver: server \"fe80::1%eth0\": IPv6 zones") {
+		t.Fatalf("got %v", err)
 	}
 }

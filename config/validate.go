@@ -101,9 +101,12 @@ func (c *Config) validate(x *keyIndex) error {
 		if names[s.Name] {
 			bad(key+".name", "%q: another scope has this name", s.Name)
 		}
+		if s.Name == engine.FallbackScope {
+			bad(key+".name", "%q is the name of the fallback servers' scope", s.Name)
+		}
 		names[s.Name] = true
-		checkNames(key+".domains", s.Domains, bad)
-		checkNames(key+".search", s.Search, bad)
+		checkNames(key+".domains", s.Domains, engine.ParseDomain, bad)
+		checkNames(key+".search", s.Search, engine.ParseSearchDomain, bad)
 		checkServers(key+".servers", s.Servers, bad)
 		for j, a := range s.SourcesV4 {
 			if _, err := engine.ParseSource(a, 4); err != nil {
@@ -119,12 +122,12 @@ func (c *Config) validate(x *keyIndex) error {
 	checkServers("fallback_servers", c.FallbackServers, bad)
 	for name, addrs := range c.Hosts {
 		key := "hosts." + name
-		if _, ok := dns.IsDomainName(name); !ok {
+		if _, err := engine.ParseHostName(name); err != nil {
 			bad(key, "%q is not a domain name", name)
 		}
 		for j, a := range addrs {
-			if _, err := netip.ParseAddr(a); err != nil {
-				bad(fmt.Sprintf("%s[%d]", key, j), "%q is not an IP address", a)
+			if _, err := engine.ParseHostAddress(name, a); err != nil {
+				bad(fmt.Sprintf("%s[%d]", key, j), "%v", err)
 			}
 		}
 	}
@@ -139,7 +142,7 @@ func (c *Config) validate(x *keyIndex) error {
 		bad("cache.min_ttl", "%v is more than cache.max_ttl %v", c.Cache.MinTTL, c.Cache.MaxTTL)
 	}
 
-	checkNames("ddr.names", c.DDR.Names, bad)
+	checkNames("ddr.names", c.DDR.Names, engine.ParseHostName, bad)
 	for i, a := range c.DDR.Addresses {
 		if ip, err := netip.ParseAddr(a); err != nil || ip.Zone() != "" || ip.IsUnspecified() {
 			bad(fmt.Sprintf("ddr.addresses[%d]", i), "%q is not a unicast IP address", a)
@@ -163,6 +166,14 @@ func (c *Config) validate(x *keyIndex) error {
 	case "auto", "json", "console":
 	default:
 		bad("log.format", "%q: want auto, json or console", c.Log.Format)
+	}
+	// The engine's own check, last: the checks above name the key and
+	// line of everything it refuses, so this adds nothing unless they
+	// have fallen behind it (a test keeps them level).
+	if len(es) == 0 {
+		if err := engine.Validate(c.EngineConfig()); err != nil {
+			bad("", "%v", err)
+		}
 	}
 	return es.join()
 }
@@ -240,10 +251,11 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
-func checkNames(key string, names []string, bad func(string, string, ...any)) {
+// checkNames checks names with the engine's parse.
+func checkNames(key string, names []string, parse func(string) (string, error), bad func(string, string, ...any)) {
 	for i, n := range names {
-		if _, ok := dns.IsDomainName(n); !ok || n == "" {
-			bad(fmt.Sprintf("%s[%d]", key, i), "%q is not a domain name", n)
+		if _, err := parse(n); err != nil {
+			bad(fmt.Sprintf("%s[%d]", key, i), "%q: %v", n, err)
 		}
 	}
 }

@@ -12,8 +12,8 @@
 #      and /healthz through the published ports, then a clean stop.
 #
 # Everything it makes (store, containers, nsd, files) is removed on exit.
-# Without a working podman it says so loudly and exits 0 so `make test`
-# goes on.
+# Without a working podman it says so loudly and exits 1 under CI=true
+# (CI installs podman: a skip there would pass untested), 0 elsewhere.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,11 +26,15 @@ pass() { passed=$((passed + 1)); echo "  ok   $1"; }
 fail() { failed=$((failed + 1)); echo "  FAIL $1"; [ $# -gt 1 ] && printf '       %s\n' "${@:2}"; }
 # check NAME COMMAND...: one assertion; the command's status decides.
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+# loud_skip stops the test when a tool is missing: a failure under
+# CI=true (CI installs every tool, so a skip there would pass untested), a
+# loud skip elsewhere.
 loud_skip() {
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-	echo "!!! container-test: SKIPPED, NOT RUN: $*"
+	echo "!!! container-test: NOT RUN: $*"
 	echo "!!! the container image was NOT tested (scripts/setup.d/50-podman.sh)"
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+	case "${CI:-}" in true | 1) echo "container-test: FAIL (CI=$CI)"; exit 1 ;; esac
 	exit 0
 }
 

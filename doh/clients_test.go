@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dohfwd/dohfwd/internal/testtool"
 )
 
 // needTool finds a real client or skips loudly: `make test` installs them
@@ -20,7 +22,7 @@ func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("SKIPPED: %s is not installed; `make test` installs it (scripts/setup.d)", name)
+		testtool.Missing(t, "%s is not installed; `make test` installs it (scripts/setup.d)", name)
 	}
 	return p
 }

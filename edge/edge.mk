@@ -2,12 +2,13 @@
 #   make wasm          dist/dohfwd.wasm: the engine and DoH handling as a wasip1 reactor
 #   make wasm-workers  copies it next to the Workers glue (edge/workers/dohfwd.wasm)
 #   make edge-check    vets the module for wasip1 and prints its size; run by make test
+#   make edge-host     bin/dohfwd-edge: the wazero host (a binary of its own, so dohfwd links no wazero)
 # The module's Go tests (edge/host, edge/workers) run with the other Go tests.
 
 WASM       := dist/dohfwd.wasm
 WASM_FLAGS := -buildmode=c-shared -trimpath -ldflags "-s -w"
 
-.PHONY: wasm wasm-workers edge-check
+.PHONY: wasm wasm-workers edge-check edge-host
 
 # Always handed to go build: its cache makes an unchanged module quick.
 wasm:
@@ -17,6 +18,9 @@ wasm:
 
 wasm-workers: wasm
 	cp $(WASM) edge/workers/dohfwd.wasm
+
+edge-host:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/dohfwd-edge ./cmd/dohfwd-edge
 
 edge-check: wasm
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./edge/module ./edge/abi

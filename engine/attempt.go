@@ -56,7 +56,7 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		qn.spent++
 		c.asked[pick] = true
 		c.n++
-		demoted := e.settle(tx.server, res.outcome, cfg.DemotionPeriod)
+		demoted := e.settle(tx.server, res.outcome, questionAttempt, cfg.DemotionPeriod).demote
 		e.observer.Attempt(AttemptEvent{
 			Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
 			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
@@ -140,33 +140,49 @@ func (c *candidate) next(now time.Duration, tcpTo *upstream) int {
 	return chooseServer(serverOrder(c.order[:0], until, now), c.asked, c.n)
 }
 
+// attemptKind says who made an attempt: a client's question, or a
+// background probe of a demoted server.
+type attemptKind uint8
+
+const (
+	questionAttempt attemptKind = iota
+	probeAttempt
+)
+
 // charge is what one attempt's outcome does to its server and counters.
 type charge struct {
-	clearMark bool // a used NOERROR or NXDOMAIN reply clears the mark
+	clearMark bool // the server answered: its mark goes
 	demote    bool // a failure charged to the server demotes it
 	failed    bool // counts upstream_failed
 }
 
-// chargeFor is the rule for outcome o. A truncated UDP reply does nothing
-// (the TCP retry decides); a local error spends the attempt and counts
-// upstream_failed without demoting; a cancelled transaction is not the
-// server's fault.
-func chargeFor(o Outcome) charge {
+// chargeFor is the one rule for what outcome o of an attempt of kind k
+// does. A used NOERROR or NXDOMAIN reply clears the mark. A truncated UDP
+// reply does nothing to a question (the TCP retry decides) but clears a
+// probe's server: a probe has no retry, and a server that answers is
+// alive. A failure demotes; for a question it also counts upstream_failed
+// (probes spend no question's attempts and are counted apart). A local
+// error spends the attempt and counts upstream_failed without demoting;
+// a cancelled transaction is not the server's fault.
+func chargeFor(o Outcome, k attemptKind) charge {
+	question := k == questionAttempt
 	switch {
 	case o == OutcomeAnswer || o == OutcomeNXDomain:
 		return charge{clearMark: true}
+	case o == OutcomeTruncated:
+		return charge{clearMark: !question}
 	case o.failure():
-		return charge{demote: true, failed: true}
+		return charge{demote: true, failed: question}
 	case o == OutcomeLocalError:
-		return charge{failed: true}
+		return charge{failed: question}
 	}
 	return charge{}
 }
 
-// settle applies o's charge to server and the counters, and reports
-// whether the server was demoted.
-func (e *Engine) settle(server *upstream, o Outcome, period time.Duration) bool {
-	ch := chargeFor(o)
+// settle applies the charge of outcome o of an attempt of kind k to server
+// and the counters, and returns it.
+func (e *Engine) settle(server *upstream, o Outcome, k attemptKind, period time.Duration) charge {
+	ch := chargeFor(o, k)
 	switch {
 	case ch.clearMark:
 		server.clear()
@@ -176,9 +192,13 @@ func (e *Engine) settle(server *upstream, o Outcome, period time.Duration) bool 
 	if ch.failed {
 		e.counters.upstreamFailed.Add(1)
 	}
+	if k == probeAttempt {
+		e.counters.probes[o].Add(1)
+		return ch
+	}
 	if o == OutcomeCancelled {
 		e.counters.cancelled.Add(1)
 	}
 	e.counters.attempts[o].Add(1)
-	return ch.demote
+	return ch
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/internal/testtool"
 	"github.com/miekg/dns"
 )
 
@@ -204,7 +205,7 @@ func countFDs() int {
 // ratio; absolute figures on these machines are noise.
 func BenchmarkPeerMiekgExchange(b *testing.B) {
 	if _, ok := upstreamtest.NSDPath(); !ok {
-		b.Skip("nsd is not installed: the peer needs the same upstream as BenchmarkForwardUDP")
+		testtool.Missing(b, "nsd is not installed: the peer needs the same upstream as BenchmarkForwardUDP")
 	}
 	for _, shape := range upstreamAnswers {
 		b.Run(shape.name, func(b *testing.B) { benchmarkPeerMiekgExchange(b, shape.opts) })

@@ -9,92 +9,92 @@ import (
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/memnet"
-	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
-
-// cachedEngine is an engine with a cache in front of the real loopback
-// upstream srv.
-func cachedEngine(t *testing.T, srv *upstreamtest.Server) *engine.Engine {
-	cfg := engine.Config{FallbackServers: []string{srv.String()}, Cache: engine.CacheConfig{MaxEntries: 1000}}
-	return startEngine(t, cfg, engine.NativeNetwork{})
-}
 
 func soaText(ttl, minimum uint32) string {
 	return fmt.Sprintf("example. %d IN SOA ns.example. hostmaster.example. 1 3600 600 86400 %d", ttl, minimum)
 }
 
-// negativeUpstream answers NXDOMAIN (or NODATA for TXT) with a SOA whose
-// TTL is 300 and MINIMUM 2.
-func negativeUpstream(q upstreamtest.Query) upstreamtest.Action {
-	rcode := dns.RcodeNameError
-	if q.Msg.Question[0].Qtype == dns.TypeTXT {
-		rcode = dns.RcodeSuccess
+// negativeReply is NXDOMAIN (or NODATA for TXT) with a SOA whose TTL is
+// 300 and MINIMUM 2.
+var negativeReply = memnet.Reply{Msg: func(q *dns.Msg) *dns.Msg {
+	m := new(dns.Msg).SetReply(q)
+	if q.Question[0].Qtype != dns.TypeTXT {
+		m.Rcode = dns.RcodeNameError
 	}
-	m := upstreamtest.ReplyTo(q.Msg, rcode)
 	soa, _ := dns.NewRR(soaText(300, 2))
 	m.Ns = append(m.Ns, soa)
-	return upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: m}}}
+	return m
+}}
+
+// The TTL served from the cache counts down with the time the entry has
+// been kept (synctest's clock: no real waiting), and the entry goes when
+// it reaches 0.
+func TestCacheTTLCountsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New()
+		nw.Handle(cacheServer, memnet.Respond(memnet.Answer("@ 3 IN A 192.0.2.1")))
+		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
+		ask := func() engine.Response { return e.Resolve(context.Background(), queryFor("ttl.example.", dns.TypeA)) }
+
+		r := ask()
+		if r.Result != engine.ResultAnswer || r.CacheHit || r.Msg.Answer[0].Header().Ttl != 3 {
+			t.Fatalf("first: %v hit %v answer %v; want the upstream's answer with TTL 3", r.Result, r.CacheHit, r.Msg.Answer)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		r = ask()
+		if !r.CacheHit || r.Result != engine.ResultLocal || r.Attempts != 0 {
+			t.Fatalf("after 1.1 s: hit %v result %v attempts %d; want a cache hit", r.CacheHit, r.Result, r.Attempts)
+		}
+		if ttl := r.Msg.Answer[0].Header().Ttl; ttl != 2 {
+			t.Fatalf("after 1.1 s the TTL is %d, want 2", ttl)
+		}
+		if r.Msg.Id != 0xbeef {
+			t.Fatalf("cache hit id %#x, want the client's", r.Msg.Id)
+		}
+		if n := len(nw.Transactions()); n != 1 {
+			t.Fatalf("upstream saw %d queries, want 1", n)
+		}
+		time.Sleep(2 * time.Second) // 3.1 s: expired
+		if r = ask(); r.CacheHit || len(nw.Transactions()) != 2 {
+			t.Fatalf("after the TTL: hit %v, %d upstream queries; want the upstream asked again", r.CacheHit, len(nw.Transactions()))
+		}
+	})
 }
 
-func TestCacheTTLCountsDownOverLoopback(t *testing.T) {
-	t.Parallel()
-	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 3 IN A 192.0.2.1"))
-	e := cachedEngine(t, srv)
-	ask := func() engine.Response { return e.Resolve(context.Background(), queryFor("ttl.example.", dns.TypeA)) }
-
-	r := ask()
-	if r.Result != engine.ResultAnswer || r.CacheHit || r.Msg.Answer[0].Header().Ttl != 3 {
-		t.Fatalf("first: %v hit %v answer %v; want the upstream's answer with TTL 3", r.Result, r.CacheHit, r.Msg.Answer)
-	}
-	time.Sleep(1100 * time.Millisecond)
-	r = ask()
-	if !r.CacheHit || r.Result != engine.ResultLocal || r.Attempts != 0 {
-		t.Fatalf("after 1.1 s: hit %v result %v attempts %d; want a cache hit", r.CacheHit, r.Result, r.Attempts)
-	}
-	if ttl := r.Msg.Answer[0].Header().Ttl; ttl != 2 {
-		t.Fatalf("after 1.1 s the TTL is %d, want 2", ttl)
-	}
-	if r.Msg.Id != 0xbeef {
-		t.Fatalf("cache hit id %#x, want the client's", r.Msg.Id)
-	}
-	if n := len(srv.Queries()); n != 1 {
-		t.Fatalf("upstream saw %d queries, want 1", n)
-	}
-	time.Sleep(2 * time.Second) // 3.1 s: expired
-	if r = ask(); r.CacheHit || len(srv.Queries()) != 2 {
-		t.Fatalf("after the TTL: hit %v, %d upstream queries; want the upstream asked again", r.CacheHit, len(srv.Queries()))
-	}
-}
-
-func TestCacheNegativeOverLoopback(t *testing.T) {
-	t.Parallel()
-	srv := upstreamtest.Start(t, negativeUpstream)
-	e := cachedEngine(t, srv)
-	for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} { // NXDOMAIN, NODATA
-		r := e.Resolve(context.Background(), queryFor("missing.example.", qtype))
-		if r.CacheHit || len(r.Msg.Ns) != 1 || r.Msg.Ns[0].Header().Ttl != 2 {
-			t.Fatalf("%s first: hit %v authority %v; want the SOA with TTL min(300, 2) = 2", dns.TypeToString[qtype], r.CacheHit, r.Msg.Ns)
+// NXDOMAIN and NODATA are kept for the SOA's negative TTL (RFC 2308), and
+// their SOA's TTL counts down as a positive answer's does.
+func TestCacheNegative(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New()
+		nw.Handle(cacheServer, memnet.Respond(negativeReply))
+		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
+		for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} { // NXDOMAIN, NODATA
+			r := e.Resolve(context.Background(), queryFor("missing.example.", qtype))
+			if r.CacheHit || len(r.Msg.Ns) != 1 || r.Msg.Ns[0].Header().Ttl != 2 {
+				t.Fatalf("%s first: hit %v authority %v; want the SOA with TTL min(300, 2) = 2", dns.TypeToString[qtype], r.CacheHit, r.Msg.Ns)
+			}
 		}
-	}
-	time.Sleep(1100 * time.Millisecond)
-	for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} {
-		r := e.Resolve(context.Background(), queryFor("missing.example.", qtype))
-		if !r.CacheHit || r.Msg.Ns[0].Header().Ttl != 1 {
-			t.Fatalf("%s after 1.1 s: hit %v authority %v; want a hit with the SOA at TTL 1", dns.TypeToString[qtype], r.CacheHit, r.Msg.Ns)
+		time.Sleep(1100 * time.Millisecond)
+		for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} {
+			r := e.Resolve(context.Background(), queryFor("missing.example.", qtype))
+			if !r.CacheHit || r.Msg.Ns[0].Header().Ttl != 1 {
+				t.Fatalf("%s after 1.1 s: hit %v authority %v; want a hit with the SOA at TTL 1", dns.TypeToString[qtype], r.CacheHit, r.Msg.Ns)
+			}
+			if want := map[uint16]int{dns.TypeA: dns.RcodeNameError, dns.TypeTXT: dns.RcodeSuccess}[qtype]; r.Msg.Rcode != want {
+				t.Fatalf("%s from the cache: rcode %d, want %d", dns.TypeToString[qtype], r.Msg.Rcode, want)
+			}
 		}
-		if want := map[uint16]int{dns.TypeA: dns.RcodeNameError, dns.TypeTXT: dns.RcodeSuccess}[qtype]; r.Msg.Rcode != want {
-			t.Fatalf("%s from the cache: rcode %d, want %d", dns.TypeToString[qtype], r.Msg.Rcode, want)
+		if n := len(nw.Transactions()); n != 2 {
+			t.Fatalf("upstream saw %d queries, want 2", n)
 		}
-	}
-	if n := len(srv.Queries()); n != 2 {
-		t.Fatalf("upstream saw %d queries, want 2", n)
-	}
-	time.Sleep(time.Second) // 2.1 s: both expired
-	e.Resolve(context.Background(), queryFor("missing.example.", dns.TypeA))
-	if n := len(srv.Queries()); n != 3 {
-		t.Fatalf("upstream saw %d queries after the negative TTL, want 3", n)
-	}
+		time.Sleep(time.Second) // 2.1 s: both expired
+		e.Resolve(context.Background(), queryFor("missing.example.", dns.TypeA))
+		if n := len(nw.Transactions()); n != 3 {
+			t.Fatalf("upstream saw %d queries after the negative TTL, want 3", n)
+		}
+	})
 }
 
 // cacheServer is the memnet address of the server in the synctest cache tests.

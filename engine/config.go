@@ -89,22 +89,24 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// IPv6 zones ("fe80::1%eth0") are refused in every address the engine is
+// configured with: a zone names an interface of one machine, the engine
+// does not bind to interfaces, and the same file would mean another
+// server elsewhere. Use a global or unique-local address.
+
 // ParseServer reads a server as IP, IP:port or [IPv6]:port; the port
 // defaults to 53.
 func ParseServer(s string) (netip.AddrPort, error) {
 	s = strings.TrimSpace(s)
 	if a, err := netip.ParseAddr(s); err == nil {
-		if a.Zone() != "" {
-			return netip.AddrPort{}, fmt.Errorf("server %q: zones are not supported", s)
-		}
-		return netip.AddrPortFrom(a.Unmap(), 53), nil
+		return serverAddr(s, a, 53)
 	}
 	ap, err := netip.ParseAddrPort(s)
 	if err != nil {
 		// "[::1]" without a port.
 		if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 			if a, err2 := netip.ParseAddr(s[1 : len(s)-1]); err2 == nil {
-				return netip.AddrPortFrom(a, 53), nil
+				return serverAddr(s, a, 53)
 			}
 		}
 		return netip.AddrPort{}, fmt.Errorf("server %q: want IP, IP:port or [IPv6]:port", s)
@@ -112,7 +114,14 @@ func ParseServer(s string) (netip.AddrPort, error) {
 	if ap.Port() == 0 {
 		return netip.AddrPort{}, fmt.Errorf("server %q: port 0", s)
 	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+	return serverAddr(s, ap.Addr(), ap.Port())
+}
+
+func serverAddr(s string, a netip.Addr, port uint16) (netip.AddrPort, error) {
+	if a.Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("server %q: IPv6 zones are not supported", s)
+	}
+	return netip.AddrPortFrom(a.Unmap(), port), nil
 }
 
 // ParseSource reads an egress source address of the given family (4 or 6).
@@ -121,9 +130,55 @@ func ParseSource(s string, family int) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("source %q: not an IP address", s)
 	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("source %q: IPv6 zones are not supported", s)
+	}
 	a = a.Unmap()
 	if (family == 4) != a.Is4() {
 		return netip.Addr{}, fmt.Errorf("source %q: not an IPv%s address", s, strconv.Itoa(family))
 	}
 	return a, nil
+}
+
+// ParseDomain reads a scope's domain as the question path compares it:
+// fully qualified, lowercased, internationalized names in punycode.
+func ParseDomain(d string) (string, error) { return domainASCII(d) }
+
+// ParseSearchDomain reads a search domain: a domain other than the root.
+func ParseSearchDomain(d string) (string, error) {
+	fqdn, err := domainASCII(d)
+	if err == nil && fqdn == "." {
+		err = fmt.Errorf("the root is not a search domain")
+	}
+	return fqdn, err
+}
+
+// ParseHostName reads a name of the hosts table: a domain other than the
+// root.
+func ParseHostName(name string) (string, error) {
+	fqdn, err := domainASCII(name)
+	if err != nil || fqdn == "." {
+		return "", fmt.Errorf("hosts %q: not a domain name", name)
+	}
+	return fqdn, nil
+}
+
+// ParseHostAddress reads an address of the hosts table.
+func ParseHostAddress(name, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("hosts %q: address %q is not an IP address", name, s)
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("hosts %q: address %q: IPv6 zones are not supported", name, s)
+	}
+	return a.Unmap(), nil
+}
+
+// Validate reports what New would refuse in cfg, without building an
+// engine: package config runs it after its own checks, so that nothing the
+// engine refuses gets past dohfwd check-config.
+func Validate(cfg Config) error {
+	_, err := buildRoutes(cfg.withDefaults(), newUpstream)
+	return err
 }

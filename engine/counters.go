@@ -47,3 +47,26 @@ func (c *counters) snapshot() Counters {
 	}
 	return s
 }
+
+// Add adds d's totals to c, so that several engines (the instances of an
+// edge host) report as one. c's maps are made as needed.
+func (c *Counters) Add(d Counters) {
+	c.UpstreamFailed += d.UpstreamFailed
+	c.Refused += d.Refused
+	c.Cancelled += d.Cancelled
+	c.MismatchedReplies += d.MismatchedReplies
+	c.CacheHits += d.CacheHits
+	c.Attempts = addCounts(c.Attempts, d.Attempts)
+	c.Questions = addCounts(c.Questions, d.Questions)
+	c.Probes = addCounts(c.Probes, d.Probes)
+}
+
+func addCounts(into, from map[string]uint64) map[string]uint64 {
+	if into == nil {
+		into = make(map[string]uint64, len(from))
+	}
+	for k, v := range from {
+		into[k] += v
+	}
+	return into
+}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -38,16 +37,15 @@ func buildLocal(hosts map[string][]string) (*localNames, error) {
 	// Sorted, so the PTR records of an address shared by names come in
 	// the same order on every reload.
 	for _, name := range slices.Sorted(maps.Keys(hosts)) {
-		fqdn, err := domainASCII(name)
-		if err != nil || fqdn == "." {
-			return nil, fmt.Errorf("hosts %q: not a domain name", name)
+		fqdn, err := ParseHostName(name)
+		if err != nil {
+			return nil, err
 		}
 		for _, s := range hosts[name] {
-			a, err := netip.ParseAddr(strings.TrimSpace(s))
-			if err != nil || a.Zone() != "" {
-				return nil, fmt.Errorf("hosts %q: address %q is not an IP address", name, s)
+			a, err := ParseHostAddress(name, s)
+			if err != nil {
+				return nil, err
 			}
-			a = a.Unmap()
 			if !slices.Contains(l.addrs[fqdn], a) {
 				l.addrs[fqdn] = append(l.addrs[fqdn], a)
 			}

@@ -80,6 +80,3 @@ func equalFoldASCII(a, b []byte) bool {
 	}
 	return true
 }
-
-// truncated reports the TC bit of a wire message.
-func truncated(m []byte) bool { return len(m) > 2 && m[2]&0x02 != 0 }

@@ -125,16 +125,9 @@ func (e *Engine) probe(s *scope, u *upstream, cfg *Config) {
 	sent := time.Now()
 	res := e.exchange(context.Background(), &tx)
 	e.inFlight.release()
-	ev := ProbeEvent{Server: u.key, Transport: tx.transport, Outcome: res.outcome, RTT: time.Since(sent)}
-	switch o := res.outcome; {
-	case o == OutcomeAnswer || o == OutcomeNXDomain || o == OutcomeTruncated:
-		// The server answers: whatever a TCP retry would say, it is alive.
-		u.clear()
-		ev.Cleared = true
-	case o.failure():
-		u.demote(e.now(), cfg.DemotionPeriod)
-	}
-	e.counters.probes[res.outcome].Add(1)
+	rtt := time.Since(sent)
+	ch := e.settle(u, res.outcome, probeAttempt, cfg.DemotionPeriod)
+	ev := ProbeEvent{Server: u.key, Transport: tx.transport, Outcome: res.outcome, RTT: rtt, Cleared: ch.clearMark}
 	if po, ok := e.observer.(ProbeObserver); ok {
 		po.Probe(ev)
 	}

@@ -154,10 +154,7 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 			s.domains = append(s.domains, fqdn)
 		}
 		for _, d := range sc.Search {
-			fqdn, err := domainASCII(d)
-			if err == nil && fqdn == "." {
-				err = fmt.Errorf("the root is not a search domain")
-			}
+			fqdn, err := ParseSearchDomain(d)
 			if err != nil {
 				return nil, fmt.Errorf("scope %q: search domain %q: %w", sc.Name, d, err)
 			}

@@ -29,8 +29,10 @@ func TestDemotionMarksAddressFor30SecondsOnlyForward(t *testing.T) {
 // The charge of each outcome, as the failure and demotion rules state it:
 // engine-servers.good-reply-clears-demotion,
 // engine-servers.send-error-fails-attempt-at-once (local errors excepted).
+// Probes follow the same rule, except that a truncated reply shows the
+// server alive (no retry follows) and nothing counts upstream_failed.
 func TestChargeForEachOutcome(t *testing.T) {
-	want := map[Outcome]charge{
+	question := map[Outcome]charge{
 		OutcomeAnswer:       {clearMark: true},
 		OutcomeNXDomain:     {clearMark: true},
 		OutcomeTruncated:    {},
@@ -42,9 +44,24 @@ func TestChargeForEachOutcome(t *testing.T) {
 		OutcomeLocalError:   {failed: true},
 		OutcomeCancelled:    {},
 	}
+	probe := map[Outcome]charge{
+		OutcomeAnswer:       {clearMark: true},
+		OutcomeNXDomain:     {clearMark: true},
+		OutcomeTruncated:    {clearMark: true},
+		OutcomeTimeout:      {demote: true},
+		OutcomeRcode:        {demote: true},
+		OutcomeSendError:    {demote: true},
+		OutcomeRecvError:    {demote: true},
+		OutcomeConnectError: {demote: true},
+		OutcomeLocalError:   {},
+		OutcomeCancelled:    {},
+	}
 	for o := Outcome(0); o < numOutcomes; o++ {
-		if got := chargeFor(o); got != want[o] {
-			t.Errorf("%v: %+v, want %+v", o, got, want[o])
+		if got := chargeFor(o, questionAttempt); got != question[o] {
+			t.Errorf("question %v: %+v, want %+v", o, got, question[o])
+		}
+		if got := chargeFor(o, probeAttempt); got != probe[o] {
+			t.Errorf("probe %v: %+v, want %+v", o, got, probe[o])
 		}
 	}
 }

@@ -60,3 +60,45 @@ func (e *Engine) Counters() Counters { return e.counters.snapshot() }
 
 // InFlight returns the number of upstream transactions outstanding.
 func (e *Engine) InFlight() int64 { return e.inFlight.n.Load() }
+
+// MergeStatuses folds the statuses of several engines that run the same
+// configuration (the instances of an edge host) into one: the scopes of
+// the first, a server shown demoted when any engine has it demoted (until
+// the latest mark), and the sums of the counters, in-flight numbers and
+// ceilings.
+func MergeStatuses(all []Status) Status {
+	if len(all) == 0 {
+		return Status{Scopes: []ScopeStatus{}, FallbackServers: []string{}, Counters: (&counters{}).snapshot()}
+	}
+	out := all[0]
+	out.Scopes = cloneScopes(all[0].Scopes)
+	out.Counters = Counters{}
+	out.InFlight, out.InFlightCeiling = 0, 0
+	for i, st := range all {
+		out.Counters.Add(st.Counters)
+		out.InFlight += st.InFlight
+		out.InFlightCeiling += st.InFlightCeiling
+		if i == 0 {
+			continue
+		}
+		for si := range min(len(out.Scopes), len(st.Scopes)) {
+			mine, theirs := out.Scopes[si].Servers, st.Scopes[si].Servers
+			for vi := range min(len(mine), len(theirs)) {
+				if t := theirs[vi]; t.Demoted && (!mine[vi].Demoted || t.DemotedUntil.After(*mine[vi].DemotedUntil)) {
+					mine[vi] = t
+				}
+			}
+		}
+	}
+	return out
+}
+
+// cloneScopes copies the server lists MergeStatuses writes to.
+func cloneScopes(in []ScopeStatus) []ScopeStatus {
+	out := make([]ScopeStatus, len(in))
+	for i, s := range in {
+		s.Servers = append([]ServerStatus(nil), s.Servers...)
+		out[i] = s
+	}
+	return out
+}

@@ -57,8 +57,10 @@ func newID() uint16 {
 	return binary.BigEndian.Uint16(b[:])
 }
 
-// exchange runs one transaction to its end. A reply that does not match,
-// garbage included, is counted and ignored until the deadline.
+// exchange runs one transaction to its end: a matching reply, the
+// deadline, a socket failure, or ctx ending (the client gone). A reply that
+// does not match, garbage included, does not end it: it is counted and
+// ignored, and the wait goes on until the deadline.
 //
 // A UDP socket may come from the server's pool (pool.go) and goes back to
 // it only when the transaction ended cleanly; any failure closes it.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // EngineStats is what the metrics read from the engine at scrape time.
@@ -42,7 +43,7 @@ func NewMetrics() *Metrics {
 		attemptLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dohfwd_upstream_attempt_duration_seconds",
 			Help:    "Round-trip time of upstream attempts, by server, whatever their outcome.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 4},
+			Buckets: telemetry.LatencyBuckets,
 		}, []string{"server"}),
 	}
 	m.Registry.MustRegister(m.requests, m.attemptLatency,
@@ -56,6 +57,16 @@ func (m *Metrics) CollectEngine(stats EngineStats) {
 	m.Registry.MustRegister(engineCollector{stats})
 }
 
+// CollectAttemptLatency exports the attempt latencies read from src at
+// scrape time instead of those observed here: an edge host's attempts are
+// made, and tallied, inside its module instances. Call it once, before
+// any attempt is observed here.
+func (m *Metrics) CollectAttemptLatency(src func() map[string]telemetry.Histogram) {
+	m.Registry.Unregister(m.attemptLatency)
+	m.Registry.MustRegister(latencyCollector{src})
+}
+
+// ObserveAttempt counts one attempt's round-trip time.
 func (m *Metrics) ObserveAttempt(ev engine.AttemptEvent) {
 	o, ok := m.perServer.Load(ev.Server)
 	if !ok {
@@ -148,4 +159,28 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descProbes, v, o)
 	}
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(c.stats.InFlight()))
+}
+
+// latencyCollector exports tallied attempt latencies (CollectAttemptLatency).
+type latencyCollector struct {
+	src func() map[string]telemetry.Histogram
+}
+
+var descAttemptLatency = prometheus.NewDesc("dohfwd_upstream_attempt_duration_seconds",
+	"Round-trip time of upstream attempts, by server, whatever their outcome.", []string{"server"}, nil)
+
+func (latencyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descAttemptLatency }
+
+func (c latencyCollector) Collect(ch chan<- prometheus.Metric) {
+	for server, h := range c.src() {
+		buckets := make(map[float64]uint64, len(telemetry.LatencyBuckets))
+		var n uint64
+		for i, c := range h.Counts {
+			n += c
+			if i < len(telemetry.LatencyBuckets) {
+				buckets[telemetry.LatencyBuckets[i]] = n
+			}
+		}
+		ch <- prometheus.MustNewConstHistogram(descAttemptLatency, n, h.Sum, buckets, server)
+	}
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Figures for the edge build (issue 6), all from one run on one machine:
-#   1. requests per second through `dohfwd edge` (the module under wazero)
+#   1. requests per second through `dohfwd-edge` (the module under wazero)
 #      against `dohfwd serve`, same upstream (nsd on loopback), same load;
 #   2. the latency each adds per request (one client, one stream);
 #   3. per-request latency of the module under workerd (TCP upstream).
@@ -11,7 +11,7 @@
 # Usage: scripts/bench-edge.sh [REQUESTS]   (default 20000)
 # Env: INSTANCES (16); BASELINE=path/to/another/dohfwd also measures its
 # `edge` in the same run (before/after figures); PROFILE_DIR=dir writes a
-# CPU profile of the edge process there (go tool pprof dohfwd edge.pprof).
+# CPU profile of the edge process there (go tool pprof dohfwd-edge edge.pprof).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -36,6 +36,7 @@ need h2load "apt-get install nghttp2-client"
 
 echo "building dohfwd and the module..."
 go build -trimpath -o "$work/dohfwd" ./cmd/dohfwd
+go build -trimpath -o "$work/dohfwd-edge" ./cmd/dohfwd-edge
 make -s wasm >/dev/null
 wasm=dist/dohfwd.wasm
 
@@ -59,7 +60,7 @@ config "$edgeport" >"$work/edge.yaml"
 config "$baseport" >"$work/base.yaml"
 "$work/dohfwd" serve --config "$work/serve.yaml" 2>"$work/serve.log" &
 pids+=($!)
-DOHFWD_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/edge.pprof} "$work/dohfwd" edge --config "$work/edge.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/edge.log" &
+DOHFWD_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/edge.pprof} "$work/dohfwd-edge" --config "$work/edge.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/edge.log" &
 edgepid=$!
 pids+=($edgepid)
 if [ -n "${BASELINE:-}" ]; then
@@ -127,8 +128,8 @@ printf '  added by the module:     %8.0f us/request (x%.2f)\n' "$(echo "$e_lat -
 
 if [ -n "${PROFILE_DIR:-}" ]; then
 	kill -TERM "$edgepid"; wait "$edgepid" 2>/dev/null || true
-	cp "$work/dohfwd" "$PROFILE_DIR/dohfwd"
-	echo "profile: go tool pprof $PROFILE_DIR/dohfwd $PROFILE_DIR/edge.pprof"
+	cp "$work/dohfwd-edge" "$PROFILE_DIR/dohfwd-edge"
+	echo "profile: go tool pprof $PROFILE_DIR/dohfwd-edge $PROFILE_DIR/edge.pprof"
 fi
 
 if [ -n "$wdport" ]; then

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,7 +40,6 @@ import (
 // Backend is what the server needs from the engine behind the handler.
 type Backend interface {
 	Status() engine.Status
-	Counters() engine.Counters
 	InFlight() int64
 	// Reconfigure takes a reloaded configuration; on error nothing changes.
 	Reconfigure(engine.Config) error
@@ -62,6 +60,7 @@ type Options struct {
 	// listeners are bound (see ddr.Resolver.Designate).
 	Designate func(ddr.Designation)
 	Metrics   *metrics.Metrics // served at /metrics; nil = no /metrics
+	Certs     certs.Config     // the HTTPS and DoT listeners' certificates (assembly.CertsConfig)
 	Log       zerolog.Logger
 	Version   string
 
@@ -192,7 +191,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		out = append(out, &listener{name: "https", ln: ln, tls: true})
 	}
 	if cfg.Listen.HTTPS != "" || cfg.Listen.DoT != "" {
-		cm, err := certs.New(ctx, certsConfig(cfg, log), log)
+		cm, err := certs.New(ctx, o.Certs, log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
 		}
@@ -370,35 +369,4 @@ func gatherer(m *metrics.Metrics) prometheus.Gatherer {
 		return nil
 	}
 	return m.Registry
-}
-
-// certsConfig is the certificate manager's part of the configuration.
-// TLS-ALPN-01 challenges are answered on the HTTPS listener; the HTTP-01
-// listener takes PROXY protocol from the same balancers as the DoH ones.
-func certsConfig(c *config.Config, log zerolog.Logger) certs.Config {
-	return certs.Config{
-		Mode:     c.TLS.Mode,
-		CertFile: c.TLS.CertFile,
-		KeyFile:  c.TLS.KeyFile,
-		ACME: certs.ACMEConfig{
-			Domains: slices.Clone(c.TLS.ACME.Domains),
-			Email:   c.TLS.ACME.Email,
-			CA:      c.TLS.ACME.CA,
-			CARoot:  c.TLS.ACME.CARoot,
-			Storage: c.TLS.ACME.Storage,
-			Redis: certs.RedisConfig{
-				PasswordFile: c.TLS.ACME.Redis.PasswordFile,
-				CARoot:       c.TLS.ACME.Redis.CARoot,
-				KeyPrefix:    c.TLS.ACME.Redis.KeyPrefix,
-				LockLease:    c.TLS.ACME.Redis.LockLease,
-			},
-			HTTPListen: c.TLS.ACME.HTTPListen,
-			WrapHTTPListener: func(ln net.Listener) net.Listener {
-				return proxied.Listen(ln, ProxyOptions(c, log))
-			},
-			DisableTLSALPN: c.TLS.ACME.DisableTLSALPN,
-			Profile:        c.TLS.ACME.Profile,
-			TLSALPNListen:  c.Listen.HTTPS,
-		},
-	}
 }

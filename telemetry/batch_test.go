@@ -1,4 +1,4 @@
-package telemetry
+package telemetry_test
 
 import (
 	"bufio"
@@ -13,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dohfwd/dohfwd/engine"
+
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // countingWriter records what reaches the output and how many writes.
@@ -36,19 +38,19 @@ func (c *countingWriter) snapshot() (string, int) {
 }
 
 // Events gather in memory and leave together: none one write each, all of
-// them within BatchInterval.
+// them within telemetry.BatchInterval.
 func TestBatchWriterWritesInBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := &countingWriter{}
-		bw := NewBatchWriter(out)
-		o := NewObserver(zerolog.New(bw), nil)
+		bw := telemetry.NewBatchWriter(out)
+		o := telemetry.NewObserver(zerolog.New(bw), nil)
 		for range 100 {
 			o.Attempt(sampleAttempt)
 		}
 		if s, n := out.snapshot(); n != 0 || s != "" {
 			t.Fatalf("%d writes before the interval, want 0", n)
 		}
-		time.Sleep(BatchInterval)
+		time.Sleep(telemetry.BatchInterval)
 		synctest.Wait()
 		s, n := out.snapshot()
 		if n != 1 {
@@ -65,9 +67,9 @@ func TestBatchWriterWritesInBatches(t *testing.T) {
 func TestBatchWriterFlushesFullBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := &countingWriter{}
-		bw := NewBatchWriter(out)
+		bw := telemetry.NewBatchWriter(out)
 		line := append(bytes.Repeat([]byte("x"), 1023), '\n')
-		for range BatchSize / len(line) {
+		for range telemetry.BatchSize / len(line) {
 			bw.Write(line)
 		}
 		if _, n := out.snapshot(); n != 1 {
@@ -82,9 +84,9 @@ func TestBatchWriterFlushesFullBatch(t *testing.T) {
 // events go straight through.
 func TestBatchWriterCloseLosesNothing(t *testing.T) {
 	out := &countingWriter{}
-	bw := NewBatchWriter(out)
+	bw := telemetry.NewBatchWriter(out)
 	log := zerolog.New(bw)
-	o := NewObserver(log, nil)
+	o := telemetry.NewObserver(log, nil)
 	var wg sync.WaitGroup
 	const writers, each = 8, 500
 	for w := range writers {
@@ -130,12 +132,12 @@ func TestBatchWriterCloseLosesNothing(t *testing.T) {
 
 // A batched logger at info costs no allocation per event either.
 func TestBatchedLoggerDoesNotAllocate(t *testing.T) {
-	log, bw, err := NewBatchedLogger(io.Discard, "json", "info")
+	log, bw, err := telemetry.NewBatchedLogger(io.Discard, "json", "info")
 	if err != nil || bw == nil {
 		t.Fatalf("NewBatchedLogger: %v %v", bw, err)
 	}
 	defer bw.Close()
-	o := NewObserver(log, nil)
+	o := telemetry.NewObserver(log, nil)
 	o.Attempt(sampleAttempt)
 	if n := testing.AllocsPerRun(500, func() { o.Attempt(sampleAttempt) }); n != 0 {
 		t.Fatalf("Attempt through the batch writer allocates %v times per event", n)

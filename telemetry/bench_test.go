@@ -1,4 +1,4 @@
-package telemetry
+package telemetry_test
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dohfwd/dohfwd/engine"
+
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // BenchmarkQuestionEvents is the logging cost of one forwarded question at
@@ -28,13 +30,13 @@ func BenchmarkQuestionEvents(b *testing.B) {
 			defer f.Close()
 			var log zerolog.Logger
 			if batched {
-				bw := NewBatchWriter(f)
+				bw := telemetry.NewBatchWriter(f)
 				defer bw.Close()
 				log = zerolog.New(bw).With().Timestamp().Logger()
 			} else {
 				log = zerolog.New(f).With().Timestamp().Logger()
 			}
-			o := NewObserver(log, nil)
+			o := telemetry.NewObserver(log, nil)
 			b.ReportAllocs()
 			for b.Loop() {
 				o.Attempt(sampleAttempt)

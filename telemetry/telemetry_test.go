@@ -1,4 +1,4 @@
-package telemetry
+package telemetry_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/metrics"
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 var sampleAttempt = engine.AttemptEvent{
@@ -24,7 +25,7 @@ var sampleAttempt = engine.AttemptEvent{
 
 func TestAttemptEventHasEveryField(t *testing.T) {
 	var buf bytes.Buffer
-	o := NewObserver(zerolog.New(&buf), nil)
+	o := telemetry.NewObserver(zerolog.New(&buf), nil)
 	o.Attempt(sampleAttempt)
 	var got map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
@@ -44,7 +45,7 @@ func TestAttemptEventHasEveryField(t *testing.T) {
 
 func TestQuestionEventHasEveryField(t *testing.T) {
 	var buf bytes.Buffer
-	o := NewObserver(zerolog.New(&buf), nil)
+	o := telemetry.NewObserver(zerolog.New(&buf), nil)
 	o.Question(engine.QuestionEvent{Question: 9, QName: "a.example.", QType: dns.TypeA, Scope: "fallback",
 		Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent, Attempts: 3, Duration: 1500 * time.Microsecond})
 	var got map[string]any
@@ -61,7 +62,7 @@ func TestQuestionEventHasEveryField(t *testing.T) {
 
 func TestAttemptEventDoesNotAllocate(t *testing.T) {
 	m := metrics.NewMetrics()
-	o := NewObserver(zerolog.New(io.Discard), m)
+	o := telemetry.NewObserver(zerolog.New(io.Discard), m)
 	o.Attempt(sampleAttempt) // creates the server's histogram series
 	if n := testing.AllocsPerRun(200, func() { o.Attempt(sampleAttempt) }); n != 0 {
 		t.Fatalf("Attempt allocates %v times per event", n)
@@ -74,28 +75,28 @@ func TestAttemptEventDoesNotAllocate(t *testing.T) {
 
 func TestLevelFiltersEvents(t *testing.T) {
 	var buf bytes.Buffer
-	log, err := NewLogger(&buf, "json", "warn")
+	log, err := telemetry.NewLogger(&buf, "json", "warn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer SetLevel("info")
-	NewObserver(log, nil).Attempt(sampleAttempt)
+	defer telemetry.SetLevel("info")
+	telemetry.NewObserver(log, nil).Attempt(sampleAttempt)
 	if buf.Len() != 0 {
 		t.Fatalf("info event written at warn: %s", buf.Bytes())
 	}
-	SetLevel("debug")
-	NewObserver(log, nil).Attempt(sampleAttempt)
+	telemetry.SetLevel("debug")
+	telemetry.NewObserver(log, nil).Attempt(sampleAttempt)
 	if !strings.Contains(buf.String(), `"message":"attempt"`) {
-		t.Fatalf("no event after SetLevel: %q", buf.String())
+		t.Fatalf("no event after telemetry.SetLevel: %q", buf.String())
 	}
-	if _, err := NewLogger(&buf, "json", "loud"); err == nil {
+	if _, err := telemetry.NewLogger(&buf, "json", "loud"); err == nil {
 		t.Fatal("bad level accepted")
 	}
 }
 
 func TestProbeEventFields(t *testing.T) {
 	var buf bytes.Buffer
-	o := NewObserver(zerolog.New(&buf), nil)
+	o := telemetry.NewObserver(zerolog.New(&buf), nil)
 	o.Probe(engine.ProbeEvent{Server: "127.0.0.1:53", Transport: engine.UDP, Outcome: engine.OutcomeTimeout, RTT: 2 * time.Second})
 	var got map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
@@ -111,12 +112,12 @@ func TestProbeEventFields(t *testing.T) {
 
 func TestLineWriterKeepsStderrJSON(t *testing.T) {
 	var buf bytes.Buffer
-	log, err := NewLogger(&buf, "json", "debug")
+	log, err := telemetry.NewLogger(&buf, "json", "debug")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer SetLevel("info")
-	w := LineWriter(log)
+	defer telemetry.SetLevel("info")
+	w := telemetry.LineWriter(log)
 	w.Write([]byte("http: TLS handshake error from 127.0.0.1:5: remote error: tls: unknown certificate\n"))
 	w.Write([]byte("certmagic: something happened\n"))
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
@@ -131,5 +132,30 @@ func TestLineWriterKeepsStderrJSON(t *testing.T) {
 		if got["level"] != want || got["component"] != "stdlog" || strings.HasSuffix(got["message"].(string), "\n") {
 			t.Errorf("line %d: %v", i, got)
 		}
+	}
+}
+
+// The tally counts each attempt into the first bucket whose bound is at
+// least its RTT, as a Prometheus histogram does, and forgets servers a
+// reload dropped.
+func TestLatencyTallyBuckets(t *testing.T) {
+	tally := telemetry.NewLatencyTally()
+	a := netip.MustParseAddrPort("127.0.0.1:53")
+	b := netip.MustParseAddrPort("127.0.0.2:53")
+	for _, rtt := range []time.Duration{500 * time.Microsecond, time.Millisecond, 3 * time.Second, 9 * time.Second} {
+		tally.ObserveAttempt(engine.AttemptEvent{Server: a, RTT: rtt})
+	}
+	tally.ObserveAttempt(engine.AttemptEvent{Server: b, RTT: time.Millisecond})
+	h := tally.Snapshot()[a.String()]
+	last := len(telemetry.LatencyBuckets)
+	if len(h.Counts) != last+1 || h.Counts[0] != 2 || h.Counts[last-1] != 1 || h.Counts[last] != 1 {
+		t.Errorf("counts %v", h.Counts)
+	}
+	if h.Sum < 12 || h.Sum > 12.01 {
+		t.Errorf("sum %v, want about 12.0015", h.Sum)
+	}
+	tally.ForgetServers(func(ap netip.AddrPort) bool { return ap == b })
+	if snap := tally.Snapshot(); len(snap) != 1 || snap[b.String()].Counts == nil {
+		t.Errorf("after forgetting %v: %v", a, snap)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/internal/testtool"
 )
 
 // Real browsers load a page on a name that only the test upstream knows,
@@ -139,8 +140,8 @@ func needBrowserTool(t *testing.T, name string) string {
 		return path
 	}
 	if why, err := os.ReadFile(browserSetupMarker); err == nil {
-		t.Skipf("!!! SKIPPED LOUDLY: %s is not installed and scripts/setup.d/60-browsers.sh could not install it (%s): "+
-			"dohfwd is NOT tested with real browsers !!!", name, strings.TrimSpace(string(why)))
+		testtool.Missing(t, "%s is not installed and scripts/setup.d/60-browsers.sh could not install it (%s): "+
+			"dohfwd is NOT tested with real browsers", name, strings.TrimSpace(string(why)))
 	}
 	t.Fatalf("%s is not installed: run scripts/setup.sh (make test does; scripts/setup.d/60-browsers.sh installs it)", name)
 	return ""

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/dohfwd/dohfwd/config"
 )
 
 // healthcheckCommand asks a running server's admin listener for /healthz
@@ -22,7 +24,7 @@ func healthcheckCommand(ctx context.Context, args []string, stderr io.Writer) in
 	}
 	target := *addr
 	if target == "" {
-		cfg, err := loadConfig(*path)
+		cfg, err := config.LoadOrDefault(*path)
 		if err != nil {
 			fmt.Fprintln(stderr, "dohfwd healthcheck:", err)
 			return 1

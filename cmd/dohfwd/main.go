@@ -8,6 +8,9 @@
 //	dohfwd healthcheck            exit 0 when the admin /healthz answers (container HEALTHCHECK)
 //	dohfwd profile apple          print the Apple configuration profile (.mobileconfig)
 //	dohfwd version                print the version
+//
+// The WebAssembly edge host is the separate binary dohfwd-edge
+// (cmd/dohfwd-edge), so that this one does not link wazero.
 package main
 
 import (
@@ -16,9 +19,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 
-	"github.com/dohfwd/dohfwd/edge/host"
+	"github.com/dohfwd/dohfwd/internal/buildinfo"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -34,11 +36,10 @@ const usage = `usage:
   dohfwd check-config [FILE]     check FILE (default: the embedded default) and exit
   dohfwd status [--admin ADDR]   print a running server's status (default admin 127.0.0.1:9153)
   dohfwd healthcheck [--config FILE | --admin ADDR]  exit 0 when the admin /healthz answers 200
-  dohfwd edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
-                                 serve through the WebAssembly module under wazero (edge/host)
   dohfwd profile apple [--config FILE] [-o FILE]
                                  write the Apple configuration profile (.mobileconfig)
   dohfwd version                 print the version
+The WebAssembly edge host is the dohfwd-edge binary (cmd/dohfwd-edge).
 `
 
 // run is the whole command line; it returns the exit status.
@@ -59,11 +60,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "profile":
 		return profileCommand(args, stdout, stderr)
 	case "edge":
-		if err := host.Main(ctx, args, stderr, versionString()); err != nil {
-			fmt.Fprintln(stderr, "dohfwd edge:", err)
-			return 1
-		}
-		return 0
+		// The wazero host is a binary of its own, so that this one does
+		// not link wazero.
+		fmt.Fprintln(stderr, "dohfwd: the edge host is the dohfwd-edge binary (go build ./cmd/dohfwd-edge; make edge-host)")
+		return 2
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "dohfwd", versionString())
 		return 0
@@ -76,35 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // versionString is the -ldflags version, else the module's build info.
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		rev, dirty := "", false
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-		if rev != "" {
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
-			if dirty {
-				rev += "-dirty"
-			}
-			return "dev-" + rev
-		}
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			return bi.Main.Version
-		}
-	}
-	return "dev"
-}
+func versionString() string { return buildinfo.Version(version) }
 
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("dohfwd "+name, flag.ContinueOnError)

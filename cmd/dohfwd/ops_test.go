@@ -30,6 +30,8 @@ func TestBadConfigIsRefusedWithFileLineKey(t *testing.T) {
 		"malformed.yaml": {"log:\n  level: info\n\tformat: json\n", ":2: level: malformed YAML at or just after this line"},
 		"type.yaml":      {"engine:\n  attempts: three\n", ":2: engine.attempts: wrong type"},
 		"address.yaml":   {"scopes:\n  - name: a\n    servers: [10.0.0.300]\n", ":3: scopes[0].servers[0]:"},
+		// What only the engine used to refuse: zones are refused, with the line.
+		"zone.yaml": {"scopes:\n  - name: a\n    servers: [\"[fe80::1%eth0]:53\"]\n", ":3: scopes[0].servers[0]: server \"[fe80::1%eth0]:53\": IPv6 zones are not supported"},
 	}
 	for name, tc := range cases {
 		path := filepath.Join(dir, name)
@@ -114,6 +116,20 @@ func startTrickle(t *testing.T, d *dohfwd, domain string) *trickle {
 	return tr
 }
 
+// waitAnswers waits until at least n more answers came from addr than
+// when it was called (the trickle is running through that server), for
+// at most 10 s.
+func (tr *trickle) waitAnswers(t *testing.T, addr string, n int) {
+	t.Helper()
+	count := func() int { tr.mu.Lock(); defer tr.mu.Unlock(); return tr.answers[addr] }
+	want := count() + n
+	for end := time.Now().Add(10 * time.Second); count() < want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the trickle got %d answers from %s in 10 s, want %d", count(), addr, want)
+		}
+	}
+}
+
 func (tr *trickle) finish() {
 	close(tr.stop)
 	tr.done.Wait()
@@ -128,7 +144,7 @@ func TestSIGHUPReloadUnderTrickle(t *testing.T) {
 	second := upstreamtest.Start(t, upstreamtest.Delay(20*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.2")))
 	d := startDohfwd(t, scopeYAML(first.String()), newPKI(t))
 	tr := startTrickle(t, d, "reload.test")
-	time.Sleep(300 * time.Millisecond)
+	tr.waitAnswers(t, "192.0.2.1", 10)
 
 	// Point the scope at the second server, with the log level at warn.
 	next := strings.Replace(scopeYAML(second.String()), "format: json", "format: json\n  level: warn", 1)
@@ -136,7 +152,7 @@ func TestSIGHUPReloadUnderTrickle(t *testing.T) {
 	os.WriteFile(d.config, []byte(next), 0o644)
 	d.cmd.Process.Signal(syscall.SIGHUP)
 	d.waitEvent(5*time.Second, func(ev map[string]any) bool { return ev["message"] == "reloaded" })
-	time.Sleep(300 * time.Millisecond)
+	tr.waitAnswers(t, "192.0.2.2", 10)
 
 	// A broken file: refused, the second server keeps answering.
 	os.WriteFile(d.config, []byte("scopes:\n  - name: x\n    servers: [not-an-ip]\n"), 0o644)
@@ -147,7 +163,7 @@ func TestSIGHUPReloadUnderTrickle(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(ev["error"]), d.config+":3: scopes[0].servers[0]") {
 		t.Errorf("rejected reload names no file:line:key: %v", ev)
 	}
-	time.Sleep(300 * time.Millisecond)
+	tr.waitAnswers(t, "192.0.2.2", 10)
 	tr.finish()
 
 	if len(tr.failures) > 0 {
@@ -199,11 +215,20 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	d.waitEvent(2*time.Second, func(ev map[string]any) bool { return ev["message"] == "draining" })
-	// New connections are refused while it drains.
-	time.Sleep(50 * time.Millisecond)
-	if res, err := http.Get("http://" + d.Admin + "/healthz"); err == nil {
-		res.Body.Close()
-		t.Error("admin listener still accepting after SIGTERM")
+	// New connections are refused while it drains: the listeners close
+	// as the drain starts (waited for, not slept on).
+	accepting := func() bool {
+		res, err := http.Get("http://" + d.Admin + "/healthz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil
+	}
+	for end := time.Now().Add(2 * time.Second); accepting(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Error("admin listener still accepting 2 s after SIGTERM")
+			break
+		}
 	}
 	wg.Wait()
 	close(errs)

@@ -8,23 +8,11 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/server"
 	"github.com/dohfwd/dohfwd/setup"
 )
-
-// setupPages is the setup page and profile handler for cfg.
-func setupPages(cfg *config.Config) (*setup.Handler, error) {
-	h := &setup.Handler{Path: cfg.Listen.Path}
-	if cfg.AppleProfile.SignCert != "" {
-		s, err := setup.LoadSigner(cfg.AppleProfile.SignCert, cfg.AppleProfile.SignKey)
-		if err != nil {
-			return nil, fmt.Errorf("apple_profile: %w", err)
-		}
-		h.Signer = s
-	}
-	return h, nil
-}
 
 // profileCommand writes the Apple configuration profile of a configured
 // server: `dohfwd profile apple [--config FILE] [-o FILE]`.
@@ -39,7 +27,7 @@ func profileCommand(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := config.LoadOrDefault(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -67,7 +55,7 @@ func profileCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: no server name for the profile: set ddr.names (or tls.acme.domains)\n", cfg.Source)
 		return 1
 	}
-	pages, err := setupPages(cfg)
+	pages, err := assembly.SetupPages(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	stdlog "log"
-	"net/netip"
 
+	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
-	"github.com/dohfwd/dohfwd/ddr"
-	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/metrics"
-	"github.com/dohfwd/dohfwd/server"
-	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
@@ -26,7 +21,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dohfwd serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := config.LoadOrDefault(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -38,73 +33,20 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 	return 0
 }
 
-func loadConfig(path string) (*config.Config, error) {
-	if path == "" {
-		return config.Default()
-	}
-	return config.Load(path)
-}
-
-// serve wires the engine, the DoH handler, telemetry and the listeners.
+// serve assembles dohfwd natively (its own sockets, Prometheus) and runs
+// its listeners.
 func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
-	log, batch, err := telemetry.NewBatchedLogger(logTo, cfg.Log.Format, cfg.Log.Level)
-	if err != nil {
-		return err
-	}
-	if batch != nil {
-		// Last of all, after the drain: no event is lost on SIGTERM.
-		defer batch.Close()
-	}
-	// Lines from Go's log package (certmagic, net/http) join the stream.
-	stdlog.SetFlags(0)
-	stdlog.SetOutput(telemetry.LineWriter(log))
-	met := metrics.NewMetrics()
-	eng, err := engine.New(cfg.EngineConfig(), engine.Options{
+	d, err := assembly.New(cfg, assembly.Options{
+		LogTo:    logTo,
 		Network:  engine.NativeNetwork{},
-		Observer: telemetry.NewObserver(log, met),
+		Metrics:  metrics.NewMetrics(),
+		BatchLog: true,
 	})
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	defer eng.Close() // its pooled sockets
-	met.CollectEngine(eng)
-
-	trusted := make([]netip.Prefix, 0, len(cfg.Listen.TrustedProxies))
-	for _, p := range cfg.Listen.TrustedProxies {
-		pfx, err := config.ParsePrefix(p)
-		if err != nil {
-			return err // validated at load
-		}
-		trusted = append(trusted, pfx)
-	}
-	// Every listener answers _dns.resolver.arpa (DDR) before the engine.
-	resolver := ddr.Wrap(eng)
-	pages, err := setupPages(cfg)
 	if err != nil {
 		return err
 	}
-	handler := doh.NewHandler(resolver, doh.Options{
-		Setup:          pages,
-		Path:           cfg.Listen.Path,
-		TrustedProxies: trusted,
-		Observe: func(x doh.Exchange) {
-			met.ObserveRequest(x.Status, x.Rcode)
-			if x.Problem != "" {
-				log.Debug().Int("status", x.Status).Int("rcode", x.Rcode).Str("problem", x.Problem).
-					Str("client", x.ClientIP.String()).Str("method", x.Method).Msg("bad request")
-			}
-		},
-	})
-	return server.Run(ctx, server.Options{
-		Config:    cfg,
-		Handler:   handler,
-		Backend:   eng,
-		Resolver:  resolver,
-		Designate: func(d ddr.Designation) { resolver.Designate(d); pages.Designate(d) },
-		Metrics:   met,
-		Log:       log,
-		Version:   versionString(),
-	})
+	defer d.Close() // after the drain: pooled sockets, then the last log batch
+	return d.Serve(ctx, assembly.Serving{Version: versionString()})
 }
 
 func checkConfigCommand(args []string, stdout, stderr io.Writer) int {
@@ -116,14 +58,9 @@ func checkConfigCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 {
 		path = args[0]
 	}
-	cfg, err := loadConfig(path)
+	cfg, err := config.LoadOrDefault(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	// The engine checks what the file cannot say alone.
-	if _, err := engine.New(cfg.EngineConfig(), engine.Options{Network: engine.NativeNetwork{}}); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", cfg.Source, err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d scopes, %d fallback servers, %d hosts)\n",

@@ -20,6 +20,9 @@ package abi
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // ImportModule is the Wasm import module of the socket interface.
@@ -42,10 +45,23 @@ const (
 	ExportBuffer = "dohfwd_buffer" // (n u32) -> ptr u32
 	ExportInit   = "dohfwd_init"   // (len, flags u32) -> errlen u32: config YAML in; 0, or the error text's length
 	ExportServe  = "dohfwd_serve"  // (len u32) -> len u32: a Request in, a Response out
-	ExportStatus = "dohfwd_status" // () -> len u32: the engine's status as JSON
+	ExportStatus = "dohfwd_status" // () -> len u32: a Status as JSON
 	// (len u32) -> errlen u32: an engine.Config as JSON in (a reload); 0, or the error text's length
 	ExportReconfigure = "dohfwd_reconfigure"
 )
+
+// Flags of dohfwd_init.
+const (
+	// InitTCPOnly starts the engine with TCP as the first transport of
+	// every attempt, for hosts without UDP (Cloudflare Workers).
+	InitTCPOnly = 1
+)
+
+// ForwardedHeaders are the request headers a host passes to the module
+// (with Host): the ones the DoH handling reads. Hosts keep the rest.
+var ForwardedHeaders = []string{
+	"Accept", "Content-Type", "Content-Length", "X-Forwarded-For", "Forwarded", "User-Agent",
+}
 
 // Cancelled is the code a socket import returns when the request it
 // serves has gone (the client disconnected) before or while it waited. It
@@ -65,6 +81,15 @@ const (
 // (uint32), the peer's port (uint16), two bytes of padding, and the peer's
 // address as 16 bytes (IPv4 mapped into IPv6).
 const RecvInfoSize = 24
+
+// Status is what dohfwd_status returns, as JSON: the instance's engine
+// status (its fields at the top level, as engine.Status marshals) and the
+// attempt latencies of its servers, which its host exports with its own
+// metrics (the module has no Prometheus).
+type Status struct {
+	engine.Status
+	AttemptLatency map[string]telemetry.Histogram `json:"attempt_latency,omitempty"`
+}
 
 // Request is a DoH request as the host hands it over.
 type Request struct {
@@ -88,18 +113,18 @@ func AppendRequest(b []byte, r *Request) []byte {
 	b = appendField(b, r.Target)
 	b = appendField(b, r.Remote)
 	b = appendField(b, r.Body)
-	for _, h := range r.Headers {
-		b = appendField(b, h[0])
-		b = appendField(b, h[1])
-	}
-	return b
+	return appendHeaders(b, r.Headers)
 }
 
 // AppendResponse appends r's encoding to b.
 func AppendResponse(b []byte, r *Response) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Status))
 	b = appendField(b, r.Body)
-	for _, h := range r.Headers {
+	return appendHeaders(b, r.Headers)
+}
+
+func appendHeaders(b []byte, hs [][2]string) []byte {
+	for _, h := range hs {
 		b = appendField(b, h[0])
 		b = appendField(b, h[1])
 	}

@@ -59,14 +59,14 @@ func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
 	req.Header.Set("Accept", "application/dns-message")
+	in := e.pool.all[0]
 	go func() {
-		// Cancel once the question is under way upstream, so the module
-		// is blocked in sock_recv when the client goes.
+		// Cancel once the question is under way upstream and the module
+		// is blocked in sock_recv for it (both waited for, not slept on).
 		deadline := time.Now().Add(5 * time.Second)
-		for len(up.Queries()) < asked && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+		for (len(up.Queries()) < asked || in.receiving.Load() == 0) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond)
 		cancel()
 	}()
 	resp, err := e.client.Do(req)

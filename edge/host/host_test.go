@@ -16,6 +16,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
@@ -79,12 +80,18 @@ type edge struct {
 // startEdge serves DoH through a pool of size instances over HTTP/2 + TLS.
 func startEdge(t *testing.T, config []byte, size int) *edge {
 	t.Helper()
+	return startObservedEdge(t, config, size, nil)
+}
+
+// startObservedEdge is startEdge with the handler's request observer.
+func startObservedEdge(t *testing.T, config []byte, size int, observe func(doh.Exchange)) *edge {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := NewPool(ctx, testRuntime(t), config, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(Handler{Pool: pool})
+	srv := httptest.NewUnstartedServer(Handler{Pool: pool, Observe: observe})
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(func() { srv.Close(); pool.Close(ctx) })

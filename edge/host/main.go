@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	stdlog "log"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,28 +12,22 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/metrics"
-	"github.com/dohfwd/dohfwd/server"
-	"github.com/dohfwd/dohfwd/telemetry"
 )
-
-// Usage is the edge subcommand's synopsis.
-const Usage = `dohfwd edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
-    serve DoH through the WebAssembly module under wazero, with the same
-    configuration, listeners, TLS and admin as dohfwd serve`
 
 // DefaultInstances is the pool size: each instance answers one question at
 // a time and waits on the network most of that time, so more instances
 // than cores pay off.
 func DefaultInstances() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
-// Main is `dohfwd edge`: it loads the configuration (the file, or the
-// embedded default), starts a pool of module instances configured with
-// the same YAML, and serves them through package server until ctx ends or
-// SIGTERM.
+// Main is the dohfwd-edge command (cmd/dohfwd-edge): it loads the
+// configuration (the file, or the embedded default), starts a pool of
+// module instances configured with the same YAML, and serves them with the
+// listeners package assembly builds until ctx ends or SIGTERM.
 func Main(ctx context.Context, args []string, stderr io.Writer, version string) error {
-	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs := flag.NewFlagSet("dohfwd-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration `FILE` (default: the embedded default)")
 	modPath := fs.String("module", filepath.Join("dist", "dohfwd.wasm"), "the WebAssembly `FILE` built by make wasm")
@@ -53,13 +46,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 		}
 		defer stop()
 	}
-	var cfg *config.Config
-	var err error
-	if *cfgPath == "" {
-		cfg, err = config.Default()
-	} else {
-		cfg, err = config.Load(*cfgPath)
-	}
+	cfg, err := config.LoadOrDefault(*cfgPath)
 	if err != nil {
 		return err
 	}
@@ -67,13 +54,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	if err != nil {
 		return fmt.Errorf("module: %w", err)
 	}
-	log, err := telemetry.NewLogger(stderr, cfg.Log.Format, cfg.Log.Level)
+	// The engines run in the module instances; the host keeps the
+	// listeners, the certificates and Prometheus.
+	met := metrics.NewMetrics()
+	d, err := assembly.New(cfg, assembly.Options{LogTo: stderr, Metrics: met})
 	if err != nil {
 		return err
 	}
-	// Lines from Go's log package (certmagic, net/http) join the stream.
-	stdlog.SetFlags(0)
-	stdlog.SetOutput(telemetry.LineWriter(log))
+	log := d.Log
 	// The module gets the configuration as loaded (the embedded default
 	// with its system scope included) in the same YAML form.
 	configYAML, err := yaml.Marshal(cfg)
@@ -93,14 +81,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	defer pool.Close(context.Background())
 	log.Info().Str("module", *modPath).Int("instances", *instances).Str("cache_dir", *cacheDir).Msg("edge module ready")
 
-	met := metrics.NewMetrics()
-	met.CollectEngine(pool)
-	return server.Run(ctx, server.Options{
-		Config:  cfg,
-		Handler: Handler{Pool: pool},
+	met.CollectAttemptLatency(pool.AttemptLatency)
+	return d.Serve(ctx, assembly.Serving{
 		Backend: pool,
-		Metrics: met,
-		Log:     log,
+		Handler: Handler{Pool: pool, Observe: d.Observe},
 		Version: version,
 	})
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 // Pool is a fixed set of instances; a call borrows one and gives it back,
@@ -16,17 +20,29 @@ import (
 //
 // Pool is the server's Backend (package server): Status, Counters and
 // InFlight add up the instances, and Reconfigure reaches every instance.
-// Those borrow every instance at once, so they wait for the calls in
-// flight (at most one question, about 6 s).
+// A status read never takes instances away from requests: it asks the
+// instances that are free at that moment, and each busy one answers when
+// its call ends, so its part lags by at most that call. Only Reconfigure
+// borrows every instance at once and so waits for the calls in flight.
 type Pool struct {
 	rt     *Runtime
 	config []byte // the YAML each new instance starts from
 	free   chan *Instance
+	// asked counts status reads; an instance whose snapshot is older
+	// refreshes it when its call ends.
+	asked atomic.Uint64
 
 	mu       sync.Mutex
 	all      []*Instance
-	reloaded []byte // the engine.Config JSON of the last reload, for replacements
-	busy     int64  // calls in flight
+	snaps    map[*Instance]snapshot // each instance's last status
+	reloaded []byte                 // the engine.Config JSON of the last reload, for replacements
+	busy     int64                  // calls in flight
+}
+
+// snapshot is an instance's status as of status read number asked.
+type snapshot struct {
+	status abi.Status
+	asked  uint64
 }
 
 // NewPool starts size instances configured with configYAML.
@@ -34,7 +50,7 @@ func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Po
 	if size < 1 {
 		return nil, fmt.Errorf("edge: pool size %d: want at least 1", size)
 	}
-	p := &Pool{rt: rt, config: configYAML, free: make(chan *Instance, size)}
+	p := &Pool{rt: rt, config: configYAML, free: make(chan *Instance, size), snaps: map[*Instance]snapshot{}}
 	for range size {
 		in, err := rt.NewInstance(ctx, configYAML)
 		if err != nil {
@@ -65,6 +81,9 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 	if err != nil {
 		in = p.replace(context.WithoutCancel(ctx), in)
 	}
+	if in != nil && p.stale(in) {
+		p.refresh(context.WithoutCancel(ctx), in)
+	}
 	p.mu.Lock()
 	p.busy--
 	p.mu.Unlock()
@@ -72,6 +91,38 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 		p.free <- in
 	}
 	return out, err
+}
+
+// stale reports whether a status read has been asked for since in's
+// snapshot.
+func (p *Pool) stale(in *Instance) bool {
+	asked := p.asked.Load()
+	if asked == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.snaps[in]
+	return !ok || s.asked < asked
+}
+
+// refresh reads the status of in, which the caller holds.
+func (p *Pool) refresh(ctx context.Context, in *Instance) error {
+	asked := p.asked.Load()
+	b, err := in.Status(ctx)
+	if err != nil {
+		return err
+	}
+	var st abi.Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("edge: status: %w", err)
+	}
+	p.mu.Lock()
+	if _, ok := p.snaps[in]; ok || slices.Contains(p.all, in) {
+		p.snaps[in] = snapshot{status: st, asked: asked}
+	}
+	p.mu.Unlock()
+	return nil
 }
 
 // replace closes a broken instance and starts a fresh one in its place;
@@ -87,6 +138,7 @@ func (p *Pool) replace(ctx context.Context, old *Instance) *Instance {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	delete(p.snaps, old)
 	for i, x := range p.all {
 		if x == old {
 			if err != nil {
@@ -121,39 +173,76 @@ func (p *Pool) holdAll(ctx context.Context) (held []*Instance, release func(), e
 	return held, release, nil
 }
 
-// Statuses returns each instance's engine status.
+// Statuses returns each instance's engine status without waiting for the
+// calls in flight (see snapshots).
 func (p *Pool) Statuses(ctx context.Context) ([]engine.Status, error) {
-	held, release, err := p.holdAll(ctx)
-	if err != nil {
-		return nil, err
+	all, err := p.snapshots(ctx)
+	out := make([]engine.Status, len(all))
+	for i, st := range all {
+		out[i] = st.Status
 	}
-	defer release()
-	out := make([]engine.Status, 0, len(held))
-	for _, in := range held {
-		b, err := in.Status(ctx)
-		if err != nil {
-			return out, err
-		}
-		var st engine.Status
-		if err := json.Unmarshal(b, &st); err != nil {
-			return out, fmt.Errorf("edge: status: %w", err)
-		}
-		out = append(out, st)
-	}
-	return out, nil
+	return out, err
 }
 
-// statusTimeout bounds how long the admin endpoints wait for busy instances.
+// AttemptLatency adds up the instances' attempt latencies by server, for
+// the host's dohfwd_upstream_attempt_duration_seconds.
+func (p *Pool) AttemptLatency() map[string]telemetry.Histogram {
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	all, _ := p.snapshots(ctx)
+	out := map[string]telemetry.Histogram{}
+	for _, st := range all {
+		for server, h := range st.AttemptLatency {
+			sum := out[server]
+			sum.Add(h)
+			out[server] = sum
+		}
+	}
+	return out
+}
+
+// snapshots returns each instance's status without waiting for the calls
+// in flight: the instances free now are asked at once (each borrowed for
+// that one status call); a busy instance contributes the status it gave
+// when its last call ended.
+func (p *Pool) snapshots(ctx context.Context) ([]abi.Status, error) {
+	p.asked.Add(1)
+	var firstErr error
+	for range len(p.free) {
+		var in *Instance
+		select {
+		case in = <-p.free:
+		default:
+		}
+		if in == nil {
+			break
+		}
+		err := p.refresh(ctx, in)
+		p.free <- in
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]abi.Status, 0, len(p.all))
+	for _, in := range p.all {
+		if s, ok := p.snaps[in]; ok {
+			out = append(out, s.status)
+		}
+	}
+	return out, firstErr
+}
+
+// statusTimeout bounds how long the admin endpoints wait for an instance.
 const statusTimeout = 10 * time.Second
 
-// Status is the pool as one engine: the scopes of the first instance,
-// a server shown demoted when any instance has it demoted (until the
-// latest mark), and the counters and in-flight totals of all.
+// Status is the pool as one engine (engine.MergeStatuses).
 func (p *Pool) Status() engine.Status {
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	all, _ := p.Statuses(ctx)
-	return mergeStatus(all)
+	return engine.MergeStatuses(all)
 }
 
 // Counters adds up the instances' counters.
@@ -190,50 +279,6 @@ func (p *Pool) Reconfigure(cfg engine.Config) error {
 	p.reloaded = b
 	p.mu.Unlock()
 	return nil
-}
-
-// mergeStatus folds the instances' statuses into one.
-func mergeStatus(all []engine.Status) engine.Status {
-	if len(all) == 0 {
-		return engine.Status{Scopes: []engine.ScopeStatus{}, FallbackServers: []string{}}
-	}
-	out := all[0]
-	out.Counters = engine.Counters{Attempts: map[string]uint64{}, Questions: map[string]uint64{}}
-	out.InFlight, out.InFlightCeiling = 0, 0
-	for i, st := range all {
-		c := st.Counters
-		out.Counters.UpstreamFailed += c.UpstreamFailed
-		out.Counters.Refused += c.Refused
-		out.Counters.Cancelled += c.Cancelled
-		out.Counters.MismatchedReplies += c.MismatchedReplies
-		out.Counters.CacheHits += c.CacheHits
-		for k, v := range c.Attempts {
-			out.Counters.Attempts[k] += v
-		}
-		for k, v := range c.Questions {
-			out.Counters.Questions[k] += v
-		}
-		out.InFlight += st.InFlight
-		out.InFlightCeiling += st.InFlightCeiling
-		if i == 0 {
-			continue
-		}
-		for si := range out.Scopes {
-			if si >= len(st.Scopes) {
-				break
-			}
-			for vi := range out.Scopes[si].Servers {
-				if vi >= len(st.Scopes[si].Servers) {
-					break
-				}
-				mine, theirs := &out.Scopes[si].Servers[vi], st.Scopes[si].Servers[vi]
-				if theirs.Demoted && (!mine.Demoted || theirs.DemotedUntil.After(*mine.DemotedUntil)) {
-					*mine = theirs
-				}
-			}
-		}
-	}
-	return out
 }
 
 // Close ends every instance.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -92,6 +93,9 @@ type Instance struct {
 	// answers; the socket imports give up when it is done. Nil between
 	// calls.
 	request context.Context
+	// receiving is 1 while the module waits in sock_recv: what a test
+	// waits for before its client goes away mid-question.
+	receiving atomic.Int32
 }
 
 // errClosed is what a call into a closed instance returns.
@@ -147,7 +151,7 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 	}
 	var flags uint64
 	if r.opts.TCPOnly {
-		flags |= 1
+		flags |= abi.InitTCPOnly
 	}
 	res, err := initFn.Call(ctx, uint64(len(configYAML)), flags)
 	if err != nil {

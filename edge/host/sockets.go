@@ -235,7 +235,9 @@ func instantiateSockets(ctx context.Context, rt wazero.Runtime, network engine.N
 		}
 		// The module is blocked in this call, so reading straight into
 		// its memory is safe.
+		in.receiving.Add(1)
 		n, from, err := receive(in.request, sock, data, deadlineOf(stack[3]))
+		in.receiving.Add(-1)
 		if err != nil {
 			stack[0] = classOf(err)
 			return

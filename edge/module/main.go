@@ -23,9 +23,11 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
 )
 
 func main() {}
@@ -33,15 +35,14 @@ func main() {}
 // The instance's state. Exports run one at a time, so no locks.
 var (
 	buf     = make([]byte, 64<<10) // the buffer shared with the host
+	dohfwd  *assembly.Dohfwd
 	eng     *engine.Engine
 	handler http.Handler
+	latency = telemetry.NewLatencyTally()
 	// cancelRequest cancels the context of the request being served; the
 	// socket interface calls it when the host reports the client gone.
 	cancelRequest context.CancelFunc
 )
-
-// InitTCPOnly is the dohfwd_init flag of hosts without UDP.
-const initTCPOnly = 1
 
 //go:wasmexport dohfwd_buffer
 func exportBuffer(n uint32) uint32 {
@@ -72,23 +73,11 @@ func setup(yaml []byte, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	obs, err := newObserver(cfg)
+	d, err := assemble(cfg, flags&abi.InitTCPOnly != 0, latency)
 	if err != nil {
 		return err
 	}
-	e, err := engine.New(cfg.EngineConfig(), engine.Options{
-		Network:  hostNetwork{},
-		Observer: obs,
-		TCPOnly:  flags&initTCPOnly != 0,
-	})
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	h, err := newHandler(e, cfg)
-	if err != nil {
-		return err
-	}
-	eng, handler = e, h
+	dohfwd, eng, handler = d, d.Engine, d.Handler
 	return nil
 }
 
@@ -119,6 +108,9 @@ func exportReconfigure(n uint32) uint32 {
 	if err == nil {
 		err = eng.Reconfigure(cfg)
 	}
+	if err == nil {
+		dohfwd.Reconfigured(cfg)
+	}
 	if err != nil {
 		return setResult([]byte(err.Error()))
 	}
@@ -130,7 +122,7 @@ func exportStatus() uint32 {
 	if eng == nil {
 		return setResult([]byte("{}"))
 	}
-	b, _ := json.Marshal(eng.Status())
+	b, _ := json.Marshal(abi.Status{Status: eng.Status(), AttemptLatency: latency.Snapshot()})
 	return setResult(b)
 }
 

@@ -7,7 +7,8 @@
 
 import { connect } from "cloudflare:sockets";
 
-// engine.ErrorClass values; keep in step with engine/socket.go.
+// engine.ErrorClass values, abi.Cancelled, abi.TransportTCP and
+// abi.RecvInfoSize: edge/abi's test checks them against the Go side.
 export const ErrOther = 1;
 export const ErrTimeout = 2;
 export const ErrRefused = 3;

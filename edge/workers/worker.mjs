@@ -13,9 +13,10 @@ import wasmModule from "./dohfwd.wasm";
 import { createWasi, ProcExit } from "./wasi.mjs";
 import { createSockets } from "./sockets.mjs";
 
+// abi.InitTCPOnly; edge/abi checks these constants against package abi.
 const InitTCPOnly = 1;
 
-// Request headers the DoH handling reads; the rest stay here.
+// abi.ForwardedHeaders: the request headers the DoH handling reads; the rest stay here.
 const FORWARDED = ["accept", "content-type", "content-length", "x-forwarded-for", "forwarded", "user-agent"];
 
 let instance = null; // { call(name, ...args), put(bytes), result(n) } once set up

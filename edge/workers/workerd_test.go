@@ -21,6 +21,7 @@ import (
 
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/internal/testtool"
 )
 
 // workerdBinary finds workerd as `npm ci` installs it here, running npm ci
@@ -33,7 +34,7 @@ func workerdBinary(t *testing.T) string {
 	}
 	out, err := exec.Command("npm", "ci", "--no-audit", "--no-fund").CombinedOutput()
 	if _, serr := os.Stat(bin); serr != nil {
-		t.Skipf("WORKERD IS NOT INSTALLED and `npm ci` in edge/workers failed (%v): %s\nthe Workers host is NOT tested", err, out)
+		testtool.Missing(t, "workerd is not installed and `npm ci` in edge/workers failed (%v): %s\nthe Workers host is NOT tested", err, out)
 	}
 	return bin
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/internal/testtool"
 )
 
 // NSDBinary is where Debian's nsd package installs the server.
@@ -54,7 +56,7 @@ func StartNSDWith(t testing.TB, opts NSDOptions, zones ...Zone) string {
 	t.Helper()
 	bin, ok := NSDPath()
 	if !ok {
-		t.Skip("SKIPPED LOUDLY: nsd is not installed (scripts/setup.d/05-base.sh installs it: apt-get install -y nsd)")
+		testtool.Missing(t, "nsd is not installed (scripts/setup.d/05-base.sh installs it: apt-get install -y nsd)")
 	}
 	if len(zones) == 0 {
 		t.Fatal("upstreamtest: StartNSD needs at least one zone")

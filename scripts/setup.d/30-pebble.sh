@@ -26,6 +26,6 @@ if ! go install "github.com/letsencrypt/pebble/v2/cmd/pebble@${PEBBLE_VERSION}";
 	echo "!!! 30-pebble: WARNING: could not install pebble ${PEBBLE_VERSION}." >&2
 	echo "!!! The ACME tests in ./certs will FAIL until pebble is installed." >&2
 	echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
-	exit 0
+	exit 1
 fi
 echo "30-pebble: installed $gobin/pebble"

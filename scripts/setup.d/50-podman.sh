@@ -2,9 +2,9 @@
 # Installs the rootful podman stack that deploy's container test and
 # `make container` use (see TOOLING.md, Containers), busybox-static for the
 # local stand-in builder image, and nsd (the container test's upstream).
-# Idempotent: does nothing when every piece is there. Never fails the run:
-# without podman the container test says so loudly and skips, and the
-# rest of `make test` goes on.
+# Idempotent: does nothing when every piece is there. Exits 1 when it
+# cannot install: without podman the container test fails under CI=true
+# (and skips loudly elsewhere).
 set -u
 
 packages=(podman buildah runc conmon fuse-overlayfs slirp4netns uidmap
@@ -21,11 +21,10 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 echo "setup 50-podman: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-install() { apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1; }
-if ! install && ! { apt-get update >/dev/null 2>&1 && install; }; then
+. "$(dirname "$0")/../apt.sh"
+if ! apt_install "${missing[@]}"; then
 	echo "!!! setup 50-podman: WARNING: could not install the podman stack;" >&2
 	echo "!!! the container test and 'make container' will NOT run !!!" >&2
-	exit 0
+	exit 1
 fi
 echo "setup 50-podman: $(podman --version 2>/dev/null) installed"

@@ -2,9 +2,9 @@
 # Installs the real browsers cmd/dohfwd's browser test drives through
 # dohfwd's DoH URL (Chromium in secure DoH mode, Firefox ESR in TRR mode 3)
 # and certutil to make them trust the test CA. Idempotent: does nothing
-# when all three are there. Never fails the run: when it cannot install, it
-# warns loudly and leaves a marker so the browser test skips LOUDLY instead
-# of failing.
+# when all three are there. When it cannot install, it warns loudly, exits
+# 1 and leaves a marker: the browser test then fails under CI=true and
+# skips LOUDLY elsewhere.
 set -u
 marker="${TMPDIR:-/tmp}/dohfwd-setup-60-browsers.failed"
 
@@ -19,15 +19,12 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 fi
 
 echo "setup 60-browsers: installing ${pkgs[*]}"
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-install() { $sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1; }
-if ! install && ! { $sudo apt-get update -qq >/dev/null 2>&1 && install; }; then
+. "$(dirname "$0")/../apt.sh"
+if ! apt_install "${pkgs[@]}"; then
 	echo "could not install ${pkgs[*]}" >"$marker"
 	echo "!!! setup 60-browsers: WARNING: could not install ${pkgs[*]};" >&2
-	echo "!!! cmd/dohfwd's TestBrowsers will SKIP: real browsers are NOT tested !!!" >&2
-	exit 0
+	echo "!!! cmd/dohfwd's TestBrowsers will FAIL under CI=true (SKIP elsewhere): real browsers are NOT tested !!!" >&2
+	exit 1
 fi
 rm -f "$marker"
 echo "setup 60-browsers: $(chromium --version 2>/dev/null); $(firefox-esr --version 2>/dev/null)"

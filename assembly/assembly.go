@@ -1,0 +1,203 @@
+// Package assembly builds a running dohfwd from a loaded configuration:
+// the engine and its options, the DoH handler and its options, the log and
+// metrics observers, the trusted proxies and (natively) the certificate
+// settings and the listeners. `dohfwd serve`, `dohfwd-edge` (the wazero
+// host) and the WebAssembly module all build through it; what differs
+// between them (where the engine's sockets come from, whether there is an
+// engine in this process at all, whether Prometheus is there) is a field
+// of Options, not a copy of the wiring.
+//
+// This file builds for every target; serve.go, which adds the listeners,
+// the certificates and Prometheus, only natively, so the module links
+// none of them.
+package assembly
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/ddr"
+	"github.com/dohfwd/dohfwd/doh"
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/telemetry"
+)
+
+// Metrics counts what the observers see. Package metrics implements it
+// natively (Prometheus); the module has none.
+type Metrics interface {
+	telemetry.AttemptMetrics
+	// ObserveRequest counts one DoH request; rcode < 0 when the answer
+	// held no DNS message.
+	ObserveRequest(status, rcode int)
+	// ForgetServers drops what is kept per server for servers a reload
+	// removed.
+	ForgetServers(keep func(netip.AddrPort) bool)
+}
+
+// Options are what differs between the ways dohfwd runs.
+type Options struct {
+	// LogTo receives the structured log.
+	LogTo io.Writer
+	// LogFormat, when set, overrides log.format: the module always
+	// writes JSON, for its host to pass on.
+	LogFormat string
+	// Network is the engine's way to the network: engine.NativeNetwork
+	// natively, the host's socket imports in the module. Nil builds no
+	// engine here: the edge host, whose engines run in module instances.
+	Network engine.Network
+	// TCPOnly starts the engine without UDP (hosts without it).
+	TCPOnly bool
+	// Metrics, when set, counts requests and attempts; nil in the module.
+	Metrics Metrics
+	// BatchLog writes the log in batches (telemetry.BatchWriter), so the
+	// per-attempt events cost little; Close flushes the last batch. Off
+	// in the module, whose goroutines run only while its host calls it.
+	BatchLog bool
+}
+
+// Dohfwd is dohfwd assembled from one configuration.
+type Dohfwd struct {
+	Config *config.Config
+	Log    zerolog.Logger
+	// Engine is nil when Options.Network was.
+	Engine *engine.Engine
+	// Handler is the DoH handler over Resolver; nil without an engine.
+	Handler http.Handler
+	// Resolver is the engine behind the DDR names (_dns.resolver.arpa),
+	// which every listener answers locally; nil without an engine.
+	Resolver *ddr.Resolver
+	// TrustedProxies are listen.trusted_proxies, parsed.
+	TrustedProxies []netip.Prefix
+
+	metrics Metrics
+	batch   *telemetry.BatchWriter // nil unless Options.BatchLog
+	setup   setupPages             // natively: the device setup pages; nil in the module
+}
+
+// setupPages serves the device setup page and the Apple profile (package
+// setup, native only); it learns the listeners' ports with the DDR
+// designation.
+type setupPages interface {
+	http.Handler
+	Designate(ddr.Designation)
+}
+
+// New assembles dohfwd for cfg.
+func New(cfg *config.Config, o Options) (*Dohfwd, error) {
+	format := cfg.Log.Format
+	if o.LogFormat != "" {
+		format = o.LogFormat
+	}
+	var (
+		log   zerolog.Logger
+		batch *telemetry.BatchWriter
+		err   error
+	)
+	if o.BatchLog {
+		log, batch, err = telemetry.NewBatchedLogger(o.LogTo, format, cfg.Log.Level)
+	} else {
+		log, err = telemetry.NewLogger(o.LogTo, format, cfg.Log.Level)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("log: %w", err)
+	}
+	trusted, err := trustedProxies(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dohfwd{Config: cfg, Log: log, TrustedProxies: trusted, metrics: o.Metrics, batch: batch}
+	if o.Network == nil {
+		return d, nil
+	}
+	var attempts telemetry.AttemptMetrics
+	if o.Metrics != nil {
+		attempts = o.Metrics
+	}
+	d.Engine, err = engine.New(cfg.EngineConfig(), engine.Options{
+		Network:  o.Network,
+		Observer: telemetry.NewObserver(log, attempts),
+		TCPOnly:  o.TCPOnly,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	d.setup, err = newSetupPages(cfg)
+	if err != nil {
+		d.Engine.Close()
+		return nil, err
+	}
+	d.Resolver = ddr.Wrap(d.Engine)
+	hopts := doh.Options{
+		Path:           cfg.Listen.Path,
+		TrustedProxies: trusted,
+		Observe:        d.Observe,
+	}
+	if d.setup != nil { // a nil *setup.Handler in the interface would not be nil
+		hopts.Setup = d.setup
+	}
+	d.Handler = doh.NewHandler(d.Resolver, hopts)
+	return d, nil
+}
+
+// Close releases what New took: the engine's pooled sockets, then the
+// last batch of the log, so no event of a drained question is lost.
+func (d *Dohfwd) Close() {
+	if d.Engine != nil {
+		d.Engine.Close()
+	}
+	if d.batch != nil {
+		d.batch.Close()
+	}
+}
+
+// Observe takes one DoH request at its end: it counts it and, at debug,
+// logs why a request was bad. The edge host calls it for the requests its
+// module instances answered.
+func (d *Dohfwd) Observe(x doh.Exchange) {
+	if d.metrics != nil {
+		d.metrics.ObserveRequest(x.Status, x.Rcode)
+	}
+	if x.Problem != "" {
+		d.Log.Debug().Int("status", x.Status).Int("rcode", x.Rcode).Str("problem", x.Problem).
+			Str("client", x.ClientIP.String()).Str("method", x.Method).Msg("bad request")
+	}
+}
+
+// Reconfigured is told that the backend took a reloaded engine
+// configuration: the metrics of the servers it no longer has go.
+func (d *Dohfwd) Reconfigured(ec engine.Config) {
+	if d.metrics == nil {
+		return
+	}
+	keep := map[netip.AddrPort]bool{}
+	add := func(servers []string) {
+		for _, s := range servers {
+			if ap, err := engine.ParseServer(s); err == nil {
+				keep[ap] = true
+			}
+		}
+	}
+	for _, s := range ec.Scopes {
+		add(s.Servers)
+	}
+	add(ec.FallbackServers)
+	d.metrics.ForgetServers(func(ap netip.AddrPort) bool { return keep[ap] })
+}
+
+// trustedProxies parses listen.trusted_proxies (validated at load).
+func trustedProxies(cfg *config.Config) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range cfg.Listen.TrustedProxies {
+		p, err := config.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("listen.trusted_proxies: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

@@ -1,0 +1,129 @@
+package assembly
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/metrics"
+)
+
+func testConfig(t *testing.T, servers ...*upstreamtest.Server) *config.Config {
+	t.Helper()
+	var list []string
+	for _, s := range servers {
+		list = append(list, fmt.Sprintf("%q", s.String()))
+	}
+	cfg, err := config.Parse("test.yaml", fmt.Appendf(nil, `scopes:
+  - name: test
+    default_route: true
+    servers: [%s]
+fallback_servers: []
+cache:
+  max_entries: 0
+listen:
+  trusted_proxies: ["10.0.0.0/8"]
+log:
+  level: error
+`, strings.Join(list, ", ")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func ask(t *testing.T, h http.Handler, name string) {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	wire, _ := q.Pack()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP %d", resp.StatusCode)
+	}
+}
+
+// The native assembly counts each DoH request and each attempt's latency,
+// and parses the trusted proxies.
+func TestNativeAssemblyObservesRequestsAndAttempts(t *testing.T) {
+	s := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	met := metrics.NewMetrics()
+	d, err := New(testConfig(t, s), Options{LogTo: io.Discard, Network: engine.NativeNetwork{}, Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.TrustedProxies) != 1 || d.TrustedProxies[0].String() != "10.0.0.0/8" {
+		t.Errorf("trusted proxies %v", d.TrustedProxies)
+	}
+	ask(t, d.Handler, "one.example.org")
+	if err := testutil.GatherAndCompare(met.Registry, strings.NewReader(wantRequests), "dohfwd_doh_requests_total"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(met.Registry, "dohfwd_upstream_attempt_duration_seconds"); err != nil || n != 1 {
+		t.Errorf("latency series: %d, %v; want 1", n, err)
+	}
+}
+
+// A reload that drops a server forgets its latency series; the servers
+// kept keep theirs.
+func TestReloadForgetsRemovedServers(t *testing.T) {
+	a := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	b := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	met := metrics.NewMetrics()
+	d, err := New(testConfig(t, a), Options{LogTo: io.Discard, Network: engine.NativeNetwork{}, Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask(t, d.Handler, "one.example.org")
+	backend := reloading{d.Engine, d}
+	if err := backend.Reconfigure(testConfig(t, a, b).EngineConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := testutil.GatherAndCount(met.Registry, "dohfwd_upstream_attempt_duration_seconds"); n != 1 {
+		t.Fatalf("after a reload keeping the server: %d latency series, want 1", n)
+	}
+	if err := backend.Reconfigure(testConfig(t, b).EngineConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := testutil.GatherAndCount(met.Registry, "dohfwd_upstream_attempt_duration_seconds"); n != 0 {
+		t.Fatalf("after a reload dropping the server: %d latency series, want 0", n)
+	}
+}
+
+// The assembly without a network builds no engine (the edge host), and a
+// configuration the engine refuses is refused.
+func TestAssemblyWithoutEngineAndRefusals(t *testing.T) {
+	s := upstreamtest.Start(t, upstreamtest.Drop())
+	d, err := New(testConfig(t, s), Options{LogTo: io.Discard})
+	if err != nil || d.Engine != nil || d.Handler != nil {
+		t.Fatalf("without a network: %+v, %v; want no engine", d, err)
+	}
+	cfg := testConfig(t, s)
+	cfg.Log.Level = "loud"
+	if _, err := New(cfg, Options{LogTo: io.Discard}); err == nil {
+		t.Fatal("log level loud accepted")
+	}
+}
+
+const wantRequests = `
+# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP status and DNS rcode ("" when no DNS message was answered).
+# TYPE dohfwd_doh_requests_total counter
+dohfwd_doh_requests_total{rcode="NOERROR",status="200"} 1
+`

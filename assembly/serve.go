@@ -1,0 +1,150 @@
+//go:build !wasip1
+
+package assembly
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"slices"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/certs"
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/ddr"
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/metrics"
+	"github.com/dohfwd/dohfwd/proxied"
+	"github.com/dohfwd/dohfwd/server"
+	"github.com/dohfwd/dohfwd/setup"
+	"github.com/dohfwd/dohfwd/telemetry"
+)
+
+// Backend is what runs behind the listeners: the engine, or the edge
+// host's pool of module instances, seen by the server (status, drain,
+// reloads) and by the metrics (counters at scrape time).
+type Backend interface {
+	server.Backend
+	metrics.EngineStats
+}
+
+// Serving is what runs behind the listeners.
+type Serving struct {
+	// Backend answers for the engine; nil means the assembled Engine.
+	Backend Backend
+	// Handler serves DoH; nil means the assembled Handler.
+	Handler http.Handler
+	Version string
+}
+
+// Serve runs the listeners (package server) around s until ctx ends or a
+// SIGTERM. Lines from Go's log package (certmagic, net/http) join the log.
+// A SIGHUP reload goes to the backend and then to Reconfigured.
+func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(telemetry.LineWriter(d.Log))
+	if s.Backend == nil || s.Handler == nil {
+		if d.Engine == nil {
+			return errors.New("assembly: nothing to serve: no engine was assembled and Serving names no backend and handler")
+		}
+		if s.Backend == nil {
+			s.Backend = d.Engine
+		}
+		if s.Handler == nil {
+			s.Handler = d.Handler
+		}
+	}
+	// The Prometheus metrics given to New are served at /metrics, with
+	// the backend's counters read at scrape time.
+	met, _ := d.metrics.(*metrics.Metrics)
+	if met != nil {
+		met.CollectEngine(s.Backend)
+	}
+	o := server.Options{
+		Config:  d.Config,
+		Handler: s.Handler,
+		Backend: reloading{s.Backend, d},
+		Metrics: met,
+		Certs:   CertsConfig(d.Config, d.Log),
+		Log:     d.Log,
+		Version: s.Version,
+	}
+	if d.Resolver != nil {
+		// The DoT and plain DNS listeners answer from the same resolver;
+		// once the listeners are bound, DDR and the setup page learn
+		// their ports.
+		o.Resolver = d.Resolver
+		o.Designate = func(des ddr.Designation) {
+			d.Resolver.Designate(des)
+			if d.setup != nil {
+				d.setup.Designate(des)
+			}
+		}
+	}
+	return server.Run(ctx, o)
+}
+
+func newSetupPages(cfg *config.Config) (setupPages, error) { return SetupPages(cfg) }
+
+// SetupPages is the setup page and profile handler for cfg, signing the
+// profile when apple_profile says so.
+func SetupPages(cfg *config.Config) (*setup.Handler, error) {
+	h := &setup.Handler{Path: cfg.Listen.Path}
+	if cfg.AppleProfile.SignCert != "" {
+		s, err := setup.LoadSigner(cfg.AppleProfile.SignCert, cfg.AppleProfile.SignKey)
+		if err != nil {
+			return nil, fmt.Errorf("apple_profile: %w", err)
+		}
+		h.Signer = s
+	}
+	return h, nil
+}
+
+// reloading passes a reload on to the assembly once the backend took it.
+type reloading struct {
+	Backend
+	d *Dohfwd
+}
+
+func (r reloading) Reconfigure(ec engine.Config) error {
+	if err := r.Backend.Reconfigure(ec); err != nil {
+		return err
+	}
+	r.d.Reconfigured(ec)
+	return nil
+}
+
+// CertsConfig is the certificate manager's part of the configuration.
+// TLS-ALPN-01 challenges are answered on the HTTPS listener; the HTTP-01
+// listener takes PROXY protocol from the same balancers as the DoH ones.
+func CertsConfig(c *config.Config, log zerolog.Logger) certs.Config {
+	return certs.Config{
+		Mode:     c.TLS.Mode,
+		CertFile: c.TLS.CertFile,
+		KeyFile:  c.TLS.KeyFile,
+		ACME: certs.ACMEConfig{
+			Domains: slices.Clone(c.TLS.ACME.Domains),
+			Email:   c.TLS.ACME.Email,
+			CA:      c.TLS.ACME.CA,
+			CARoot:  c.TLS.ACME.CARoot,
+			Storage: c.TLS.ACME.Storage,
+			Redis: certs.RedisConfig{
+				PasswordFile: c.TLS.ACME.Redis.PasswordFile,
+				CARoot:       c.TLS.ACME.Redis.CARoot,
+				KeyPrefix:    c.TLS.ACME.Redis.KeyPrefix,
+				LockLease:    c.TLS.ACME.Redis.LockLease,
+			},
+			HTTPListen: c.TLS.ACME.HTTPListen,
+			WrapHTTPListener: func(ln net.Listener) net.Listener {
+				return proxied.Listen(ln, server.ProxyOptions(c, log))
+			},
+			DisableTLSALPN: c.TLS.ACME.DisableTLSALPN,
+			Profile:        c.TLS.ACME.Profile,
+			TLSALPNListen:  c.Listen.HTTPS,
+		},
+	}
+}

@@ -1,0 +1,28 @@
+// Command dohfwd-edge serves DoH through dohfwd's WebAssembly module under
+// wazero (package edge/host), with the same configuration, listeners, TLS
+// and admin as dohfwd serve:
+//
+//	dohfwd-edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
+//
+// It is a binary of its own so that dohfwd, the server most deployments
+// run (and the container image), does not link wazero.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/dohfwd/dohfwd/edge/host"
+	"github.com/dohfwd/dohfwd/internal/buildinfo"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func main() {
+	if err := host.Main(context.Background(), os.Args[1:], os.Stderr, buildinfo.Version(version)); err != nil {
+		fmt.Fprintln(os.Stderr, "dohfwd-edge:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,80 @@
+package host
+
+import (
+	"encoding/base64"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/dohfwd/dohfwd/assembly"
+	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/metrics"
+)
+
+// dohfwd-edge counts DoH requests as dohfwd serve does: by HTTP status and
+// by the rcode of the answer the module gave (wire or JSON), with "" for
+// requests that got no DNS message; and it exports the attempt latencies
+// its module instances tallied.
+func TestWazeroRequestsAndLatencyCounted(t *testing.T) {
+	t.Parallel()
+	s := upstreamtest.Start(t, upstreamtest.Rcode(dns.RcodeNameError))
+	yaml := edgeConfig(s)
+	cfg, err := config.Parse("edge.yaml", yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	met := metrics.NewMetrics()
+	d, err := assembly.New(cfg, assembly.Options{LogTo: io.Discard, Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startObservedEdge(t, yaml, 1, d.Observe)
+	met.CollectAttemptLatency(e.pool.AttemptLatency)
+
+	wire, _ := query("gone.example.org", dns.TypeA).Pack()
+	for _, target := range []string{
+		"/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire),
+		"/resolve?name=gone.example.org&type=A",
+		"/dns-query?dns=%%%",
+	} {
+		resp, err := e.client.Get(e.srv.URL + target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	want := `
+# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP status and DNS rcode ("" when no DNS message was answered).
+# TYPE dohfwd_doh_requests_total counter
+dohfwd_doh_requests_total{rcode="",status="400"} 1
+dohfwd_doh_requests_total{rcode="NXDOMAIN",status="200"} 2
+`
+	if err := testutil.GatherAndCompare(met.Registry, strings.NewReader(want), "dohfwd_doh_requests_total"); err != nil {
+		t.Error(err)
+	}
+
+	families, err := met.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples uint64
+	for _, f := range families {
+		if f.GetName() != "dohfwd_upstream_attempt_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() != s.String() {
+				t.Errorf("latency of server %q, want %q", m.GetLabel()[0].GetValue(), s)
+			}
+			samples += m.GetHistogram().GetSampleCount()
+		}
+	}
+	if samples != 2 {
+		t.Errorf("%d attempt latencies exported, want 2 (one per question)", samples)
+	}
+}
