@@ -51,12 +51,12 @@ func (f found) rcode() int {
 // isNXDomain reports whether f says the name does not exist, from upstream
 // or from the cache.
 func isNXDomain(f found) bool {
-	return (f.result == ResultNXDomain || f.result == ResultLocal) && f.rcode() == dns.RcodeNameError
+	return (f.result == ResultNXDomain || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeNameError
 }
 
 // isAnswer reports whether f carries a NOERROR reply (NODATA included).
 func isAnswer(f found) bool {
-	return (f.result == ResultAnswer || f.result == ResultLocal) && f.rcode() == dns.RcodeSuccess
+	return (f.result == ResultAnswer || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeSuccess
 }
 
 // viaCandidate is f, the answer for a search candidate, as the reply for
@@ -66,8 +66,7 @@ func isAnswer(f found) bool {
 func (qn *question) viaCandidate(f found, asked, candidate string) found {
 	m := f.msg
 	if m == nil {
-		var buf []byte
-		buf = f.en.appendReply(buf, qn.client, nil, f.at)
+		buf := qn.appendEntry(nil, f, nil)
 		m = new(dns.Msg)
 		if err := m.Unpack(buf); err != nil {
 			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
@@ -95,7 +94,11 @@ func (qn *question) resolve() found {
 	}
 	// Before the ceiling is looked at, and not a refusal.
 	if len(qn.scope.servers) == 0 {
-		return found{result: ResultUnavailable, reason: ReasonNoServers}
+		r := found{result: ResultUnavailable, reason: ReasonNoServers}
+		if rt.cache != nil && !(rt.cfg.ForwardECS && qn.client.ecs) {
+			r = qn.orStale(r, qn.staleEntry(rt.cache.get(keyFor(qn.client, asked), qn.start)))
+		}
+		return r
 	}
 	var buf [4]string
 	names := candidates(buf[:0], asked, qn.scope.search)
@@ -132,49 +135,66 @@ func (qn *question) lookup(name string, searched bool) found {
 	}
 	key := keyFor(qn.client, name)
 	for {
-		if r, ok := qn.cached(key); ok {
+		r, stale, ok := qn.cached(key)
+		if ok {
 			return r
 		}
 		fl, leads := rt.flights.join(key)
-		if leads {
-			return qn.lead(name, key, fl, searched)
+		if stale != nil && rt.cfg.Cache.StaleAnswerAfter > 0 {
+			if r, ok := qn.raceStale(name, key, fl, leads, searched, stale); ok {
+				return r
+			}
+			continue
 		}
-		if r, ok := qn.follow(fl); ok {
-			return r
+		if leads {
+			return qn.orStale(qn.lead(name, key, fl, searched), stale)
+		}
+		if r, ok := qn.follow(fl, nil); ok {
+			return qn.orStale(r, stale)
 		}
 		// The leader's client went away: ask again, perhaps as leader.
 	}
 }
 
 // cached returns the cache's answer for key, if any. Hits spend no attempt
-// and ignore the ceiling.
-func (qn *question) cached(key cacheKey) (found, bool) {
+// and ignore the ceiling. Without a live answer, stale is the entry a
+// stale answer may come from, if any.
+func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
 	c := qn.routes.cache
 	if c == nil {
-		return found{}, false
+		return found{}, nil, false
 	}
 	// The question's start is recent enough for a TTL in whole seconds,
 	// and reading the clock again costs more than the rest of a hit.
 	now := qn.start
-	en := c.get(key, now)
-	if en == nil {
-		return found{}, false
+	en, live := c.get(key, now)
+	if !live {
+		return found{}, qn.staleEntry(en, live), false
 	}
-	return found{en: en, at: now, result: ResultLocal, cacheHit: true}, true
+	if c.conf.PrefetchMinHits > 0 && en.prefetchDue(now, c.conf.PrefetchMinHits) {
+		qn.prefetch(key)
+	}
+	return found{en: en, at: now, result: ResultLocal, cacheHit: true}, nil, true
 }
 
 // lead asks name upstream for every question that joins fl, and caches the
 // answer before the followers wake.
 func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) found {
+	// The previous flight may have cached its answer between this
+	// question's miss and its join.
+	if r, _, ok := qn.cached(key); ok {
+		fl.entry, fl.result = r.en, found{result: r.en.result}
+		qn.routes.flights.land(key, fl)
+		return r
+	}
+	return qn.fly(name, key, fl, searched)
+}
+
+// fly asks name upstream for fl, caches the answer and lands fl.
+func (qn *question) fly(name string, key cacheKey, fl *flight, searched bool) found {
 	rt := qn.routes
 	fl.abandoned = true // until a result is set: a panic below must not strand the followers
 	defer rt.flights.land(key, fl)
-	// The previous flight may have cached its answer between this
-	// question's miss and its join.
-	if r, ok := qn.cached(key); ok {
-		fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
-		return r
-	}
 	r, en := qn.askUpstream(name, searched)
 	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
 	if en != nil && rt.cache != nil {
@@ -184,8 +204,9 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 }
 
 // follow waits for fl and returns its result for this question, or false
-// when the leader abandoned it.
-func (qn *question) follow(fl *flight) (found, bool) {
+// when the leader abandoned it. When staleAt fires first the question is
+// unavailable for the client response timer (raceStale).
+func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 	var expired <-chan time.Time
 	if qn.budgetBy == budgetQuestion && !qn.budgetEnd.IsZero() {
 		t := time.NewTimer(time.Until(qn.budgetEnd))
@@ -198,6 +219,8 @@ func (qn *question) follow(fl *flight) (found, bool) {
 		return qn.ended(), true
 	case <-expired:
 		return qn.ended(), true
+	case <-staleAt:
+		return found{result: ResultUnavailable, reason: ReasonStaleTimer}, true
 	}
 	if fl.abandoned {
 		return found{}, false
@@ -222,5 +245,6 @@ func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
 	}
 	now := time.Now()
 	r.en, r.at = newEntry(res.reply, res.walked, r.result, qn.routes.cfg.Cache, now), now
+	r.en.scope = qn.scope.name
 	return r, r.en
 }
