@@ -180,25 +180,24 @@ func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
 // lead asks name upstream for every question that joins fl, and caches the
 // answer before the followers wake.
 func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) found {
+	fl.abandoned = true // until a result is set: a panic below must not strand the followers
+	defer qn.routes.flights.land(key, fl)
 	// The previous flight may have cached its answer between this
 	// question's miss and its join.
 	if r, _, ok := qn.cached(key); ok {
-		fl.entry, fl.result = r.en, found{result: r.en.result}
-		qn.routes.flights.land(key, fl)
+		fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
 		return r
 	}
-	return qn.fly(name, key, fl, searched)
+	return qn.askFor(name, key, fl, searched)
 }
 
-// fly asks name upstream for fl, caches the answer and lands fl.
-func (qn *question) fly(name string, key cacheKey, fl *flight, searched bool) found {
-	rt := qn.routes
-	fl.abandoned = true // until a result is set: a panic below must not strand the followers
-	defer rt.flights.land(key, fl)
+// askFor asks name upstream as fl's leader: it sets fl's result and caches
+// an answer. The caller lands fl.
+func (qn *question) askFor(name string, key cacheKey, fl *flight, searched bool) found {
 	r, en := qn.askUpstream(name, searched)
 	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
-	if en != nil && rt.cache != nil {
-		rt.cache.put(key, en)
+	if en != nil && qn.routes.cache != nil {
+		qn.routes.cache.put(key, en)
 	}
 	return r
 }
