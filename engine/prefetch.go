@@ -44,9 +44,7 @@ func (qn *question) prefetch(key cacheKey) {
 	p.setBudget(p.start)
 	e.counters.prefetches.Add(1)
 	go func() {
-		fl.abandoned = true // until a result is set
-		defer rt.flights.land(key, fl)
-		r := p.askFor(key.name, key, fl, false)
+		r := p.lead(key.name, key, fl, false)
 		e.counters.prefetched[r.result].Add(1)
 	}()
 }

@@ -94,11 +94,7 @@ func (qn *question) resolve() found {
 	}
 	// Before the ceiling is looked at, and not a refusal.
 	if len(qn.scope.servers) == 0 {
-		r := found{result: ResultUnavailable, reason: ReasonNoServers}
-		if rt.cache != nil && !(rt.cfg.ForwardECS && qn.client.ecs) {
-			r = qn.orStale(r, qn.staleEntry(rt.cache.get(keyFor(qn.client, asked), qn.start)))
-		}
-		return r
+		return qn.noServers(asked)
 	}
 	var buf [4]string
 	names := candidates(buf[:0], asked, qn.scope.search)
@@ -140,17 +136,17 @@ func (qn *question) lookup(name string, searched bool) found {
 			return r
 		}
 		fl, leads := rt.flights.join(key)
-		if stale != nil && rt.cfg.Cache.StaleAnswerAfter > 0 {
-			if r, ok := qn.raceStale(name, key, fl, leads, searched, stale); ok {
+		if stale != nil {
+			if r, ok := qn.withStale(name, key, fl, leads, searched, stale); ok {
 				return r
 			}
 			continue
 		}
 		if leads {
-			return qn.orStale(qn.lead(name, key, fl, searched), stale)
+			return qn.lead(name, key, fl, searched)
 		}
 		if r, ok := qn.follow(fl, nil); ok {
-			return qn.orStale(r, stale)
+			return r
 		}
 		// The leader's client went away: ask again, perhaps as leader.
 	}
@@ -180,24 +176,22 @@ func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
 // lead asks name upstream for every question that joins fl, and caches the
 // answer before the followers wake.
 func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) found {
+	rt := qn.routes
 	fl.abandoned = true // until a result is set: a panic below must not strand the followers
-	defer qn.routes.flights.land(key, fl)
+	defer rt.flights.land(key, fl)
 	// The previous flight may have cached its answer between this
-	// question's miss and its join.
-	if r, _, ok := qn.cached(key); ok {
-		fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
-		return r
+	// question's miss and its join. (A prefetch asks while the entry is
+	// still live: that is its point.)
+	if !qn.background {
+		if r, _, ok := qn.cached(key); ok {
+			fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
+			return r
+		}
 	}
-	return qn.askFor(name, key, fl, searched)
-}
-
-// askFor asks name upstream as fl's leader: it sets fl's result and caches
-// an answer. The caller lands fl.
-func (qn *question) askFor(name string, key cacheKey, fl *flight, searched bool) found {
 	r, en := qn.askUpstream(name, searched)
 	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
-	if en != nil && qn.routes.cache != nil {
-		qn.routes.cache.put(key, en)
+	if en != nil && rt.cache != nil {
+		rt.cache.put(key, en)
 	}
 	return r
 }

@@ -53,6 +53,41 @@ func (qn *question) orStale(r found, stale *entry) found {
 	return found{result: ResultStale, reason: r.reason, en: stale, at: qn.start}
 }
 
+// noServers is the result of a question routed to a scope without
+// servers: unavailable, or stale from what the scope's servers gave
+// before. Not inlined: every question's stack would carry its frame.
+//
+//go:noinline
+func (qn *question) noServers(asked string) found {
+	r := found{result: ResultUnavailable, reason: ReasonNoServers}
+	rt := qn.routes
+	if rt.cache != nil && !(rt.cfg.ForwardECS && qn.client.ecs) {
+		r = qn.orStale(r, qn.staleEntry(rt.cache.get(keyFor(qn.client, asked), qn.start)))
+	}
+	return r
+}
+
+// withStale is lookup's step for a question that has a stale entry: lead
+// or follow fl, and answer stale if the result is unavailable, or, with
+// the client response timer, when it runs out first (raceStale). It
+// reports false when the flight was abandoned: ask again. Not inlined, so
+// the common path's stack does not carry its frame.
+//
+//go:noinline
+func (qn *question) withStale(name string, key cacheKey, fl *flight, leads, searched bool, stale *entry) (found, bool) {
+	if qn.cfg.Cache.StaleAnswerAfter > 0 {
+		return qn.raceStale(name, key, fl, leads, searched, stale)
+	}
+	if leads {
+		return qn.orStale(qn.lead(name, key, fl, searched), stale), true
+	}
+	r, ok := qn.follow(fl, nil)
+	if !ok {
+		return found{}, false
+	}
+	return qn.orStale(r, stale), true
+}
+
 // raceStale answers a question that has a stale entry while the client
 // response timer runs: the upstream question (led here, on its own
 // goroutine, or already in flight) against the timer. The upstream
