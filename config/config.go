@@ -126,6 +126,11 @@ type Cache struct {
 	MinTTL         time.Duration `yaml:"min_ttl"`
 	MaxTTL         time.Duration `yaml:"max_ttl"`
 	NegativeMaxTTL time.Duration `yaml:"negative_max_ttl"`
+	// Serve-stale (RFC 8767) and prefetch: see engine.CacheConfig.
+	StaleMax         time.Duration `yaml:"stale_max"`          // 0 turns serve-stale off
+	StaleTTL         time.Duration `yaml:"stale_ttl"`          // TTL of stale answers
+	StaleAnswerAfter time.Duration `yaml:"stale_answer_after"` // client response timer; 0 off
+	PrefetchMinHits  int           `yaml:"prefetch_min_hits"`  // 0 turns prefetch off
 }
 
 // DDR sets what Discovery of Designated Resolvers (RFC 9462) advertises.
@@ -267,9 +272,11 @@ func defaults() *Config {
 		Scopes:          []Scope{},
 		FallbackServers: []string{"1.1.1.1", "8.8.8.8", "9.9.9.9"},
 		Hosts:           map[string][]string{},
-		Cache:           Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour},
-		Log:             Log{Level: "info", Format: "auto"},
-		DDR:             DDR{Names: []string{}, Addresses: []string{}},
+		Cache: Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour,
+			StaleMax: 24 * time.Hour, StaleTTL: 30 * time.Second, StaleAnswerAfter: 1800 * time.Millisecond,
+			PrefetchMinHits: 2},
+		Log: Log{Level: "info", Format: "auto"},
+		DDR: DDR{Names: []string{}, Addresses: []string{}},
 	}
 }
 

@@ -104,6 +104,10 @@ cache:
   min_ttl: 0s
   max_ttl: 24h
   negative_max_ttl: 1h
+  stale_max: 24h
+  stale_ttl: 30s
+  stale_answer_after: 1800ms
+  prefetch_min_hits: 2
 log:
   level: info
   format: auto
@@ -149,6 +153,11 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"acme without a challenge", "tls:\n  mode: acme\n  acme:\n    domains: [doh.example.net]\n    disable_tls_alpn: true\n", "bad.yaml:5: tls.acme.disable_tls_alpn: leaves no challenge"},
 		{"bad host address", "hosts:\n  router.lan: [192.168.1.300]\n", "bad.yaml:2: hosts.router.lan[0]:"},
 		{"zero attempts", "engine:\n  attempts: 0\n", "bad.yaml:2: engine.attempts: 0: must be at least 1"},
+		{"negative stale_max", "cache:\n  stale_max: -1h\n", "bad.yaml:2: cache.stale_max: -1h0m0s: must not be negative"},
+		{"stale_ttl under 1s", "cache:\n  max_entries: 5\n  stale_ttl: 500ms\n", "bad.yaml:3: cache.stale_ttl: 500ms: must be at least 1s"},
+		{"negative stale timer", "cache:\n  stale_answer_after: -1s\n", "bad.yaml:2: cache.stale_answer_after: -1s: must not be negative"},
+		{"negative prefetch hits", "cache:\n  prefetch_min_hits: -2\n", "bad.yaml:2: cache.prefetch_min_hits: -2: must not be negative"},
+		{"prefetch hits not a number", "cache:\n  prefetch_min_hits: often\n", "bad.yaml:2: cache.prefetch_min_hits: wrong type"},
 		{"malformed", "listen:\n  https: [127.0.0.1\nlog: {\n", "bad.yaml:"},
 		{"tab indent", "listen:\n\thttps: x\n", "bad.yaml:2: "},
 		{"bad dot listen", "listen:\n  dot: 853\n", "bad.yaml:2: listen.dot:"},
@@ -233,5 +242,24 @@ func TestDefaultRefusesZonedSystemServer(t *testing.T) {
 	_, err := Default()
 	if err == nil || !strings.HasPrefix(err.Error(), p+":3: nameserver: server \"fe80::1%eth0\": IPv6 zones") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestServeStaleAndPrefetchKeys(t *testing.T) {
+	c, err := Parse("empty.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := c.EngineConfig().Cache
+	if ec.StaleMax != 24*time.Hour || ec.StaleTTL != 30*time.Second || ec.StaleAnswerAfter != 1800*time.Millisecond || ec.PrefetchMinHits != 2 {
+		t.Fatalf("defaults: %+v", ec)
+	}
+	c, err = Parse("off.yaml", []byte("cache:\n  stale_max: 0s\n  stale_answer_after: 0s\n  prefetch_min_hits: 0\n  stale_ttl: 1m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec = c.EngineConfig().Cache
+	if ec.StaleMax != 0 || ec.StaleAnswerAfter != 0 || ec.PrefetchMinHits != 0 || ec.StaleTTL != time.Minute {
+		t.Fatalf("written: %+v", ec)
 	}
 }

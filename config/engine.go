@@ -24,6 +24,11 @@ func (c *Config) EngineConfig() engine.Config {
 			MinTTL:         c.Cache.MinTTL,
 			MaxTTL:         c.Cache.MaxTTL,
 			NegativeMaxTTL: c.Cache.NegativeMaxTTL,
+
+			StaleMax:         c.Cache.StaleMax,
+			StaleTTL:         c.Cache.StaleTTL,
+			StaleAnswerAfter: c.Cache.StaleAnswerAfter,
+			PrefetchMinHits:  c.Cache.PrefetchMinHits,
 		},
 	}
 	for _, s := range c.Scopes {

@@ -141,6 +141,16 @@ func (c *Config) validate(x *keyIndex) error {
 	if c.Cache.MaxTTL > 0 && c.Cache.MinTTL > c.Cache.MaxTTL {
 		bad("cache.min_ttl", "%v is more than cache.max_ttl %v", c.Cache.MinTTL, c.Cache.MaxTTL)
 	}
+	notNegative("cache.stale_max", c.Cache.StaleMax)
+	notNegative("cache.stale_answer_after", c.Cache.StaleAnswerAfter)
+	// A TTL is whole seconds: a stale TTL below one second would be 0,
+	// an answer no one may keep.
+	if c.Cache.StaleTTL < time.Second {
+		bad("cache.stale_ttl", "%v: must be at least 1s", c.Cache.StaleTTL)
+	}
+	if c.Cache.PrefetchMinHits < 0 {
+		bad("cache.prefetch_min_hits", "%d: must not be negative", c.Cache.PrefetchMinHits)
+	}
 
 	checkNames("ddr.names", c.DDR.Names, engine.ParseHostName, bad)
 	for i, a := range c.DDR.Addresses {

@@ -45,7 +45,9 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		}
 		tx.source = qn.scope.source(tx.server.addr)
 		if !e.inFlight.acquire() {
-			e.counters.refused.Add(1)
+			if !qn.background {
+				e.counters.refused.Add(1)
+			}
 			return found{result: ResultUnavailable, reason: ReasonInFlightCeiling}, exchangeResult{}
 		}
 		sent := time.Now()

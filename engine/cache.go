@@ -46,7 +46,14 @@ func newAnswerCache(conf CacheConfig) *answerCache {
 	c := otter.Must(&otter.Options[cacheKey, *entry]{
 		MaximumSize: conf.MaxEntries,
 		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[cacheKey, *entry]) time.Duration {
-			return e.Value.ttl
+			if en := e.Value; en.staleOnly {
+				// Carried over a reload (keepStale): what is left of its
+				// stale window.
+				return en.stored.Add(en.ttl + conf.StaleMax).Sub(clock.time())
+			}
+			// Serve-stale keeps the entry past its TTL; live says when it
+			// stops being fresh.
+			return e.Value.ttl + conf.StaleMax
 		}),
 		// No ticks: expired entries are never returned, and are swept by
 		// the maintenance that writes do. So the cache starts no goroutine
@@ -58,14 +65,21 @@ func newAnswerCache(conf CacheConfig) *answerCache {
 	return &answerCache{conf: conf, entries: c, clock: clock}
 }
 
-// get returns the live entry for k, or nil.
-func (c *answerCache) get(k cacheKey, now time.Time) *entry {
+// get returns the entry for k and whether it is live at now. An expired
+// entry still in its stale window (StaleMax) comes back not live; any
+// other is nil.
+func (c *answerCache) get(k cacheKey, now time.Time) (*entry, bool) {
 	c.clock.observe(now)
 	en, ok := c.entries.GetIfPresent(k)
-	if !ok || !en.live(now) {
-		return nil
+	switch {
+	case !ok:
+		return nil, false
+	case en.live(now):
+		return en, true
+	case c.conf.StaleMax > 0 && now.Sub(en.stored) < en.ttl+c.conf.StaleMax:
+		return en, false
 	}
-	return en
+	return nil, false
 }
 
 // put stores en under k when it may be cached at all.
@@ -94,6 +108,9 @@ func (c *fedClock) observe(now time.Time) {
 	}
 }
 
+// time is the latest time observed.
+func (c *fedClock) time() time.Time { return c.start.Add(time.Duration(c.nanos.Load())) }
+
 func (c *fedClock) NowNano() int64                    { return c.nanos.Load() }
 func (*fedClock) Tick(time.Duration) <-chan time.Time { return nil }
 
@@ -111,6 +128,18 @@ type entry struct {
 	optClass uint16 // the upstream's OPT UDP size; 0 when it sent none
 	stored   time.Time
 	ttl      time.Duration // how long it may be served; 0: not to be cached
+
+	// scope is the name of the scope whose servers gave the answer: a
+	// stale answer is served only to questions routed there.
+	scope string
+	// staleOnly marks an entry carried over a reload that changed where
+	// questions go: never live again, served only stale (keepStale).
+	staleOnly bool
+	// asks counts the questions it answered, up to the prefetch
+	// threshold; prefetched is set by the one question that starts its
+	// prefetch (prefetch.go).
+	asks       atomic.Int32
+	prefetched atomic.Bool
 }
 
 // newEntry makes the entry for reply, a message that walked as w and that
@@ -125,6 +154,7 @@ func newEntry(reply []byte, w walkedReply, result Result, conf CacheConfig, now 
 		}
 	}
 	en := &entry{result: result, stored: now}
+	en.asks.Store(1) // the question that fetched it
 	en.ttls = en.ttlSpace[:0]
 	if w.optStart >= 0 && w.optLast {
 		en.optClass = w.optClass
@@ -217,7 +247,7 @@ func clampSeconds(ttl uint32, lo, hi time.Duration) uint32 {
 }
 
 // live reports whether the entry may still be served at now.
-func (en *entry) live(now time.Time) bool { return now.Sub(en.stored) < en.ttl }
+func (en *entry) live(now time.Time) bool { return !en.staleOnly && now.Sub(en.stored) < en.ttl }
 
 // appendReply appends cq's reply, written from the entry as it reads at
 // now: the client's ID and RD bit; qname, when not nil, written over the
@@ -226,6 +256,12 @@ func (en *entry) live(now time.Time) bool { return now.Sub(en.stored) < en.ttl }
 // stored; an OPT record when the client sent one (RFC 6891), with the
 // client's DO bit, padded when the query was.
 func (en *entry) appendReply(dst []byte, cq *clientQuery, qname []byte, now time.Time) []byte {
+	return en.write(dst, cq, qname, now, -1)
+}
+
+// write is appendReply; with staleTTL >= 0 it writes the stale form
+// instead (appendStale).
+func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time, staleTTL int64) []byte {
 	start := len(dst)
 	dst = append(dst, en.msg...)
 	m := dst[start:]
@@ -237,7 +273,11 @@ func (en *entry) appendReply(dst []byte, cq *clientQuery, qname []byte, now time
 	if len(qname) > 0 && headerLen+len(qname) <= len(m) {
 		copy(m[headerLen:], qname)
 	}
-	if age := uint32(now.Sub(en.stored) / time.Second); age > 0 {
+	if staleTTL >= 0 {
+		for _, off := range en.ttls {
+			binary.BigEndian.PutUint32(m[off:], uint32(staleTTL))
+		}
+	} else if age := uint32(now.Sub(en.stored) / time.Second); age > 0 {
 		for _, off := range en.ttls {
 			ttl := binary.BigEndian.Uint32(m[off:])
 			binary.BigEndian.PutUint32(m[off:], max(ttl, age)-age)
@@ -259,8 +299,15 @@ func (en *entry) appendReply(dst []byte, cq *clientQuery, qname []byte, now time
 	dst = binary.BigEndian.AppendUint16(dst, dns.TypeOPT)
 	dst = binary.BigEndian.AppendUint16(dst, class)
 	dst = binary.BigEndian.AppendUint32(dst, ttl)
-	dst = binary.BigEndian.AppendUint16(dst, uint16(len(en.optData)))
+	optLen := len(en.optData)
+	if staleTTL >= 0 {
+		optLen += len(staleEDE)
+	}
+	dst = binary.BigEndian.AppendUint16(dst, uint16(optLen))
 	dst = append(dst, en.optData...)
+	if staleTTL >= 0 {
+		dst = append(dst, staleEDE...)
+	}
 	if cq.padded {
 		dst = padOPT(dst, start)
 	}

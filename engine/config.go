@@ -64,7 +64,26 @@ type CacheConfig struct {
 	// NegativeMaxTTL caps the TTL of NXDOMAIN and NODATA answers, which
 	// is otherwise the SOA's (RFC 2308).
 	NegativeMaxTTL time.Duration
+
+	// StaleMax is how long an expired answer is kept to be served stale
+	// (RFC 8767) when its question would be unavailable; 0 turns
+	// serve-stale off.
+	StaleMax time.Duration
+	// StaleTTL is the TTL of a stale answer's records; 0 takes
+	// DefaultStaleTTL.
+	StaleTTL time.Duration
+	// StaleAnswerAfter is the client response timer (RFC 8767 §5): a
+	// question with a stale answer not answered by then gets it, while
+	// its upstream question goes on. 0 turns the timer off.
+	StaleAnswerAfter time.Duration
+	// PrefetchMinHits is how many times an entry must be asked during
+	// its life to be refreshed in the background when asked in its last
+	// tenth; 0 turns prefetch off.
+	PrefetchMinHits int
 }
+
+// DefaultStaleTTL is the TTL of stale answers, RFC 8767 §4's suggestion.
+const DefaultStaleTTL = 30 * time.Second
 
 // withDefaults returns c with every zero engine value replaced by its default.
 func (c Config) withDefaults() Config {
@@ -85,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Cache.NegativeMaxTTL <= 0 {
 		c.Cache.NegativeMaxTTL = DefaultCacheNegativeMaxTTL
+	}
+	if c.Cache.StaleTTL <= 0 {
+		c.Cache.StaleTTL = DefaultStaleTTL
 	}
 	return c
 }

@@ -13,6 +13,9 @@ type counters struct {
 	questions         [numResults]atomic.Uint64
 	cacheHits         atomic.Uint64
 	probes            [numOutcomes]atomic.Uint64
+	stale             [len(reasonNames)]atomic.Uint64 // stale answers by underlying reason
+	prefetches        atomic.Uint64                   // prefetches started
+	prefetched        [numResults]atomic.Uint64       // prefetches ended, by result
 }
 
 // Counters is a snapshot of the engine's totals.
@@ -25,6 +28,13 @@ type Counters struct {
 	Attempts          map[string]uint64 `json:"attempts"`  // by outcome
 	Questions         map[string]uint64 `json:"questions"` // by result
 	Probes            map[string]uint64 `json:"probes"`    // background probes by outcome
+	// Stale counts stale answers (serve-stale) by the reason the question
+	// was unavailable.
+	Stale map[string]uint64 `json:"stale_answers"`
+	// Prefetches counts prefetches started; PrefetchResults those ended,
+	// by result (answer, nxdomain, unavailable).
+	Prefetches      uint64            `json:"prefetches"`
+	PrefetchResults map[string]uint64 `json:"prefetch_results"`
 }
 
 func (c *counters) snapshot() Counters {
@@ -37,6 +47,15 @@ func (c *counters) snapshot() Counters {
 		Attempts:          make(map[string]uint64, numOutcomes),
 		Questions:         make(map[string]uint64, numResults),
 		Probes:            make(map[string]uint64, numOutcomes),
+		Stale:             make(map[string]uint64, len(reasonNames)),
+		Prefetches:        c.prefetches.Load(),
+		PrefetchResults:   map[string]uint64{},
+	}
+	for r := ReasonAttemptsSpent; int(r) < len(reasonNames); r++ {
+		s.Stale[r.String()] = c.stale[r].Load()
+	}
+	for _, r := range [...]Result{ResultAnswer, ResultNXDomain, ResultUnavailable} {
+		s.PrefetchResults[r.String()] = c.prefetched[r].Load()
 	}
 	for o := Outcome(0); o < numOutcomes; o++ {
 		s.Attempts[o.String()] = c.attempts[o].Load()

@@ -191,6 +191,9 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 	resp.Rcode = w.rcode
 	resp.TTL, resp.Cacheable = answerTTL(w.facts)
 	e.counters.questions[resp.Result].Add(1)
+	if resp.Result == ResultStale {
+		e.counters.stale[resp.Reason].Add(1)
+	}
 	e.observer.Question(QuestionEvent{
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
@@ -204,7 +207,7 @@ func (qn *question) writeReply(dst []byte, f found) []byte {
 	cq := qn.client
 	switch {
 	case f.en != nil:
-		return f.en.appendReply(dst, cq, cq.qname, f.at)
+		return qn.appendEntry(dst, f, cq.qname)
 	case f.msg != nil:
 		if out, err := appendPacked(dst, f.msg, cq); err == nil {
 			return out
@@ -215,6 +218,15 @@ func (qn *question) writeReply(dst []byte, f found) []byte {
 		return dst
 	}
 	return out
+}
+
+// appendEntry appends the client's reply from f's entry: its stale form
+// for a stale answer; qname as for appendReply.
+func (qn *question) appendEntry(dst []byte, f found, qname []byte) []byte {
+	if f.result == ResultStale {
+		return f.en.appendStale(dst, qn.client, qname, qn.cfg.Cache.StaleTTL)
+	}
+	return f.en.appendReply(dst, qn.client, qname, f.at)
 }
 
 // unpackedQuery reads a query through miekg/dns, for the few that
@@ -247,6 +259,10 @@ type question struct {
 	routes *routes   // the configuration the question started with
 	start  time.Time // when it started: the clock of its cache lookups
 	spent  int       // attempts spent, across candidates and transports
+
+	// background marks a question no client asked (a prefetch): a
+	// ceiling refusal is not counted as a client's.
+	background bool
 
 	// budgetEnd is the earlier of the client's deadline and the question
 	// timeout (zero: neither); budgetBy says which.

@@ -11,10 +11,11 @@ const (
 	ResultUnavailable               // no usable answer: see Reason
 	ResultLocal                     // synthetic, hosts or cache
 	ResultCancelled                 // the client went away
+	ResultStale                     // an expired answer, for an unavailable question: see Reason
 	numResults
 )
 
-var resultNames = [numResults]string{"answer", "nxdomain", "unavailable", "local", "cancelled"}
+var resultNames = [numResults]string{"answer", "nxdomain", "unavailable", "local", "cancelled", "stale"}
 
 func (r Result) String() string {
 	if r < numResults {
@@ -33,9 +34,10 @@ const (
 	ReasonNoServers              // the scope has no servers
 	ReasonQuestionTimeout        // the question's own budget ran out
 	ReasonTruncated              // TC on the final attempt
+	ReasonStaleTimer             // stale: the client response timer ran out first
 )
 
-var reasonNames = [...]string{"", "attempts spent", "in-flight ceiling", "no servers", "question timeout", "truncated on the last attempt"}
+var reasonNames = [...]string{"", "attempts spent", "in-flight ceiling", "no servers", "question timeout", "truncated on the last attempt", "client response timer"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {

@@ -202,6 +202,9 @@ func (r *routes) takeCache(prev *routes) {
 		return
 	}
 	r.cache = newAnswerCache(r.cfg.Cache)
+	if prev != nil && prev.cache != nil && r.cache != nil {
+		r.cache.keepStale(prev.cache, r.hasScope)
+	}
 }
 
 // sameRouting reports whether a and b send every question to the same

@@ -51,12 +51,12 @@ func (f found) rcode() int {
 // isNXDomain reports whether f says the name does not exist, from upstream
 // or from the cache.
 func isNXDomain(f found) bool {
-	return (f.result == ResultNXDomain || f.result == ResultLocal) && f.rcode() == dns.RcodeNameError
+	return (f.result == ResultNXDomain || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeNameError
 }
 
 // isAnswer reports whether f carries a NOERROR reply (NODATA included).
 func isAnswer(f found) bool {
-	return (f.result == ResultAnswer || f.result == ResultLocal) && f.rcode() == dns.RcodeSuccess
+	return (f.result == ResultAnswer || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeSuccess
 }
 
 // viaCandidate is f, the answer for a search candidate, as the reply for
@@ -66,8 +66,7 @@ func isAnswer(f found) bool {
 func (qn *question) viaCandidate(f found, asked, candidate string) found {
 	m := f.msg
 	if m == nil {
-		var buf []byte
-		buf = f.en.appendReply(buf, qn.client, nil, f.at)
+		buf := qn.appendEntry(nil, f, nil)
 		m = new(dns.Msg)
 		if err := m.Unpack(buf); err != nil {
 			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
@@ -95,7 +94,7 @@ func (qn *question) resolve() found {
 	}
 	// Before the ceiling is looked at, and not a refusal.
 	if len(qn.scope.servers) == 0 {
-		return found{result: ResultUnavailable, reason: ReasonNoServers}
+		return qn.noServers(asked)
 	}
 	var buf [4]string
 	names := candidates(buf[:0], asked, qn.scope.search)
@@ -132,14 +131,21 @@ func (qn *question) lookup(name string, searched bool) found {
 	}
 	key := keyFor(qn.client, name)
 	for {
-		if r, ok := qn.cached(key); ok {
+		r, stale, ok := qn.cached(key)
+		if ok {
 			return r
 		}
 		fl, leads := rt.flights.join(key)
+		if stale != nil {
+			if r, ok := qn.withStale(name, key, fl, leads, searched, stale); ok {
+				return r
+			}
+			continue
+		}
 		if leads {
 			return qn.lead(name, key, fl, searched)
 		}
-		if r, ok := qn.follow(fl); ok {
+		if r, ok := qn.follow(fl, nil); ok {
 			return r
 		}
 		// The leader's client went away: ask again, perhaps as leader.
@@ -147,20 +153,24 @@ func (qn *question) lookup(name string, searched bool) found {
 }
 
 // cached returns the cache's answer for key, if any. Hits spend no attempt
-// and ignore the ceiling.
-func (qn *question) cached(key cacheKey) (found, bool) {
+// and ignore the ceiling. Without a live answer, stale is the entry a
+// stale answer may come from, if any.
+func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
 	c := qn.routes.cache
 	if c == nil {
-		return found{}, false
+		return found{}, nil, false
 	}
 	// The question's start is recent enough for a TTL in whole seconds,
 	// and reading the clock again costs more than the rest of a hit.
 	now := qn.start
-	en := c.get(key, now)
-	if en == nil {
-		return found{}, false
+	en, live := c.get(key, now)
+	if !live {
+		return found{}, qn.staleEntry(en, live), false
 	}
-	return found{en: en, at: now, result: ResultLocal, cacheHit: true}, true
+	if c.conf.PrefetchMinHits > 0 && en.prefetchDue(now, c.conf.PrefetchMinHits) {
+		qn.prefetch(key)
+	}
+	return found{en: en, at: now, result: ResultLocal, cacheHit: true}, nil, true
 }
 
 // lead asks name upstream for every question that joins fl, and caches the
@@ -170,10 +180,13 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 	fl.abandoned = true // until a result is set: a panic below must not strand the followers
 	defer rt.flights.land(key, fl)
 	// The previous flight may have cached its answer between this
-	// question's miss and its join.
-	if r, ok := qn.cached(key); ok {
-		fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
-		return r
+	// question's miss and its join. (A prefetch asks while the entry is
+	// still live: that is its point.)
+	if !qn.background {
+		if r, _, ok := qn.cached(key); ok {
+			fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
+			return r
+		}
 	}
 	r, en := qn.askUpstream(name, searched)
 	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
@@ -184,8 +197,9 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 }
 
 // follow waits for fl and returns its result for this question, or false
-// when the leader abandoned it.
-func (qn *question) follow(fl *flight) (found, bool) {
+// when the leader abandoned it. When staleAt fires first the question is
+// unavailable for the client response timer (raceStale).
+func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 	var expired <-chan time.Time
 	if qn.budgetBy == budgetQuestion && !qn.budgetEnd.IsZero() {
 		t := time.NewTimer(time.Until(qn.budgetEnd))
@@ -198,6 +212,8 @@ func (qn *question) follow(fl *flight) (found, bool) {
 		return qn.ended(), true
 	case <-expired:
 		return qn.ended(), true
+	case <-staleAt:
+		return found{result: ResultUnavailable, reason: ReasonStaleTimer}, true
 	}
 	if fl.abandoned {
 		return found{}, false
@@ -222,5 +238,6 @@ func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
 	}
 	now := time.Now()
 	r.en, r.at = newEntry(res.reply, res.walked, r.result, qn.routes.cfg.Cache, now), now
+	r.en.scope = qn.scope.name
 	return r, r.en
 }

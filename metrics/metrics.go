@@ -130,11 +130,15 @@ var (
 	descQuestions      = prometheus.NewDesc("dohfwd_questions_total", "Questions by result.", []string{"result"}, nil)
 	descInFlight       = prometheus.NewDesc("dohfwd_in_flight", "Upstream transactions outstanding.", nil, nil)
 	descProbes         = prometheus.NewDesc("dohfwd_probes_total", "Background probes of demoted servers by outcome (engine.probe).", []string{"outcome"}, nil)
+	descStale          = prometheus.NewDesc("dohfwd_stale_answers_total", "Questions answered from an expired cache entry (serve-stale, RFC 8767), by the reason the question was unavailable.", []string{"reason"}, nil)
+	descPrefetches     = prometheus.NewDesc("dohfwd_prefetches_total", "Background refreshes of popular cache entries started (cache.prefetch_min_hits).", nil, nil)
+	descPrefetchResult = prometheus.NewDesc("dohfwd_prefetch_results_total", "Background refreshes of cache entries ended, by result.", []string{"result"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUpstreamFailed, descRefused, descCancelled, descMismatched,
-		descCacheHits, descAttempts, descQuestions, descInFlight, descProbes} {
+		descCacheHits, descAttempts, descQuestions, descInFlight, descProbes, descStale, descPrefetches,
+		descPrefetchResult} {
 		ch <- d
 	}
 }
@@ -157,6 +161,13 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for o, v := range s.Probes {
 		counter(descProbes, v, o)
+	}
+	for r, v := range s.Stale {
+		counter(descStale, v, r)
+	}
+	counter(descPrefetches, s.Prefetches)
+	for r, v := range s.PrefetchResults {
+		counter(descPrefetchResult, v, r)
 	}
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(c.stats.InFlight()))
 }

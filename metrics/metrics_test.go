@@ -20,7 +20,8 @@ type fakeStats struct{}
 
 func (fakeStats) Counters() engine.Counters {
 	return engine.Counters{UpstreamFailed: 4, Refused: 2, Cancelled: 1, MismatchedReplies: 3,
-		Attempts: map[string]uint64{"answer": 10, "timeout": 4}, Questions: map[string]uint64{"answer": 9}}
+		Attempts: map[string]uint64{"answer": 10, "timeout": 4}, Questions: map[string]uint64{"answer": 9, "stale": 2},
+		Stale: map[string]uint64{"attempts spent": 2}, Prefetches: 6, PrefetchResults: map[string]uint64{"answer": 5, "unavailable": 1}}
 }
 func (fakeStats) InFlight() int64 { return 5 }
 
@@ -61,6 +62,21 @@ dohfwd_attempts_total{outcome="answer"} 10
 dohfwd_attempts_total{outcome="timeout"} 4
 `
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), "dohfwd_upstream_failed_total", "dohfwd_attempts_total", "dohfwd_in_flight"); err != nil {
+		t.Error(err)
+	}
+	exp = `
+# HELP dohfwd_stale_answers_total Questions answered from an expired cache entry (serve-stale, RFC 8767), by the reason the question was unavailable.
+# TYPE dohfwd_stale_answers_total counter
+dohfwd_stale_answers_total{reason="attempts spent"} 2
+# HELP dohfwd_prefetches_total Background refreshes of popular cache entries started (cache.prefetch_min_hits).
+# TYPE dohfwd_prefetches_total counter
+dohfwd_prefetches_total 6
+# HELP dohfwd_prefetch_results_total Background refreshes of cache entries ended, by result.
+# TYPE dohfwd_prefetch_results_total counter
+dohfwd_prefetch_results_total{result="answer"} 5
+dohfwd_prefetch_results_total{result="unavailable"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), "dohfwd_stale_answers_total", "dohfwd_prefetches_total", "dohfwd_prefetch_results_total"); err != nil {
 		t.Error(err)
 	}
 	if n, _ := testutil.GatherAndCount(m.Registry, "dohfwd_upstream_attempt_duration_seconds"); n != 1 {

@@ -73,6 +73,9 @@ func setup(yaml []byte, flags uint32) error {
 	if err != nil {
 		return err
 	}
+	// No timer or prefetch runs here: nothing may run once a host call
+	// returns (see inModule).
+	cfg.Cache.StaleAnswerAfter, cfg.Cache.PrefetchMinHits = 0, 0
 	d, err := assemble(cfg, flags&abi.InitTCPOnly != 0, latency)
 	if err != nil {
 		return err
@@ -98,6 +101,16 @@ func exportServe(n uint32) uint32 {
 	return uint32(len(out))
 }
 
+// inModule is c as the module runs it. The module runs only inside the
+// host's calls: nothing may go on after a question is answered, so neither
+// the stale client timer nor prefetch (both keep upstream questions
+// running in the background). Serve-stale after the attempts needs
+// neither.
+func inModule(c engine.Config) engine.Config {
+	c.Cache.StaleAnswerAfter, c.Cache.PrefetchMinHits = 0, 0
+	return c
+}
+
 //go:wasmexport dohfwd_reconfigure
 func exportReconfigure(n uint32) uint32 {
 	var cfg engine.Config
@@ -106,7 +119,7 @@ func exportReconfigure(n uint32) uint32 {
 		err = fmt.Errorf("dohfwd_init was not called")
 	}
 	if err == nil {
-		err = eng.Reconfigure(cfg)
+		err = eng.Reconfigure(inModule(cfg))
 	}
 	if err == nil {
 		dohfwd.Reconfigured(cfg)
