@@ -178,5 +178,6 @@ func (e *Engine) settle(server *upstream, o Outcome, period time.Duration) bool 
 		e.counters.cancelled.Add(1)
 	}
 	e.counters.attempts[o].Add(1)
+	server.note(o)
 	return ch.demote
 }

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+)
+
+// demotionYAML is a scope whose first server is a closed port (refused at
+// once, so demoted by the first question) and whose second answers, with
+// a demotion long enough to watch.
+func demotionYAML(closed, good string) string {
+	return fmt.Sprintf(`listen:
+  https: 127.0.0.1:0
+  admin: 127.0.0.1:0
+engine:
+  demotion_period: 5m
+scopes:
+  - name: test
+    default_route: true
+    servers: [%s, %s]
+fallback_servers: [127.0.0.1:1]
+log:
+  format: json
+`, closed, good)
+}
+
+// squash is s with each run of spaces as one: tables compared by words.
+func squash(s string) string { return regexp.MustCompile(` +`).ReplaceAllString(s, " ") }
+
+// explainJSON fetches GET /explain from the admin listener.
+func (d *dohfwd) explainJSON(name, qtype string) map[string]any {
+	d.t.Helper()
+	res, err := http.Get("http://" + d.Admin + "/explain?name=" + name + "&type=" + qtype)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var x map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&x); err != nil || res.StatusCode != 200 {
+		d.t.Fatalf("GET /explain: %d %v", res.StatusCode, err)
+	}
+	return x
+}
+
+// Explain, as JSON and as the `dohfwd explain` table, before and after a
+// demotion: the server order, the marks, the next server and the cache
+// change as the question's own did, and explaining sends nothing upstream.
+func TestExplainBeforeAndAfterDemotion(t *testing.T) {
+	t.Parallel()
+	closed := upstreamtest.ClosedPort(t)
+	good := upstreamtest.Start(t, upstreamtest.Answer("@ 120 IN A 192.0.2.7"))
+	d := startDohfwd(t, demotionYAML(closed.String(), good.String()), newPKI(t))
+
+	x := d.explainJSON("www.example.test", "A")
+	servers := x["servers"].([]any)
+	if x["scope"] != "test" || x["route"] != "default route" || x["next"] != closed.String() ||
+		servers[0].(map[string]any)["demoted"] != false {
+		t.Fatalf("before: %v", x)
+	}
+	table := runTool(t, binary, "explain", "--admin", d.Admin, "www.example.test", "A")
+	for _, want := range []string{"scope test (default route)", "www.example.test. no - - no",
+		"1 " + closed.String() + " ok - <- next attempt", "2 " + good.String() + " ok"} {
+		if !strings.Contains(squash(table), want) {
+			t.Errorf("explain table before lacks %q:\n%s", want, table)
+		}
+	}
+	if n := len(good.Queries()); n != 0 {
+		t.Fatalf("explain sent %d queries upstream", n)
+	}
+
+	_, m := d.query(d.client(), newQuery("www.example.test", dns.TypeA))
+	if m == nil || m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("answer: %v", m)
+	}
+
+	x = d.explainJSON("www.example.test", "A")
+	servers = x["servers"].([]any)
+	first, last := servers[0].(map[string]any), servers[1].(map[string]any)
+	if x["next"] != good.String() || first["address"] != good.String() || first["next"] != true ||
+		last["address"] != closed.String() || last["demoted"] != true || last["demotion_remaining_s"].(float64) < 290 {
+		t.Fatalf("after: %v", x)
+	}
+	c := x["candidates"].([]any)[0].(map[string]any)
+	if c["cached"] != "answer" || c["ttl_remaining_s"].(float64) < 110 || c["ttl_remaining_s"].(float64) > 120 {
+		t.Fatalf("after: cache %v", c)
+	}
+	table = runTool(t, binary, "explain", "--admin", d.Admin, "www.example.test")
+	for _, want := range []string{"www.example.test. no answer 1", "1 " + good.String() + " ok - <- next attempt",
+		"2 " + closed.String() + " demoted "} {
+		if !strings.Contains(squash(table), want) {
+			t.Errorf("explain table after lacks %q:\n%s", want, table)
+		}
+	}
+	if n := len(good.Queries()); n != 1 {
+		t.Fatalf("upstream got %d queries, want the question's 1 only", n)
+	}
+	// The question not yet cached goes where explain said.
+	x = d.explainJSON("other.example.test", "AAAA")
+	if x["next"] != good.String() || !strings.Contains(x["outcome"].(string), "asks other.example.test. of "+good.String()) {
+		t.Fatalf("uncached: %v", x)
+	}
+	d.query(d.client(), newQuery("other.example.test", dns.TypeAAAA))
+	if q := good.Queries(); len(q) != 2 || q[1].Msg.Question[0].Name != "other.example.test." {
+		t.Fatalf("the next question did not go to %s: %v", good, q)
+	}
+}
+
+// The status page, loaded in headless Chromium against a running dohfwd
+// with a demoted server, shows that server demoted with its countdown; a
+// screenshot is kept as the test's artifact (go test -artifacts).
+func TestStatusPageInChromium(t *testing.T) {
+	t.Parallel()
+	chromium := needBrowserTool(t, "chromium")
+	closed := upstreamtest.ClosedPort(t)
+	good := upstreamtest.Start(t, upstreamtest.Answer("@ 120 IN A 192.0.2.7"))
+	d := startDohfwd(t, demotionYAML(closed.String(), good.String()), newPKI(t))
+	d.query(d.client(), newQuery("www.example.test", dns.TypeA)) // demotes the closed port
+
+	url := "http://" + d.Admin + "/"
+	flags := []string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--virtual-time-budget=5000", "--window-size=1100,700"}
+	row := regexp.MustCompile(`<tr class="server" data-address="` + regexp.QuoteMeta(closed.String()) +
+		`" data-state="demoted"><td>[^<]+</td><td class="state">demoted</td><td class="countdown" data-until="[^"]+">(\d+m )?\d+s</td>`)
+	home := t.TempDir()
+	retryBrowser(t, "chromium", func(ctx context.Context) error {
+		dom, err := runBrowser(ctx, home, chromium, append(flags, "--user-data-dir="+t.TempDir(), "--dump-dom", url)...)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(dom, `data-loaded="1"`) {
+			return fmt.Errorf("the page never loaded /status:\n%s", dom)
+		}
+		if !row.MatchString(dom) {
+			return fmt.Errorf("the page does not show %s demoted with a countdown:\n%s", closed, dom)
+		}
+		if !strings.Contains(dom, `data-address="`+good.String()+`" data-state="ok"`) {
+			return fmt.Errorf("the page does not show %s ok:\n%s", good, dom)
+		}
+		return nil
+	})
+	shot := filepath.Join(t.ArtifactDir(), "status-page.png")
+	retryBrowser(t, "chromium", func(ctx context.Context) error {
+		os.Remove(shot)
+		if _, err := runBrowser(ctx, home, chromium, append(flags, "--user-data-dir="+t.TempDir(), "--screenshot="+shot, url)...); err != nil {
+			return err
+		}
+		f, err := os.Open(shot)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		img, err := png.Decode(f)
+		if err != nil {
+			return fmt.Errorf("screenshot: %w", err)
+		}
+		if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 600 {
+			return fmt.Errorf("screenshot is %v", b)
+		}
+		return nil
+	})
+	t.Logf("screenshot: %s", shot)
+}
