@@ -83,6 +83,10 @@ type Engine struct {
 	QuestionTimeout    time.Duration `yaml:"question_timeout"` // 0 = none
 	Probe              bool          `yaml:"probe"`
 	ForwardECS         bool          `yaml:"forward_ecs"`
+	// EDEServers lists each attempt (server, transport, outcome) in the
+	// Extended DNS Error of an unavailable answer; false keeps the
+	// upstreams private (the info-code and reason stay).
+	EDEServers bool `yaml:"ede_servers"`
 }
 
 // Scope is one scope: routing domains and the servers that answer them.
@@ -192,7 +196,7 @@ func defaults() *Config {
 		TLS:    TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
 		Engine: Engine{
 			TransactionTimeout: 2 * time.Second, Attempts: 3, DemotionPeriod: 30 * time.Second,
-			InFlightCeiling: 4096,
+			InFlightCeiling: 4096, EDEServers: true,
 		},
 		Scopes:          []Scope{},
 		FallbackServers: []string{"1.1.1.1", "8.8.8.8", "9.9.9.9"},

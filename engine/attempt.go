@@ -60,6 +60,8 @@ func (qn *question) ask(name string) Response {
 			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
 			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted,
 		})
+		qn.tried.add(tx.server, tx.transport, res)
+		qn.upstream += rtt
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:

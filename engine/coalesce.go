@@ -23,6 +23,7 @@ type flight struct {
 	entry     *entry   // the answer or NXDOMAIN; nil otherwise
 	result    Response // the result when entry is nil (unavailable), without Msg
 	abandoned bool     // ended by the leader's own budget: ask again
+	tried     tried    // the leader's attempts, for the followers' EDE
 }
 
 // join returns the flight for k, and whether the caller leads it.

@@ -113,7 +113,12 @@ type Response struct {
 	Question uint64 // the question's id, as in its events
 	Scope    string
 	Attempts int
+	// Upstream is the time this question's own attempts took, together.
+	Upstream time.Duration
 	CacheHit bool
+	// Shared is set when the answer came from an identical question
+	// upstream at the same time (no attempt of its own).
+	Shared bool
 }
 
 // Resolve answers one client query. The front end has checked it: opcode
@@ -134,9 +139,9 @@ func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 	}
 	qn.setBudget(start)
 	resp := qn.resolve()
-	resp.Question, resp.Scope, resp.Attempts = qn.id, qn.scope.name, qn.spent
+	resp.Question, resp.Scope, resp.Attempts, resp.Upstream = qn.id, qn.scope.name, qn.spent, qn.upstream
 	if resp.Msg == nil {
-		resp.Msg = unavailableReply(q, resp.Reason)
+		resp.Msg = unavailableReply(q, resp.Reason, &qn.tried, rt.cfg.EDEHideServers)
 	}
 	resp.Msg.Id = q.Id
 	e.counters.questions[resp.Result].Add(1)
@@ -159,6 +164,12 @@ type question struct {
 	routes *routes   // the configuration the question started with
 	start  time.Time // when it started: the clock of its cache lookups
 	spent  int       // attempts spent, across candidates and transports
+
+	// tried records the attempts for the Extended DNS Error of an
+	// unavailable answer (a coalesced question takes its leader's);
+	// upstream is the time they took.
+	tried    tried
+	upstream time.Duration
 
 	// budgetEnd is the earlier of the client's deadline and the question
 	// timeout (zero: neither); budgetBy says which.

@@ -170,6 +170,9 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) R
 	}
 	r, en := qn.askUpstream(name, searched)
 	fl.entry, fl.result, fl.abandoned = en, Response{Result: r.Result, Reason: r.Reason}, abandons(r)
+	if en == nil {
+		fl.tried = qn.tried
+	}
 	if en != nil && rt.cache != nil {
 		rt.cache.put(key, en)
 	}
@@ -196,9 +199,12 @@ func (qn *question) follow(fl *flight) (Response, bool) {
 		return Response{}, false
 	}
 	if fl.entry == nil {
-		return fl.result, true // unavailable: Resolve writes the client's SERVFAIL
+		qn.tried = fl.tried
+		r := fl.result
+		r.Shared = true
+		return r, true // unavailable: Resolve writes the client's SERVFAIL
 	}
-	return Response{Msg: fl.entry.reply(qn.client, time.Now()), Result: fl.entry.result}, true
+	return Response{Msg: fl.entry.reply(qn.client, time.Now()), Result: fl.entry.result, Shared: true}, true
 }
 
 // askUpstream asks name through the attempt loop and, for an answer or

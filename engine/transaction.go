@@ -41,8 +41,9 @@ type transaction struct {
 // exchangeResult is what a transaction brings back.
 type exchangeResult struct {
 	outcome Outcome
-	reply   *dns.Msg // set for answer, nxdomain, rcode and truncated
-	rcode   int      // -1 without a reply
+	reply   *dns.Msg   // set for answer, nxdomain, rcode and truncated
+	rcode   int        // -1 without a reply
+	class   ErrorClass // the socket error's class, for a socket failure
 }
 
 // newID returns a random 16-bit ID from the cryptographic source.
@@ -191,8 +192,8 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 // set by the client's or the question's budget, or a socket closed because
 // the client went away, is not the server's fault: cancelled.
 func (e *Engine) socketFailure(ctx context.Context, tx *transaction, err error, otherwise Outcome) exchangeResult {
-	r := exchangeResult{rcode: -1}
 	class := classOf(err)
+	r := exchangeResult{rcode: -1, class: class}
 	switch {
 	case ctx.Err() != nil:
 		r.outcome = OutcomeCancelled

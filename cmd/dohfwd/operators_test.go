@@ -173,3 +173,79 @@ func TestStatusPageInChromium(t *testing.T) {
 	})
 	t.Logf("screenshot: %s", shot)
 }
+
+// failingYAML is a scope of three servers that fail each its own way, with
+// a short transaction timeout; extra is appended under engine:.
+func failingYAML(servers []string, extra string) string {
+	return fmt.Sprintf(`listen:
+  https: 127.0.0.1:0
+  admin: 127.0.0.1:0
+engine:
+  transaction_timeout: 300ms
+%sscopes:
+  - name: test
+    default_route: true
+    servers: [%s]
+fallback_servers: [127.0.0.1:1]
+log:
+  format: json
+`, extra, strings.Join(servers, ", "))
+}
+
+// edeOf returns the Extended DNS Error of m.
+func edeOf(t *testing.T, m *dns.Msg) *dns.EDNS0_EDE {
+	t.Helper()
+	if o := m.IsEdns0(); o != nil {
+		for _, op := range o.Option {
+			if e, ok := op.(*dns.EDNS0_EDE); ok {
+				return e
+			}
+		}
+	}
+	t.Fatalf("no EDE in %v", m)
+	return nil
+}
+
+// One question meets a timeout, a SERVFAIL and a refused port: its
+// SERVFAIL's EDE keeps info-code 22 and names the three attempts in order,
+// in the wire form and in the JSON form; ede_servers: false hides them.
+func TestEDENamesTheServersEndToEnd(t *testing.T) {
+	t.Parallel()
+	silent := upstreamtest.Start(t, upstreamtest.Drop())
+	servfail := upstreamtest.Start(t, upstreamtest.Rcode(dns.RcodeServerFailure))
+	closed := upstreamtest.ClosedPort(t)
+	servers := []string{silent.String(), servfail.String(), closed.String()}
+	want := silent.String() + "/udp timeout; " + servfail.String() + "/udp SERVFAIL; " + closed.String() + "/udp refused"
+	pki := newPKI(t)
+
+	d := startDohfwd(t, failingYAML(servers, ""), pki)
+	q := newQuery("www.example.test", dns.TypeA)
+	q.SetEdns0(1232, false)
+	res, m := d.query(d.client(), q)
+	if res.StatusCode != 200 || m == nil || m.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("status %d answer %v", res.StatusCode, m)
+	}
+	if e := edeOf(t, m); e.InfoCode != dns.ExtendedErrorCodeNoReachableAuthority || e.ExtraText != want {
+		t.Fatalf("EDE %d %q, want 22 %q", e.InfoCode, e.ExtraText, want)
+	}
+
+	jr, err := d.client().Get("https://" + d.HTTPS + "/resolve?name=json.example.test&type=A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j struct {
+		Status  int
+		Comment string
+	}
+	json.NewDecoder(jr.Body).Decode(&j)
+	jr.Body.Close()
+	if j.Status != dns.RcodeServerFailure || j.Comment != "EDE 22 (No Reachable Authority): "+want {
+		t.Fatalf("JSON: %+v, want the same list in Comment", j)
+	}
+
+	hidden := startDohfwd(t, failingYAML(servers, "  ede_servers: false\n"), pki)
+	_, m = hidden.query(hidden.client(), q)
+	if e := edeOf(t, m); e.InfoCode != dns.ExtendedErrorCodeNoReachableAuthority || e.ExtraText != "" {
+		t.Fatalf("ede_servers: false: EDE %d %q, want 22 and no list", e.InfoCode, e.ExtraText)
+	}
+}
