@@ -46,6 +46,9 @@ type Listen struct {
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`
 	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs or single IPs
+	// ServerTiming adds a Server-Timing header (source, attempts,
+	// upstream time) to each DoH answer.
+	ServerTiming bool `yaml:"server_timing"`
 }
 
 // TLS chooses where the HTTPS listener's certificate comes from.
@@ -192,8 +195,9 @@ func Parse(name string, data []byte) (*Config, error) {
 // the system scope.
 func defaults() *Config {
 	return &Config{
-		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{}},
-		TLS:    TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
+		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
+			ServerTiming: true},
+		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
 		Engine: Engine{
 			TransactionTimeout: 2 * time.Second, Attempts: 3, DemotionPeriod: 30 * time.Second,
 			InFlightCeiling: 4096, EDEServers: true,

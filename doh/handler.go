@@ -53,6 +53,9 @@ type Options struct {
 	// Observe, if set, is called once per request after the response is
 	// written, for metrics and logs. It must not block or keep x.Response.Msg.
 	Observe func(x Exchange)
+	// ServerTiming adds a Server-Timing header to each resolved answer:
+	// its source, attempts and upstream time (see [ServerTiming]).
+	ServerTiming bool
 }
 
 // Format is the form of a request.
@@ -102,7 +105,8 @@ type Exchange struct {
 // parameter), 404 elsewhere. Methods other than GET and POST (HEAD
 // included: a DoH answer without its body is of no use) get 405.
 func NewHandler(r Resolver, o Options) http.Handler {
-	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe}
+	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe,
+		serverTiming: o.ServerTiming}
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -119,6 +123,8 @@ type handler struct {
 	trusted  []netip.Prefix
 	observe  func(Exchange)
 	notFound string
+
+	serverTiming bool
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -260,6 +266,9 @@ func (h *handler) writeWire(w http.ResponseWriter, r *http.Request, x *Exchange,
 	hdr["Cache-Control"] = cacheControlHeader(reply)
 	if r.URL.Path == h.path {
 		hdr["Vary"] = varyAccept
+	}
+	if h.serverTiming && x.Resolved {
+		setServerTiming(hdr, x.Response)
 	}
 	x.Status, x.Rcode = http.StatusOK, reply.Rcode
 	w.WriteHeader(http.StatusOK)

@@ -249,3 +249,37 @@ func TestEDENamesTheServersEndToEnd(t *testing.T) {
 		t.Fatalf("ede_servers: false: EDE %d %q, want 22 and no list", e.InfoCode, e.ExtraText)
 	}
 }
+
+// Each DoH answer carries Server-Timing: the first from upstream after
+// two attempts (a refused port, then an answer) with their time, the
+// second from the cache; curl shows it; listen.server_timing: false
+// removes it.
+func TestServerTimingEndToEnd(t *testing.T) {
+	t.Parallel()
+	closed := upstreamtest.ClosedPort(t)
+	good := upstreamtest.Start(t, upstreamtest.Answer("@ 120 IN A 192.0.2.7"))
+	pki := newPKI(t)
+	d := startDohfwd(t, demotionYAML(closed.String(), good.String()), pki)
+	c := d.client()
+	res, _ := d.query(c, newQuery("www.example.test", dns.TypeA))
+	upstream := regexp.MustCompile(`^source;desc=upstream, attempts;desc=2, upstream;dur=(\d+(\.\d+)?)$`)
+	if m := upstream.FindStringSubmatch(res.Header.Get("Server-Timing")); m == nil || m[1] == "0" {
+		t.Fatalf("first answer: Server-Timing %q", res.Header.Get("Server-Timing"))
+	}
+	res, _ = d.query(c, newQuery("www.example.test", dns.TypeA))
+	if got := res.Header.Get("Server-Timing"); got != "source;desc=cache, attempts;desc=0, upstream;dur=0" {
+		t.Fatalf("cached answer: Server-Timing %q", got)
+	}
+	out := runTool(t, "curl", "-sS", "-D", "-", "-o", "/dev/null", "--cacert", pki.CA,
+		"https://"+d.HTTPS+"/resolve?name=localhost&type=A")
+	if !strings.Contains(strings.ToLower(out), "server-timing: source;desc=local, attempts;desc=0, upstream;dur=0") {
+		t.Fatalf("curl headers lack Server-Timing:\n%s", out)
+	}
+
+	off := startDohfwd(t, strings.Replace(demotionYAML(closed.String(), good.String()), "  admin: 127.0.0.1:0\n",
+		"  admin: 127.0.0.1:0\n  server_timing: false\n", 1), pki)
+	res, _ = off.query(off.client(), newQuery("www.example.test", dns.TypeA))
+	if got := res.Header.Values("Server-Timing"); got != nil {
+		t.Fatalf("server_timing: false: Server-Timing %q", got)
+	}
+}

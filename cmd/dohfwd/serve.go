@@ -74,6 +74,7 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	handler := doh.NewHandler(eng, doh.Options{
 		Path:           cfg.Listen.Path,
 		TrustedProxies: trusted,
+		ServerTiming:   cfg.Listen.ServerTiming,
 		Observe: func(x doh.Exchange) {
 			met.ObserveRequest(x.Status, x.Rcode)
 			if x.Problem != "" {
