@@ -49,6 +49,9 @@ type Listen struct {
 	// ServerTiming adds a Server-Timing header (source, attempts,
 	// upstream time) to each DoH answer.
 	ServerTiming bool `yaml:"server_timing"`
+	// TraceContext reads W3C traceparent, puts the trace on the
+	// question's log events and answers with traceresponse.
+	TraceContext bool `yaml:"trace_context"`
 }
 
 // TLS chooses where the HTTPS listener's certificate comes from.
@@ -196,7 +199,7 @@ func Parse(name string, data []byte) (*Config, error) {
 func defaults() *Config {
 	return &Config{
 		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
-			ServerTiming: true},
+			ServerTiming: true, TraceContext: true},
 		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{}}},
 		Engine: Engine{
 			TransactionTimeout: 2 * time.Second, Attempts: 3, DemotionPeriod: 30 * time.Second,

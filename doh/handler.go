@@ -56,6 +56,10 @@ type Options struct {
 	// ServerTiming adds a Server-Timing header to each resolved answer:
 	// its source, attempts and upstream time (see [ServerTiming]).
 	ServerTiming bool
+	// TraceContext reads W3C traceparent (or makes a trace) for each
+	// request, hands it to the resolver with the question, and answers
+	// with traceresponse (see [RequestTrace]).
+	TraceContext bool
 }
 
 // Format is the form of a request.
@@ -98,6 +102,8 @@ type Exchange struct {
 	Response engine.Response
 	Start    time.Time
 	Duration time.Duration
+	// Trace is the request's trace, with Options.TraceContext.
+	Trace engine.Trace
 }
 
 // NewHandler returns the DoH handler: RFC 8484 at o.Path, JSON at JSONPath
@@ -106,7 +112,7 @@ type Exchange struct {
 // included: a DoH answer without its body is of no use) get 405.
 func NewHandler(r Resolver, o Options) http.Handler {
 	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe,
-		serverTiming: o.ServerTiming}
+		serverTiming: o.ServerTiming, traceContext: o.TraceContext}
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -125,6 +131,7 @@ type handler struct {
 	notFound string
 
 	serverTiming bool
+	traceContext bool
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -132,6 +139,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.observe != nil {
 		x.Start = time.Now()
 		x.Peer, x.ClientIP = h.client(r)
+	}
+	if h.traceContext {
+		x.Trace = RequestTrace(r.Header)
 	}
 	switch r.URL.Path {
 	case h.path:
@@ -239,6 +249,9 @@ func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange)
 // meanwhile: then there is no one to answer.
 func (h *handler) resolve(ctx context.Context, q *dns.Msg, x *Exchange) bool {
 	x.Resolved = true
+	if h.traceContext {
+		ctx = engine.WithTrace(ctx, x.Trace)
+	}
 	x.Response = h.resolver.Resolve(ctx, q)
 	if ctx.Err() != nil {
 		x.Status = StatusClientClosed
@@ -267,12 +280,23 @@ func (h *handler) writeWire(w http.ResponseWriter, r *http.Request, x *Exchange,
 	if r.URL.Path == h.path {
 		hdr["Vary"] = varyAccept
 	}
-	if h.serverTiming && x.Resolved {
-		setServerTiming(hdr, x.Response)
+	if x.Resolved {
+		h.setResolvedHeaders(hdr, x)
 	}
 	x.Status, x.Rcode = http.StatusOK, reply.Rcode
 	w.WriteHeader(http.StatusOK)
 	w.Write(wire)
+}
+
+// setResolvedHeaders adds what an answer from the resolver carries beside
+// the DNS message: Server-Timing and traceresponse, when on.
+func (h *handler) setResolvedHeaders(hdr http.Header, x *Exchange) {
+	if h.serverTiming {
+		setServerTiming(hdr, x.Response)
+	}
+	if h.traceContext {
+		hdr["Traceresponse"] = TraceResponse(&x.Trace)
+	}
 }
 
 // packReply packs reply without changing it: compressed, and padded to a

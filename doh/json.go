@@ -78,9 +78,7 @@ func (h *handler) serveJSON(w http.ResponseWriter, r *http.Request, x *Exchange,
 	if onDoHPath {
 		hdr["Vary"] = varyAccept
 	}
-	if h.serverTiming {
-		setServerTiming(hdr, x.Response)
-	}
+	h.setResolvedHeaders(hdr, x)
 	x.Status, x.Rcode = http.StatusOK, reply.Rcode
 	w.WriteHeader(http.StatusOK)
 	w.Write(append(body, '\n'))

@@ -58,7 +58,7 @@ func (qn *question) ask(name string) Response {
 		e.observer.Attempt(AttemptEvent{
 			Question: qn.id, QName: name, QType: qs.Qtype, Scope: qn.scope.name,
 			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
-			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted,
+			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted, Trace: qn.trace,
 		})
 		qn.tried.add(tx.server, tx.transport, res)
 		qn.upstream += rtt

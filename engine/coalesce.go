@@ -24,19 +24,27 @@ type flight struct {
 	result    Response // the result when entry is nil (unavailable), without Msg
 	abandoned bool     // ended by the leader's own budget: ask again
 	tried     tried    // the leader's attempts, for the followers' EDE
+
+	leader *Trace   // the leader's trace
+	served []*Trace // the followers' traces, added under flights.mu
 }
 
-// join returns the flight for k, and whether the caller leads it.
-func (f *flights) join(k cacheKey) (*flight, bool) {
+// join returns the flight for k, and whether the caller leads it. tr is
+// the caller's trace: a follower's is listed among those the flight
+// served.
+func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[k]; fl != nil {
+		if tr != nil {
+			fl.served = append(fl.served, tr)
+		}
 		return fl, false
 	}
 	if f.m == nil {
 		f.m = map[cacheKey]*flight{}
 	}
-	fl := &flight{done: make(chan struct{})}
+	fl := &flight{done: make(chan struct{}), leader: tr}
 	f.m[k] = fl
 	return fl, true
 }

@@ -136,6 +136,7 @@ func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 		id:     e.questionIDs.Add(1),
 		scope:  rt.route(qs.Name),
 		start:  start,
+		trace:  TraceFrom(ctx),
 	}
 	qn.setBudget(start)
 	resp := qn.resolve()
@@ -149,6 +150,7 @@ func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 		Question: qn.id, QName: qs.Name, QType: qs.Qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
 		CacheHit: resp.CacheHit, Duration: time.Since(start),
+		Trace: qn.trace, Joined: qn.joined, Served: qn.served,
 	})
 	return resp
 }
@@ -170,6 +172,13 @@ type question struct {
 	// upstream is the time they took.
 	tried    tried
 	upstream time.Duration
+
+	// trace is the client's trace (nil: none); joined the trace of the
+	// identical question this one waited for; served the traces of the
+	// questions that waited for this one.
+	trace  *Trace
+	joined *Trace
+	served []*Trace
 
 	// budgetEnd is the earlier of the client's deadline and the question
 	// timeout (zero: neither); budgetBy says which.

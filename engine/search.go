@@ -123,7 +123,7 @@ func (qn *question) lookup(name string, searched bool) Response {
 		if r, ok := qn.cached(key); ok {
 			return r
 		}
-		fl, leads := rt.flights.join(key)
+		fl, leads := rt.flights.join(key, qn.trace)
 		if leads {
 			return qn.lead(name, key, fl, searched)
 		}
@@ -161,7 +161,11 @@ func (qn *question) cachedEntry(key cacheKey) (Response, *entry) {
 func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) Response {
 	rt := qn.routes
 	fl.abandoned = true // until a result is set: a panic below must not strand the followers
-	defer rt.flights.land(key, fl)
+	defer func() {
+		rt.flights.land(key, fl)
+		// Landed, the flight takes no more followers.
+		qn.served = append(qn.served, fl.served...)
+	}()
 	// The previous flight may have cached its answer between this
 	// question's miss and its join.
 	if r, en := qn.cachedEntry(key); en != nil {
@@ -198,6 +202,7 @@ func (qn *question) follow(fl *flight) (Response, bool) {
 	if fl.abandoned {
 		return Response{}, false
 	}
+	qn.joined = fl.leader
 	if fl.entry == nil {
 		qn.tried = fl.tried
 		r := fl.result

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -281,5 +285,99 @@ func TestServerTimingEndToEnd(t *testing.T) {
 	res, _ = off.query(off.client(), newQuery("www.example.test", dns.TypeA))
 	if got := res.Header.Values("Server-Timing"); got != nil {
 		t.Fatalf("server_timing: false: Server-Timing %q", got)
+	}
+}
+
+// A DoH request's traceparent puts its trace-id and parent span on its
+// question and attempt events, and traceresponse returns the trace with
+// this server's span; without traceparent the events carry a trace-id
+// dohfwd made, the one traceresponse returns. Identical questions asked
+// together share one upstream question, whose event lists every trace.
+func TestTraceContextEndToEnd(t *testing.T) {
+	t.Parallel()
+	slow := upstreamtest.Start(t, upstreamtest.Delay(300*time.Millisecond, upstreamtest.Answer("@ 120 IN A 192.0.2.7")))
+	d := startDohfwd(t, scopeYAML(slow.String()), newPKI(t))
+	c := d.client()
+	post := func(name, traceparent string) *http.Response {
+		wire, _ := newQuery(name, dns.TypeA).Pack()
+		req, _ := http.NewRequest("POST", d.URL(), bytes.NewReader(wire))
+		req.Header.Set("content-type", "application/dns-message")
+		if traceparent != "" {
+			req.Header.Set("traceparent", traceparent)
+		}
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	traceresponse := regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$`)
+	eventsOf := func(qname string) (questions, attempts []map[string]any) {
+		for _, ev := range d.Events(func(ev map[string]any) bool { return ev["qname"] == qname }) {
+			switch ev["message"] {
+			case "question":
+				questions = append(questions, ev)
+			case "attempt":
+				attempts = append(attempts, ev)
+			}
+		}
+		return
+	}
+
+	const traceID, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	res := post("in.example.test", "00-"+traceID+"-"+parent+"-01")
+	m := traceresponse.FindStringSubmatch(res.Header.Get("traceresponse"))
+	if m == nil || m[1] != traceID || m[2] == parent || m[3] != "01" {
+		t.Fatalf("traceresponse %q for trace %s", res.Header.Get("traceresponse"), traceID)
+	}
+	d.waitEvent(5*time.Second, func(ev map[string]any) bool { return ev["message"] == "question" && ev["qname"] == "in.example.test." })
+	qs, as := eventsOf("in.example.test.")
+	if len(qs) != 1 || len(as) != 1 {
+		t.Fatalf("events: %v %v", qs, as)
+	}
+	for _, ev := range append(qs, as...) {
+		if ev["trace_id"] != traceID || ev["parent_id"] != parent || ev["span_id"] != m[2] {
+			t.Errorf("%s event %v lacks trace %s parent %s span %s", ev["message"], ev, traceID, parent, m[2])
+		}
+	}
+
+	res = post("new.example.test", "")
+	m = traceresponse.FindStringSubmatch(res.Header.Get("traceresponse"))
+	if m == nil || m[1] == strings.Repeat("0", 32) {
+		t.Fatalf("traceresponse %q without traceparent", res.Header.Get("traceresponse"))
+	}
+	d.waitEvent(5*time.Second, func(ev map[string]any) bool { return ev["message"] == "question" && ev["qname"] == "new.example.test." })
+	qs, as = eventsOf("new.example.test.")
+	for _, ev := range append(qs, as...) {
+		if ev["trace_id"] != m[1] || ev["parent_id"] != nil {
+			t.Errorf("%s event %v: want the trace-id made here, %s, and no parent", ev["message"], ev, m[1])
+		}
+	}
+
+	var wg sync.WaitGroup
+	ids := []string{}
+	for i := range 3 {
+		id := fmt.Sprintf("%032x", i+1)
+		ids = append(ids, id)
+		wg.Go(func() { post("shared.example.test", "00-"+id+"-"+parent+"-01") })
+		time.Sleep(50 * time.Millisecond) // in order, within the 300 ms the first one waits
+	}
+	wg.Wait()
+	d.waitEvent(5*time.Second, func(ev map[string]any) bool {
+		return ev["message"] == "question" && ev["qname"] == "shared.example.test." && ev["attempts"] == 1.0
+	})
+	qs, _ = eventsOf("shared.example.test.")
+	var served []any
+	for _, ev := range qs {
+		if ev["attempts"] == 1.0 {
+			served, _ = ev["trace_ids"].([]any)
+		} else if ev["joined_trace_id"] != ids[0] {
+			t.Errorf("coalesced question %v does not name the trace it joined, %s", ev, ids[0])
+		}
+	}
+	if fmt.Sprint(served) != fmt.Sprint(ids) {
+		t.Fatalf("the shared question's event lists traces %v, want %v", served, ids)
 	}
 }

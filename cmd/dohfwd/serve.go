@@ -75,6 +75,7 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		Path:           cfg.Listen.Path,
 		TrustedProxies: trusted,
 		ServerTiming:   cfg.Listen.ServerTiming,
+		TraceContext:   cfg.Listen.TraceContext,
 		Observe: func(x doh.Exchange) {
 			met.ObserveRequest(x.Status, x.Rcode)
 			if x.Problem != "" {
