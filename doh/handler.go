@@ -291,12 +291,11 @@ func (h *handler) writeWire(w http.ResponseWriter, r *http.Request, x *Exchange,
 // setResolvedHeaders adds what an answer from the resolver carries beside
 // the DNS message: Server-Timing and traceresponse, when on.
 func (h *handler) setResolvedHeaders(hdr http.Header, x *Exchange) {
-	if h.serverTiming {
-		setServerTiming(hdr, x.Response)
-	}
+	var tr *engine.Trace
 	if h.traceContext {
-		hdr["Traceresponse"] = TraceResponse(&x.Trace)
+		tr = &x.Trace
 	}
+	setOperatorHeaders(hdr, x.Response, h.serverTiming, tr)
 }
 
 // packReply packs reply without changing it: compressed, and padded to a

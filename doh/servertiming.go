@@ -26,6 +26,16 @@ var (
 
 // ServerTiming returns the Server-Timing header value for r.
 func ServerTiming(r engine.Response) []string {
+	if v := fixedServerTiming(r); v != nil {
+		return v
+	}
+	var b [80]byte
+	return []string{string(AppendServerTiming(b[:0], r))}
+}
+
+// fixedServerTiming is the value made once for an answer that spent no
+// attempt, or nil.
+func fixedServerTiming(r engine.Response) []string {
 	switch {
 	case r.CacheHit:
 		return serverTimingCache
@@ -34,18 +44,51 @@ func ServerTiming(r engine.Response) []string {
 	case r.Result == engine.ResultLocal:
 		return serverTimingLocal
 	}
-	var b [80]byte
-	return []string{string(appendServerTiming(b[:0], "upstream", r.Attempts, r.Upstream.Microseconds()))}
+	return nil
 }
 
-func appendServerTiming(b []byte, source string, attempts int, micros int64) []byte {
-	b = append(b, "source;desc="...)
-	b = append(b, source...)
-	b = append(b, ", attempts;desc="...)
-	b = strconv.AppendInt(b, int64(attempts), 10)
+// AppendServerTiming appends the Server-Timing value of an answer from
+// upstream to b.
+func AppendServerTiming(b []byte, r engine.Response) []byte {
+	b = append(b, "source;desc=upstream, attempts;desc="...)
+	b = strconv.AppendInt(b, int64(r.Attempts), 10)
 	b = append(b, ", upstream;dur="...)
-	return strconv.AppendFloat(b, float64(micros)/1000, 'f', -1, 64)
+	return strconv.AppendFloat(b, float64(r.Upstream.Microseconds())/1000, 'f', -1, 64)
 }
 
-// setServerTiming adds the Server-Timing header of a resolved answer.
-func setServerTiming(h http.Header, r engine.Response) { h["Server-Timing"] = ServerTiming(r) }
+// setOperatorHeaders adds Server-Timing (timing) and traceresponse (tr not
+// nil) to a resolved answer's headers. Both values are made in one string
+// and share one backing array for their slices: two allocations at most.
+func setOperatorHeaders(h http.Header, r engine.Response, timing bool, tr *engine.Trace) {
+	var fixed []string
+	if timing {
+		fixed = fixedServerTiming(r)
+	}
+	var b [160]byte
+	out := b[:0]
+	if timing && fixed == nil {
+		out = AppendServerTiming(out, r)
+	}
+	split := len(out)
+	if tr != nil {
+		out = AppendTraceResponse(out, tr)
+	}
+	if len(out) == 0 {
+		if fixed != nil {
+			h["Server-Timing"] = fixed
+		}
+		return
+	}
+	s := string(out)
+	vals := new([2]string)
+	if fixed != nil {
+		h["Server-Timing"] = fixed
+	} else if timing {
+		vals[0] = s[:split]
+		h["Server-Timing"] = vals[0:1:1]
+	}
+	if tr != nil {
+		vals[1] = s[split:]
+		h["Traceresponse"] = vals[1:2:2]
+	}
+}

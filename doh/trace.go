@@ -79,11 +79,15 @@ func lowerHex(dst []byte, s string) bool {
 // this server's span and the flags.
 func TraceResponse(t *engine.Trace) []string {
 	var b [traceparentLen]byte
-	out := append(b[:0], "00-"...)
-	out = hex.AppendEncode(out, t.ID[:])
-	out = append(out, '-')
-	out = hex.AppendEncode(out, t.Span[:])
-	out = append(out, '-')
-	out = hex.AppendEncode(out, []byte{t.Flags})
-	return []string{string(out)}
+	return []string{string(AppendTraceResponse(b[:0], t))}
+}
+
+// AppendTraceResponse appends t's traceresponse value to b.
+func AppendTraceResponse(b []byte, t *engine.Trace) []byte {
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, t.ID[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, t.Span[:])
+	b = append(b, '-')
+	return hex.AppendEncode(b, []byte{t.Flags})
 }
