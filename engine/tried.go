@@ -14,22 +14,25 @@ const maxTried = 8
 // tried is the record of a question's attempts, in order: a fixed array
 // on the question, so the happy path allocates nothing for it.
 type tried struct {
-	n    int // attempts recorded or counted
-	recs [maxTried]triedAttempt
+	n       int // attempts recorded or counted
+	recs    [maxTried]triedAttempt
+	servers []*upstream // the scope's servers, which recs index
 }
 
-// triedAttempt is one attempt as the Extended DNS Error names it.
+// triedAttempt is one attempt as the Extended DNS Error names it: 8
+// bytes, the server by its index in the scope's list.
 type triedAttempt struct {
-	server    *upstream
+	server    uint16 // index in the question's scope's servers
 	transport Transport
 	outcome   Outcome
 	class     ErrorClass // the socket error's class, for socket failures
 	rcode     int16      // the reply's rcode, for OutcomeRcode
 }
 
-func (t *tried) add(server *upstream, tr Transport, res exchangeResult) {
+func (t *tried) add(servers []*upstream, server int, tr Transport, res exchangeResult) {
+	t.servers = servers
 	if t.n < maxTried {
-		t.recs[t.n] = triedAttempt{server: server, transport: tr, outcome: res.outcome, class: res.class, rcode: int16(res.rcode)}
+		t.recs[t.n] = triedAttempt{server: uint16(server), transport: tr, outcome: res.outcome, class: res.class, rcode: int16(res.rcode)}
 	}
 	t.n++
 }
@@ -64,7 +67,7 @@ func (t *tried) text(room int) string {
 	parts := make([]string, recorded)
 	for i := range recorded {
 		a := &t.recs[i]
-		parts[i] = a.server.key + "/" + a.transport.String() + " " + a.what()
+		parts[i] = t.servers[a.server].key + "/" + a.transport.String() + " " + a.what()
 	}
 	for keep := recorded; keep >= 0; keep-- {
 		s := joinAttempts(parts[:keep])

@@ -26,7 +26,11 @@
 #        logs two events per question); PERF_DIR=dir records a perf CPU
 #        profile of dohfwd (unstripped build) during one load into
 #        dir/perf.data; PERF_LOAD picks it: cache-same, cache-distinct,
-#        nocache-same or nocache-distinct (the default).
+#        nocache-same or nocache-distinct (the default); BASE_REV=REV also
+#        builds dohfwd at git revision REV and loads it in the same run, on
+#        the same configuration, for a "dohfwd / base" ratio (the cost of a
+#        change); OPS_OFF=1 adds dohfwd with listen.server_timing and
+#        listen.trace_context off, for a "dohfwd / ops-off" ratio.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +41,8 @@ CACHE_ENTRIES=${CACHE_ENTRIES:-100000}
 LOG_LEVEL=${LOG_LEVEL:-error}
 PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
+BASE_REV=${BASE_REV:-}
+OPS_OFF=${OPS_OFF:-}
 CONNS=4
 STREAMS=10
 
@@ -86,6 +92,15 @@ if [ -n "$PERF_DIR" ]; then
 	CGO_ENABLED=0 go build -trimpath -o "$dohfwd_bin" ./cmd/dohfwd
 fi
 
+base_bin=""
+if [ -n "$BASE_REV" ]; then
+	log "building dohfwd at $BASE_REV"
+	mkdir -p "$work/base-src"
+	git archive "$BASE_REV" | tar -x -C "$work/base-src"
+	base_bin=$work/dohfwd-base
+	(cd "$work/base-src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$base_bin" ./cmd/dohfwd)
+fi
+
 # --- upstream: one nsd, rate limiting off ----------------------------------
 nsdport=$(freeport)
 start_bench_nsd "$nsdport"
@@ -96,10 +111,10 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
 	-keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 
 # --- servers: dohfwd and dnsdist, one of each with the cache on and off ---
-# dohfwd_conf PORT MAX_ENTRIES
+# dohfwd_conf PORT MAX_ENTRIES [EXTRA_LISTEN_KEYS]
 dohfwd_conf() {
 	cat <<YAML
-listen: {https: "127.0.0.1:$1", admin: ""}
+listen: {https: "127.0.0.1:$1", admin: ""$3}
 tls: {mode: files, cert_file: "$work/cert.pem", key_file: "$work/key.pem"}
 scopes:
   - {name: bench, default_route: true, servers: ["127.0.0.1:$nsdport"]}
@@ -122,14 +137,16 @@ LUA
 }
 
 declare -A port pid
-# start NAME KIND(dohfwd|dnsdist) MAX_ENTRIES
+# start NAME KIND(dohfwd|base|opsoff|dnsdist) MAX_ENTRIES
 start() {
-	local name=$1 kind=$2 entries=$3 p
+	local name=$1 kind=$2 entries=$3 p bin=$dohfwd_bin extra=""
 	p=$(freeport)
 	port[$name]=$p
-	if [ "$kind" = dohfwd ]; then
-		dohfwd_conf "$p" "$entries" >"$work/$name.yaml"
-		"$dohfwd_bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
+	[ "$kind" = base ] && bin=$base_bin
+	[ "$kind" = opsoff ] && extra=", server_timing: false, trace_context: false"
+	if [ "$kind" != dnsdist ]; then
+		dohfwd_conf "$p" "$entries" "$extra" >"$work/$name.yaml"
+		"$bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
 	else
 		dnsdist_conf "$p" "$entries" >"$work/$name.conf"
 		dnsdist --supervised --disable-syslog -C "$work/$name.conf" >"$work/$name.log" 2>&1 </dev/null &
@@ -141,6 +158,14 @@ start dohfwd-cache dohfwd "$CACHE_ENTRIES"
 start dohfwd-nocache dohfwd 0
 start dnsdist-cache dnsdist "$CACHE_ENTRIES"
 start dnsdist-nocache dnsdist 0
+if [ -n "$BASE_REV" ]; then
+	start base-cache base "$CACHE_ENTRIES"
+	start base-nocache base 0
+fi
+if [ -n "$OPS_OFF" ]; then
+	start opsoff-cache opsoff "$CACHE_ENTRIES"
+	start opsoff-nocache opsoff 0
+fi
 for name in "${!port[@]}"; do waitport "${port[$name]}"; done
 
 # --- queries -----------------------------------------------------------------
@@ -203,6 +228,7 @@ vmhwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 # --- runs --------------------------------------------------------------------
 log "load: N=$N, $CONNS connections x $STREAMS streams, HTTP/2 over TLS; dohfwd log level $LOG_LEVEL"
 results=()
+compared=()
 for cache in cache nocache; do
 	for kind in same distinct; do
 		d=dohfwd-$cache s=dnsdist-$cache
@@ -222,6 +248,15 @@ for cache in cache nocache; do
 		fi
 		read -r s_rps s_ok <<<"$("load_$kind" "${port[$s]}")"
 		results+=("$cache $kind ${d_rps:-0} ${d_ok:-0} ${s_rps:-0} ${s_ok:-0}")
+		for other in base opsoff; do
+			[ -n "${port[$other-$cache]:-}" ] || continue
+			# The other dohfwd, then dohfwd again: the ratio uses the mean
+			# of dohfwd's two loads around it, so drift on the machine
+			# weighs on both sides alike.
+			read -r o_rps o_ok <<<"$("load_$kind" "${port[$other-$cache]}")"
+			read -r d2_rps d2_ok <<<"$("load_$kind" "${port[$d]}")"
+			compared+=("$other $cache $kind $(echo "(${d_rps:-0} + ${d2_rps:-0}) / 2" | bc -l) ${o_rps:-0} ${o_ok:-0}")
+		done
 		log "done: $cache $kind"
 	done
 done
@@ -235,6 +270,16 @@ for r in "${results[@]}"; do
 	[ "$cache" = cache ] && cache="on ($CACHE_ENTRIES)" || cache=off
 	printf '%-10s %-9s %12.0f %12.0f %10.2f %18s\n' "${cache%% *}" "$kind" "$d_rps" "$s_rps" "$ratio" "$d_ok / $s_ok"
 done
+if [ ${#compared[@]} -gt 0 ]; then
+	echo
+	echo "dohfwd against itself (base: dohfwd at $BASE_REV; ops-off: server_timing and trace_context off):"
+	printf '%-8s %-8s %-9s %12s %12s %8s %8s\n' other cache names "dohfwd r/s" "other r/s" ratio "200s"
+	for r in "${compared[@]}"; do
+		read -r other cache kind d_rps o_rps o_ok <<<"$r"
+		ratio=$(echo "if ($o_rps > 0) $d_rps / $o_rps else 0" | bc -l)
+		printf '%-8s %-8s %-9s %12.0f %12.0f %8.3f %8s\n' "$other" "$cache" "$kind" "$d_rps" "$o_rps" "$ratio" "$o_ok"
+	done
+fi
 echo
 echo "peak RSS (VmHWM) after the runs:"
 for c in cache nocache; do

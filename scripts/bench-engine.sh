@@ -7,7 +7,29 @@
 #    transactions in flight to a blackhole.
 # Targets (issue 2): <= 15 us own CPU and <= 30 allocs per question;
 # <= 48 MiB heap for 4 096 in flight.
+#
+# BASE_REV=REV also runs BenchmarkForwardUDP on the engine at git revision
+# REV, alternating with this tree's, BENCH_COUNT rounds each, for a
+# "this / base" comparison in the same run (the cost of a change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go test ./engine/ -run '^$' -bench 'BenchmarkForwardUDP|BenchmarkPeerMiekgExchange' -benchtime "${BENCH_N:-50000}x" -count "${BENCH_COUNT:-3}"
-go test ./engine/ -run '^$' -bench 'BenchmarkInFlight4096' -benchtime 3x -count 1
+if [ -z "${BASE_REV:-}" ]; then
+	go test ./engine/ -run '^$' -bench 'BenchmarkForwardUDP|BenchmarkPeerMiekgExchange' -benchtime "${BENCH_N:-50000}x" -count "${BENCH_COUNT:-3}"
+	go test ./engine/ -run '^$' -bench 'BenchmarkInFlight4096' -benchtime 3x -count 1
+	exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+git archive "$BASE_REV" | tar -x -C "$work"
+here=$(pwd)
+go test -c -o "$work/head.test" ./engine/
+(cd "$work" && go test -c -o "$work/base.test" ./engine/)
+for i in $(seq 1 "${BENCH_COUNT:-3}"); do
+	for which in base head; do
+		# Each binary runs in its own package folder (testdata, relative paths).
+		dir=$here/engine
+		[ "$which" = base ] && dir=$work/engine
+		(cd "$dir" && "$work/$which.test" -test.run '^$' -test.bench 'BenchmarkForwardUDP' \
+			-test.benchtime "${BENCH_N:-50000}x" -test.count 1) | sed -n "s/^Benchmark/$which: Benchmark/p"
+	done
+done
