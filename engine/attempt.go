@@ -60,7 +60,7 @@ func (qn *question) ask(name string) Response {
 			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
 			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted, Trace: qn.trace,
 		})
-		qn.tried.add(c.servers, pick, tx.transport, res)
+		qn.tried.add(qn.scope, pick, tx.transport, res)
 		qn.upstream += rtt
 		tcpTo = nil
 		switch res.outcome {

@@ -146,13 +146,25 @@ func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 	}
 	resp.Msg.Id = q.Id
 	e.counters.questions[resp.Result].Add(1)
-	e.observer.Question(QuestionEvent{
+	ev := QuestionEvent{
 		Question: qn.id, QName: qs.Name, QType: qs.Qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
 		CacheHit: resp.CacheHit, Duration: time.Since(start),
-		Trace: qn.trace, Joined: qn.joined, Served: qn.served,
-	})
+		Trace: qn.trace,
+	}
+	if qn.shared != nil {
+		ev.Joined, ev.Served = qn.shared.joined, qn.shared.served
+	}
+	e.observer.Question(ev)
 	return resp
+}
+
+// sharedTraces are the traces of the questions one question shared an
+// upstream question with: the one it waited for (joined), those that
+// waited for it (served).
+type sharedTraces struct {
+	joined *Trace
+	served []*Trace
 }
 
 // question is one client question on its way through the attempts.
@@ -173,12 +185,10 @@ type question struct {
 	tried    tried
 	upstream time.Duration
 
-	// trace is the client's trace (nil: none); joined the trace of the
-	// identical question this one waited for; served the traces of the
-	// questions that waited for this one.
+	// trace is the client's trace (nil: none); shared, made only when
+	// the question shares an upstream question, says with whom.
 	trace  *Trace
-	joined *Trace
-	served []*Trace
+	shared *sharedTraces
 
 	// budgetEnd is the earlier of the client's deadline and the question
 	// timeout (zero: neither); budgetBy says which.

@@ -164,7 +164,12 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) R
 	defer func() {
 		rt.flights.land(key, fl)
 		// Landed, the flight takes no more followers.
-		qn.served = append(qn.served, fl.served...)
+		if len(fl.served) > 0 {
+			if qn.shared == nil {
+				qn.shared = new(sharedTraces)
+			}
+			qn.shared.served = append(qn.shared.served, fl.served...)
+		}
 	}()
 	// The previous flight may have cached its answer between this
 	// question's miss and its join.
@@ -202,7 +207,12 @@ func (qn *question) follow(fl *flight) (Response, bool) {
 	if fl.abandoned {
 		return Response{}, false
 	}
-	qn.joined = fl.leader
+	if fl.leader != nil {
+		if qn.shared == nil {
+			qn.shared = new(sharedTraces)
+		}
+		qn.shared.joined = fl.leader
+	}
 	if fl.entry == nil {
 		qn.tried = fl.tried
 		r := fl.result

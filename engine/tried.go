@@ -14,9 +14,9 @@ const maxTried = 8
 // tried is the record of a question's attempts, in order: a fixed array
 // on the question, so the happy path allocates nothing for it.
 type tried struct {
-	n       int // attempts recorded or counted
-	recs    [maxTried]triedAttempt
-	servers []*upstream // the scope's servers, which recs index
+	n     int // attempts recorded or counted
+	recs  [maxTried]triedAttempt
+	scope *scope // the scope whose servers recs index
 }
 
 // triedAttempt is one attempt as the Extended DNS Error names it: 8
@@ -29,8 +29,8 @@ type triedAttempt struct {
 	rcode     int16      // the reply's rcode, for OutcomeRcode
 }
 
-func (t *tried) add(servers []*upstream, server int, tr Transport, res exchangeResult) {
-	t.servers = servers
+func (t *tried) add(sc *scope, server int, tr Transport, res exchangeResult) {
+	t.scope = sc
 	if t.n < maxTried {
 		t.recs[t.n] = triedAttempt{server: uint16(server), transport: tr, outcome: res.outcome, class: res.class, rcode: int16(res.rcode)}
 	}
@@ -67,7 +67,7 @@ func (t *tried) text(room int) string {
 	parts := make([]string, recorded)
 	for i := range recorded {
 		a := &t.recs[i]
-		parts[i] = t.servers[a.server].key + "/" + a.transport.String() + " " + a.what()
+		parts[i] = t.scope.servers[a.server].key + "/" + a.transport.String() + " " + a.what()
 	}
 	for keep := recorded; keep >= 0; keep-- {
 		s := joinAttempts(parts[:keep])

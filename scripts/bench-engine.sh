@@ -10,7 +10,9 @@
 #
 # BASE_REV=REV also runs BenchmarkForwardUDP on the engine at git revision
 # REV, alternating with this tree's, BENCH_COUNT rounds each, for a
-# "this / base" comparison in the same run (the cost of a change).
+# "this / base" comparison in the same run (the cost of a change), shown
+# by benchstat when it is installed
+# (go install golang.org/x/perf/cmd/benchstat@latest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${BASE_REV:-}" ]; then
@@ -30,6 +32,13 @@ for i in $(seq 1 "${BENCH_COUNT:-3}"); do
 		dir=$here/engine
 		[ "$which" = base ] && dir=$work/engine
 		(cd "$dir" && "$work/$which.test" -test.run '^$' -test.bench 'BenchmarkForwardUDP' \
-			-test.benchtime "${BENCH_N:-50000}x" -test.count 1) | sed -n "s/^Benchmark/$which: Benchmark/p"
+			-test.benchtime "${BENCH_N:-50000}x" -test.count 1) | grep '^Benchmark' >>"$work/$which.txt"
 	done
 done
+benchstat=$(command -v benchstat || echo "$(go env GOPATH)/bin/benchstat")
+if [ -x "$benchstat" ]; then
+	(cd "$work" && "$benchstat" base=base.txt head=head.txt)
+else
+	echo "base ($BASE_REV):"; cat "$work/base.txt"
+	echo "head:"; cat "$work/head.txt"
+fi
