@@ -64,15 +64,28 @@ func parseTraceparent(v string, t *engine.Trace) bool {
 	return t.ID != [16]byte{} && t.Parent != [8]byte{}
 }
 
-// lowerHex decodes s into dst, refusing uppercase.
+// lowerHex decodes s (2*len(dst) characters) into dst, refusing
+// uppercase.
 func lowerHex(dst []byte, s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+	for i := range dst {
+		hi, ok1 := lowerNibble(s[2*i])
+		lo, ok2 := lowerNibble(s[2*i+1])
+		if !ok1 || !ok2 {
 			return false
 		}
+		dst[i] = hi<<4 | lo
 	}
-	_, err := hex.Decode(dst, []byte(s))
-	return err == nil
+	return true
+}
+
+func lowerNibble(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // TraceResponse is the traceresponse header value for t: its trace-id,

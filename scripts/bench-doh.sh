@@ -30,7 +30,10 @@
 #        builds dohfwd at git revision REV and loads it in the same run, on
 #        the same configuration, for a "dohfwd / base" ratio (the cost of a
 #        change); OPS_OFF=1 adds dohfwd with listen.server_timing and
-#        listen.trace_context off, for a "dohfwd / ops-off" ratio.
+#        listen.trace_context off, for a "dohfwd / ops-off" ratio; both
+#        also compare CPU per request (from /proc/PID/stat), steadier than
+#        req/s on a shared machine; ROUNDS (1) repeats those comparisons;
+#        LOADS="cache-same nocache-distinct" runs only those loads.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +46,8 @@ PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
 BASE_REV=${BASE_REV:-}
 OPS_OFF=${OPS_OFF:-}
+ROUNDS=${ROUNDS:-1}
+LOADS=${LOADS:-}
 CONNS=4
 STREAMS=10
 
@@ -223,6 +228,10 @@ load_distinct() {
 	echo "$(echo "$ok / ($t1 - $t0)" | bc -l) $ok"
 }
 
+# cpu_ticks PID: user + system CPU of the process, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+tick_hz=$(getconf CLK_TCK)
+
 vmhwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 
 # --- runs --------------------------------------------------------------------
@@ -231,6 +240,9 @@ results=()
 compared=()
 for cache in cache nocache; do
 	for kind in same distinct; do
+		if [ -n "$LOADS" ]; then
+			case " $LOADS " in *" $cache-$kind "*) ;; *) continue ;; esac
+		fi
 		d=dohfwd-$cache s=dnsdist-$cache
 		perfpid=""
 		if [ -n "$PERF_DIR" ] && [ "$cache-$kind" = "$PERF_LOAD" ]; then
@@ -248,14 +260,25 @@ for cache in cache nocache; do
 		fi
 		read -r s_rps s_ok <<<"$("load_$kind" "${port[$s]}")"
 		results+=("$cache $kind ${d_rps:-0} ${d_ok:-0} ${s_rps:-0} ${s_ok:-0}")
-		for other in base opsoff; do
-			[ -n "${port[$other-$cache]:-}" ] || continue
-			# The other dohfwd, then dohfwd again: the ratio uses the mean
-			# of dohfwd's two loads around it, so drift on the machine
-			# weighs on both sides alike.
-			read -r o_rps o_ok <<<"$("load_$kind" "${port[$other-$cache]}")"
-			read -r d2_rps d2_ok <<<"$("load_$kind" "${port[$d]}")"
-			compared+=("$other $cache $kind $(echo "(${d_rps:-0} + ${d2_rps:-0}) / 2" | bc -l) ${o_rps:-0} ${o_ok:-0}")
+		for round in $(seq 1 "$ROUNDS"); do
+			for other in base opsoff; do
+				[ -n "${port[$other-$cache]:-}" ] || continue
+				# dohfwd, the other dohfwd, dohfwd again: the ratio uses the
+				# mean of dohfwd's two loads around the other's, so drift on
+				# the machine weighs on both sides alike.
+				c0=$(cpu_ticks "${pid[$d]}")
+				read -r d1_rps _ <<<"$("load_$kind" "${port[$d]}")"
+				c1=$(cpu_ticks "${pid[$d]}")
+				o0=$(cpu_ticks "${pid[$other-$cache]}")
+				read -r o_rps o_ok <<<"$("load_$kind" "${port[$other-$cache]}")"
+				o1=$(cpu_ticks "${pid[$other-$cache]}")
+				read -r d2_rps _ <<<"$("load_$kind" "${port[$d]}")"
+				c2=$(cpu_ticks "${pid[$d]}")
+				# CPU microseconds per request
+				d_cpu=$(echo "($c2 - $c0) * 1000000 / $tick_hz / (2 * $N)" | bc -l)
+				o_cpu=$(echo "($o1 - $o0) * 1000000 / $tick_hz / $N" | bc -l)
+				compared+=("$other $cache $kind $(echo "(${d1_rps:-0} + ${d2_rps:-0}) / 2" | bc -l) ${o_rps:-0} ${o_ok:-0} $d_cpu $o_cpu")
+			done
 		done
 		log "done: $cache $kind"
 	done
@@ -273,11 +296,14 @@ done
 if [ ${#compared[@]} -gt 0 ]; then
 	echo
 	echo "dohfwd against itself (base: dohfwd at $BASE_REV; ops-off: server_timing and trace_context off):"
-	printf '%-8s %-8s %-9s %12s %12s %8s %8s\n' other cache names "dohfwd r/s" "other r/s" ratio "200s"
+	printf '%-8s %-8s %-9s %12s %12s %8s %14s %14s %8s %8s\n' other cache names "dohfwd r/s" "other r/s" ratio \
+		"dohfwd cpu/req" "other cpu/req" "ratio" "200s"
 	for r in "${compared[@]}"; do
-		read -r other cache kind d_rps o_rps o_ok <<<"$r"
+		read -r other cache kind d_rps o_rps o_ok d_cpu o_cpu <<<"$r"
 		ratio=$(echo "if ($o_rps > 0) $d_rps / $o_rps else 0" | bc -l)
-		printf '%-8s %-8s %-9s %12.0f %12.0f %8.3f %8s\n' "$other" "$cache" "$kind" "$d_rps" "$o_rps" "$ratio" "$o_ok"
+		cratio=$(echo "if ($o_cpu > 0) $d_cpu / $o_cpu else 0" | bc -l)
+		printf '%-8s %-8s %-9s %12.0f %12.0f %8.3f %12.1fus %12.1fus %8.3f %8s\n' "$other" "$cache" "$kind" "$d_rps" "$o_rps" "$ratio" \
+			"$d_cpu" "$o_cpu" "$cratio" "$o_ok"
 	done
 fi
 echo

@@ -14,8 +14,8 @@ import (
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
-// newHandler is the server's DoH handler over e, with the server's path
-// and trusted proxies.
+// newHandler is the server's DoH handler over e, with the server's path,
+// trusted proxies, Server-Timing and trace context.
 func newHandler(e *engine.Engine, cfg *config.Config) (http.Handler, error) {
 	var trusted []netip.Prefix
 	for _, s := range cfg.Listen.TrustedProxies {
@@ -25,7 +25,8 @@ func newHandler(e *engine.Engine, cfg *config.Config) (http.Handler, error) {
 		}
 		trusted = append(trusted, p)
 	}
-	return doh.NewHandler(e, doh.Options{Path: cfg.Listen.Path, TrustedProxies: trusted}), nil
+	return doh.NewHandler(e, doh.Options{Path: cfg.Listen.Path, TrustedProxies: trusted,
+		ServerTiming: cfg.Listen.ServerTiming, TraceContext: cfg.Listen.TraceContext}), nil
 }
 
 // newObserver logs the engine's attempt and question events as the server
