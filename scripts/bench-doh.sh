@@ -33,7 +33,8 @@
 #        listen.trace_context off, for a "dohfwd / ops-off" ratio; both
 #        also compare CPU per request (from /proc/PID/stat), steadier than
 #        req/s on a shared machine; ROUNDS (1) repeats those comparisons;
-#        LOADS="cache-same nocache-distinct" runs only those loads.
+#        LOADS="cache-same nocache-distinct" runs only those loads;
+#        OPS_OFF_KEYS=", trace_context: false" changes what ops-off turns off.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -148,7 +149,7 @@ start() {
 	p=$(freeport)
 	port[$name]=$p
 	[ "$kind" = base ] && bin=$base_bin
-	[ "$kind" = opsoff ] && extra=", server_timing: false, trace_context: false"
+	[ "$kind" = opsoff ] && extra=${OPS_OFF_KEYS:-", server_timing: false, trace_context: false"}
 	if [ "$kind" != dnsdist ]; then
 		dohfwd_conf "$p" "$entries" "$extra" >"$work/$name.yaml"
 		"$bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
