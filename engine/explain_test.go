@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -85,6 +86,37 @@ func TestExplainRoutingSearchCacheCeiling(t *testing.T) {
 		x = r.e.Explain(newQuery("localhost.", dns.TypeA))
 		if !x.Local {
 			t.Fatal("localhost. not explained as local")
+		}
+	})
+}
+
+// Explain lists a single-label name's search candidates in order, and
+// says the ceiling refuses while it is full.
+func TestExplainSearchCandidatesAndFullCeiling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := engine.Config{InFlightCeiling: 1, Scopes: []engine.ScopeConfig{{Name: "corp", DefaultRoute: true,
+			Servers: []string{rigServer(1).String()}, Search: []string{"corp.example", "lab.example"}}}}
+		r := newRig(t, cfg)
+		r.net.Handle(rigServer(1), memnet.Silent())
+		x := r.e.Explain(newQuery("printer.", dns.TypeA))
+		var names []string
+		for _, c := range x.Candidates {
+			names = append(names, c.Name)
+		}
+		if !equalStrings(names, []string{"printer.corp.example.", "printer.lab.example.", "printer."}) {
+			t.Fatalf("candidates %v", names)
+		}
+		if x.CeilingRefuses {
+			t.Fatal("empty ceiling said to refuse")
+		}
+		r.bg.Go(func() { r.ask("slow.example.") }) // holds the one slot for 2 s
+		synctest.Wait()
+		x = r.e.Explain(newQuery("other.example.", dns.TypeA))
+		if !x.CeilingRefuses || x.InFlight != 1 || !strings.Contains(x.Outcome, "ceiling") {
+			t.Fatalf("full ceiling: refuses %v in flight %d outcome %q", x.CeilingRefuses, x.InFlight, x.Outcome)
+		}
+		if res := r.ask("other.example."); res.Reason != engine.ReasonInFlightCeiling {
+			t.Fatalf("the question was not refused: %v", res.Reason)
 		}
 	})
 }
