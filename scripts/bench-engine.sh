@@ -8,8 +8,11 @@
 # Targets (issue 2): <= 15 us own CPU and <= 30 allocs per question;
 # <= 48 MiB heap for 4 096 in flight.
 #
-# BASE_REV=REV also runs BenchmarkForwardUDP on the engine at git revision
-# REV, alternating with this tree's, BENCH_COUNT rounds each, for a
+# BASE_REV=REV also runs BenchmarkForwardUDP and BenchmarkResolveInMemory
+# (the engine alone on the in-memory network: far less noise than
+# sockets; its file is copied into REV's tree when REV lacks it) on the
+# engine at git revision REV, alternating with this tree's, BENCH_COUNT
+# rounds each, for a
 # "this / base" comparison in the same run (the cost of a change), shown
 # by benchstat when it is installed
 # (go install golang.org/x/perf/cmd/benchstat@latest).
@@ -23,6 +26,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git archive "$BASE_REV" | tar -x -C "$work"
+[ -f "$work/engine/bench_inmemory_test.go" ] || cp engine/bench_inmemory_test.go "$work/engine/"
 here=$(pwd)
 go test -c -o "$work/head.test" ./engine/
 (cd "$work" && go test -c -o "$work/base.test" ./engine/)
@@ -33,6 +37,8 @@ for i in $(seq 1 "${BENCH_COUNT:-3}"); do
 		[ "$which" = base ] && dir=$work/engine
 		(cd "$dir" && "$work/$which.test" -test.run '^$' -test.bench 'BenchmarkForwardUDP' \
 			-test.benchtime "${BENCH_N:-50000}x" -test.count 1) | grep '^Benchmark' >>"$work/$which.txt"
+		(cd "$dir" && "$work/$which.test" -test.run '^$' -test.bench 'BenchmarkResolveInMemory$' \
+			-test.benchtime 1s -test.count 1) | grep '^Benchmark' >>"$work/$which.txt"
 	done
 done
 benchstat=$(command -v benchstat || echo "$(go env GOPATH)/bin/benchstat")
