@@ -1,12 +1,19 @@
 // Package admin serves dohfwd's operator endpoints: GET /status (the
 // engine's scopes, servers, demotion, counters and in-flight as JSON),
-// GET /metrics (Prometheus) and GET /healthz.
+// GET /explain (what a question would do, as JSON), GET /metrics
+// (Prometheus), GET /healthz, and GET / (a live status page over /status
+// and /metrics).
 package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,12 +26,20 @@ type StatusSource interface {
 	Status() engine.Status
 }
 
+// Explainer explains a question without asking anyone; *engine.Engine
+// is one.
+type Explainer interface {
+	Explain(q *dns.Msg) engine.Explanation
+}
+
 // Status is the body of GET /status: the engine's snapshot and where the
-// running configuration came from.
+// running configuration came from. Now is the server's clock, so a page
+// can count demotions down without trusting the browser's.
 type Status struct {
 	Version string    `json:"version"`
 	Config  string    `json:"config"`
 	Started time.Time `json:"started"`
+	Now     time.Time `json:"now"`
 	engine.Status
 }
 
@@ -37,20 +52,29 @@ type Info struct {
 	Started time.Time
 }
 
-// Handler returns the admin endpoints. gatherer may be nil (no /metrics).
+// Handler returns the admin endpoints. gatherer may be nil (no /metrics);
+// GET /explain is served when src is also an Explainer.
 func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		st := Status{Version: info.Version, Started: info.Started, Status: src.Status()}
+		st := Status{Version: info.Version, Started: info.Started, Now: time.Now(), Status: src.Status()}
 		if info.Config != nil {
 			st.Config = info.Config()
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
+		writeJSON(w, http.StatusOK, st)
 	})
+	if ex, ok := src.(Explainer); ok {
+		mux.HandleFunc("GET /explain", func(w http.ResponseWriter, r *http.Request) {
+			q, err := ExplainQuery(r.URL.Query().Get("name"), r.URL.Query().Get("type"))
+			if err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, ex.Explain(q))
+		})
+	}
+	mux.HandleFunc("GET /{$}", servePage)
+	mux.Handle("GET /page/", pageAssets)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
@@ -60,4 +84,37 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}
 	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// ExplainQuery is the query GET /explain explains: name with RD set, type
+// a mnemonic or a number ("" is A).
+func ExplainQuery(name, qtype string) (*dns.Msg, error) {
+	if name == "" {
+		return nil, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
+	}
+	if _, ok := dns.IsDomainName(name); !ok {
+		return nil, errors.New("name " + strconv.Quote(name) + " is not a domain name")
+	}
+	t := dns.TypeA
+	if qtype != "" {
+		if n, err := strconv.ParseUint(qtype, 10, 16); err == nil && n > 0 {
+			t = uint16(n)
+		} else if v, ok := dns.StringToType[strings.ToUpper(qtype)]; ok {
+			t = v
+		} else {
+			return nil, errors.New("type " + strconv.Quote(qtype) + " is not a DNS type")
+		}
+	}
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), t)
+	return q, nil
 }

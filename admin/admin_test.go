@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -73,5 +74,53 @@ func TestEndpoints(t *testing.T) {
 	res, _ = http.Get(srv.URL + "/nothing")
 	if res.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /nothing: %d", res.StatusCode)
+	}
+}
+
+// explainingStatus is a status source that also explains.
+type explainingStatus struct {
+	fixedStatus
+	asked *dns.Msg
+}
+
+func (e *explainingStatus) Explain(q *dns.Msg) engine.Explanation {
+	e.asked = q
+	return engine.Explanation{Name: q.Question[0].Name, Type: dns.Type(q.Question[0].Qtype).String(), Scope: "corp"}
+}
+
+func TestExplainAndPage(t *testing.T) {
+	src := &explainingStatus{}
+	srv := httptest.NewServer(Handler(src, nil, Info{}))
+	defer srv.Close()
+	get := func(path string) (int, string, http.Header) {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode, string(b), res.Header
+	}
+	if code, body, _ := get("/explain?name=db.corp.example&type=aaaa"); code != 200 || !strings.Contains(body, `"scope": "corp"`) ||
+		src.asked.Question[0].Name != "db.corp.example." || src.asked.Question[0].Qtype != dns.TypeAAAA {
+		t.Fatalf("explain: %d %s", code, body)
+	}
+	for _, bad := range []string{"/explain", "/explain?name=a..b", "/explain?name=x&type=NOPE"} {
+		if code, body, _ := get(bad); code != 400 || !strings.Contains(body, `"error"`) {
+			t.Errorf("%s: %d %s", bad, code, body)
+		}
+	}
+	code, body, h := get("/")
+	if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), "text/html") || !strings.Contains(body, `src="/page/status.js"`) {
+		t.Fatalf("page: %d %s", code, h)
+	}
+	for _, asset := range []string{"/page/status.js", "/page/status.css"} {
+		if code, body, _ := get(asset); code != 200 || len(body) < 100 {
+			t.Errorf("%s: %d", asset, code)
+		}
+	}
+	// The page uses nothing from outside the binary.
+	if strings.Contains(body, "http://") || strings.Contains(body, "https://") {
+		t.Error("the page refers to another origin")
 	}
 }

@@ -135,6 +135,8 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 	hopts := doh.Options{
 		Path:           cfg.Listen.Path,
 		TrustedProxies: trusted,
+		ServerTiming:   cfg.Listen.ServerTiming,
+		TraceContext:   cfg.Listen.TraceContext,
 		Observe:        d.Observe,
 	}
 	if d.setup != nil { // a nil *setup.Handler in the interface would not be nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/dohfwd/dohfwd/admin"
 	"github.com/dohfwd/dohfwd/certs"
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/ddr"
@@ -64,10 +65,16 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 	if met != nil {
 		met.CollectEngine(s.Backend)
 	}
+	var backend server.Backend = reloading{s.Backend, d}
+	if ex, ok := s.Backend.(admin.Explainer); ok {
+		// The admin listener serves GET /explain for a backend that
+		// explains (the engine; not the edge host's pool).
+		backend = explaining{reloading{s.Backend, d}, ex}
+	}
 	o := server.Options{
 		Config:  d.Config,
 		Handler: s.Handler,
-		Backend: reloading{s.Backend, d},
+		Backend: backend,
 		Metrics: met,
 		Certs:   CertsConfig(d.Config, d.Log),
 		Log:     d.Log,
@@ -116,6 +123,13 @@ func (r reloading) Reconfigure(ec engine.Config) error {
 	}
 	r.d.Reconfigured(ec)
 	return nil
+}
+
+// explaining is reloading for a backend that also explains questions,
+// which the admin listener looks for.
+type explaining struct {
+	reloading
+	admin.Explainer
 }
 
 // CertsConfig is the certificate manager's part of the configuration.

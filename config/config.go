@@ -53,6 +53,12 @@ type Listen struct {
 	// open every connection to the DoH listeners with a PROXY protocol
 	// header (v1 or v2). Their header is required; anyone else's is refused.
 	ProxyProtocol []string `yaml:"proxy_protocol"`
+	// ServerTiming adds a Server-Timing header (source, attempts,
+	// upstream time) to each DoH answer.
+	ServerTiming bool `yaml:"server_timing"`
+	// TraceContext reads W3C traceparent, puts the trace on the
+	// question's log events and answers with traceresponse.
+	TraceContext bool `yaml:"trace_context"`
 }
 
 // TLS chooses where the HTTPS listener's certificate comes from.
@@ -107,6 +113,10 @@ type Engine struct {
 	QuestionTimeout    time.Duration `yaml:"question_timeout"` // 0 = none
 	Probe              bool          `yaml:"probe"`
 	ForwardECS         bool          `yaml:"forward_ecs"`
+	// EDEServers lists each attempt (server, transport, outcome) in the
+	// Extended DNS Error of an unavailable answer; false keeps the
+	// upstreams private (the info-code and reason stay).
+	EDEServers bool `yaml:"ede_servers"`
 }
 
 // Scope is one scope: routing domains and the servers that answer them.
@@ -262,12 +272,12 @@ func Parse(name string, data []byte) (*Config, error) {
 func defaults() *Config {
 	return &Config{
 		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
-			ProxyProtocol: []string{}},
+			ProxyProtocol: []string{}, ServerTiming: true, TraceContext: true},
 		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{},
 			Redis: Redis{KeyPrefix: "dohfwd", LockLease: 30 * time.Second}}},
 		Engine: Engine{
 			TransactionTimeout: 2 * time.Second, Attempts: 3, DemotionPeriod: 30 * time.Second,
-			InFlightCeiling: 4096,
+			InFlightCeiling: 4096, EDEServers: true,
 		},
 		Scopes:          []Scope{},
 		FallbackServers: []string{"1.1.1.1", "8.8.8.8", "9.9.9.9"},

@@ -17,6 +17,7 @@ func (c *Config) EngineConfig() engine.Config {
 		QuestionTimeout:    c.Engine.QuestionTimeout,
 		Probe:              c.Engine.Probe,
 		ForwardECS:         c.Engine.ForwardECS,
+		EDEHideServers:     !c.Engine.EDEServers,
 		FallbackServers:    slices.Clone(c.FallbackServers),
 		Hosts:              maps.Clone(c.Hosts),
 		Cache: engine.CacheConfig{

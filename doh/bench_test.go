@@ -89,3 +89,22 @@ func BenchmarkServeWireHandlerOnly(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkServeWireOperatorHeaders is BenchmarkServeWireHandlerOnly with
+// Server-Timing and trace context on (a traceparent read, the trace handed
+// to the resolver, traceresponse written): their cost is the difference.
+func BenchmarkServeWireOperatorHeaders(b *testing.B) {
+	hb, target := benchHandler(b)
+	h := hb.(*handler)
+	h.serverTiming, h.traceContext = true, true
+	req := httptest.NewRequest("GET", target, nil)
+	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(w, req)
+		if w.status != 200 {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+}

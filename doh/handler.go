@@ -67,6 +67,13 @@ type Options struct {
 	// Setup, if set, serves the device setup pages: GET / from a browser
 	// (Accept: text/html) and SetupProfilePath (see package setup).
 	Setup http.Handler
+	// ServerTiming adds a Server-Timing header to each resolved answer:
+	// its source, attempts and upstream time (see [ServerTiming]).
+	ServerTiming bool
+	// TraceContext reads W3C traceparent (or makes a trace) for each
+	// request, hands it to the resolver with the question, and answers
+	// with traceresponse (see [RequestTrace]).
+	TraceContext bool
 }
 
 // Format is the form of a request.
@@ -109,6 +116,8 @@ type Exchange struct {
 	Response engine.Response
 	Start    time.Time
 	Duration time.Duration
+	// Trace is the request's trace, with Options.TraceContext.
+	Trace engine.Trace
 
 	wireBuf *[]byte // the pooled buffer Response.Wire was written into
 }
@@ -118,7 +127,8 @@ type Exchange struct {
 // parameter), 404 elsewhere. Methods other than GET and POST (HEAD
 // included: a DoH answer without its body is of no use) get 405.
 func NewHandler(r Resolver, o Options) http.Handler {
-	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup}
+	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
+		serverTiming: o.ServerTiming, traceContext: o.TraceContext}
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -136,6 +146,9 @@ type handler struct {
 	observe  func(Exchange)
 	setup    http.Handler
 	notFound string
+
+	serverTiming bool
+	traceContext bool
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -143,6 +156,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.observe != nil {
 		x.Start = time.Now()
 		x.Peer, x.ClientIP = h.client(r)
+	}
+	if h.traceContext {
+		x.Trace = RequestTrace(r.Header)
 	}
 	switch r.URL.Path {
 	case h.path:
@@ -258,6 +274,9 @@ func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange)
 // one to answer.
 func (h *handler) resolve(ctx context.Context, q *dns.Msg, raw []byte, x *Exchange) bool {
 	x.Resolved = true
+	if h.traceContext {
+		ctx = engine.WithTrace(ctx, x.Trace)
+	}
 	if wr, ok := h.resolver.(WireResolver); ok && raw != nil {
 		bp := getBuffer()
 		x.Response = wr.ResolveWire(ctx, raw, (*bp)[:0])
@@ -321,9 +340,22 @@ func (h *handler) writeDNS(w http.ResponseWriter, r *http.Request, x *Exchange, 
 	if r.URL.Path == h.path {
 		hdr["Vary"] = varyAccept
 	}
+	if x.Resolved {
+		h.setResolvedHeaders(hdr, x)
+	}
 	x.Status, x.Rcode = http.StatusOK, rcode
 	w.WriteHeader(http.StatusOK)
 	w.Write(wire)
+}
+
+// setResolvedHeaders adds what an answer from the resolver carries beside
+// the DNS message: Server-Timing and traceresponse, when on.
+func (h *handler) setResolvedHeaders(hdr http.Header, x *Exchange) {
+	var tr *engine.Trace
+	if h.traceContext {
+		tr = &x.Trace
+	}
+	setOperatorHeaders(hdr, x.Response, h.serverTiming, tr)
 }
 
 // packReply packs reply without changing it: compressed, and padded to a

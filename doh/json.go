@@ -78,6 +78,7 @@ func (h *handler) serveJSON(w http.ResponseWriter, r *http.Request, x *Exchange,
 	if onDoHPath {
 		hdr["Vary"] = varyAccept
 	}
+	h.setResolvedHeaders(hdr, x)
 	x.Status, x.Rcode = http.StatusOK, reply.Rcode
 	w.WriteHeader(http.StatusOK)
 	w.Write(append(body, '\n'))

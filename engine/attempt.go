@@ -62,8 +62,10 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		e.observer.Attempt(AttemptEvent{
 			Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
 			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
-			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted,
+			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted, Trace: qn.trace,
 		})
+		qn.tried.add(qn.scope, pick, tx.transport, res)
+		qn.upstream += rtt
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
@@ -202,5 +204,6 @@ func (e *Engine) settle(server *upstream, o Outcome, k attemptKind, period time.
 		e.counters.cancelled.Add(1)
 	}
 	e.counters.attempts[o].Add(1)
+	server.note(o)
 	return ch
 }

@@ -10,7 +10,7 @@ type inFlight struct {
 
 // acquire takes a slot, or reports that the ceiling is reached.
 func (f *inFlight) acquire() bool {
-	if f.n.Add(1) > f.ceiling.Load() {
+	if refusedAt(f.n.Add(1)-1, f.ceiling.Load()) {
 		f.n.Add(-1)
 		return false
 	}
@@ -18,3 +18,7 @@ func (f *inFlight) acquire() bool {
 }
 
 func (f *inFlight) release() { f.n.Add(-1) }
+
+// refusedAt is the ceiling rule: with n transactions outstanding, one more
+// is refused when it would exceed ceiling.
+func refusedAt(n, ceiling int64) bool { return n+1 > ceiling }

@@ -1,6 +1,9 @@
 package engine
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // flights lets concurrent identical questions (one cache key) share one
 // upstream question. The first to arrive leads: it asks upstream on its own
@@ -23,19 +26,35 @@ type flight struct {
 	entry     *entry // the answer or NXDOMAIN; nil otherwise
 	result    found  // the result when entry is nil (unavailable)
 	abandoned bool   // ended by the leader's own budget: ask again
+	tried     tried  // the leader's attempts, for the followers' EDE
+
+	// leaderID is the leading question's id: a client whose detached copy
+	// leads (raceStale) follows a flight of its own, and takes its
+	// attempts (spent, upstream) as its own.
+	leaderID uint64
+	spent    int
+	upstream time.Duration
+
+	leader *Trace   // the leader's trace
+	served []*Trace // the followers' traces, added under flights.mu
 }
 
-// join returns the flight for k, and whether the caller leads it.
-func (f *flights) join(k cacheKey) (*flight, bool) {
+// join returns the flight for k, and whether the caller leads it. tr is
+// the caller's trace: a follower's is listed among those the flight
+// served.
+func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[k]; fl != nil {
+		if tr != nil {
+			fl.served = append(fl.served, tr)
+		}
 		return fl, false
 	}
 	if f.m == nil {
 		f.m = map[cacheKey]*flight{}
 	}
-	fl := &flight{done: make(chan struct{})}
+	fl := &flight{done: make(chan struct{}), leader: tr}
 	f.m[k] = fl
 	return fl, true
 }

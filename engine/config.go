@@ -29,6 +29,10 @@ type Config struct {
 	Probe           bool
 	// ForwardECS keeps a client's EDNS Client Subnet option upstream.
 	ForwardECS bool
+	// EDEHideServers leaves the attempts (servers, transports, outcomes)
+	// out of an unavailable answer's Extended DNS Error; its info-code
+	// and reason stay.
+	EDEHideServers bool
 
 	Scopes          []ScopeConfig
 	FallbackServers []string

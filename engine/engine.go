@@ -131,7 +131,12 @@ type Response struct {
 	Question  uint64 // the question's id, as in its events
 	Scope     string
 	Attempts  int
-	CacheHit  bool
+	// Upstream is the time this question's own attempts took, together.
+	Upstream time.Duration
+	CacheHit bool
+	// Shared is set when the answer came from an identical question
+	// upstream at the same time (no attempt of its own).
+	Shared bool
 }
 
 // Resolve answers one client query given unpacked. The front end has
@@ -146,7 +151,7 @@ func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 	resp := e.ResolveWire(ctx, raw, nil)
 	m := new(dns.Msg)
 	if err := m.Unpack(resp.Wire); err != nil || resp.Wire == nil {
-		m = unavailableReply(q, ReasonAttemptsSpent)
+		m = unavailableReply(q, ReasonAttemptsSpent, nil, false)
 		m.Id = q.Id
 	}
 	resp.Msg = m
@@ -181,11 +186,12 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 		id:     e.questionIDs.Add(1),
 		scope:  rt.route(cq.name),
 		start:  start,
+		trace:  TraceFrom(ctx),
 	}
 	qn.setBudget(start)
 	f := qn.resolve()
-	resp := Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit,
-		Question: qn.id, Scope: qn.scope.name, Attempts: qn.spent}
+	resp := Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit, Shared: f.shared,
+		Question: qn.id, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
 	resp.Wire = qn.writeReply(dst, f)
 	w, _ := walkReply(resp.Wire[len(dst):], nil)
 	resp.Rcode = w.rcode
@@ -194,11 +200,16 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 	if resp.Result == ResultStale {
 		e.counters.stale[resp.Reason].Add(1)
 	}
-	e.observer.Question(QuestionEvent{
+	ev := QuestionEvent{
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
 		CacheHit: resp.CacheHit, Duration: time.Since(start),
-	})
+		Trace: qn.trace,
+	}
+	if qn.shared != nil {
+		ev.Joined, ev.Served = qn.shared.joined, qn.shared.served
+	}
+	e.observer.Question(ev)
 	return resp
 }
 
@@ -213,7 +224,8 @@ func (qn *question) writeReply(dst []byte, f found) []byte {
 			return out
 		}
 	}
-	out, err := appendPacked(dst, unavailableReply(cq.message(), f.reason), cq)
+	m := unavailableReply(cq.message(), f.reason, &qn.tried, qn.cfg.EDEHideServers)
+	out, err := appendPacked(dst, m, cq)
 	if err != nil {
 		return dst
 	}
@@ -248,6 +260,14 @@ func unpackedQuery(raw []byte) (*clientQuery, bool) {
 	return cq, ok
 }
 
+// sharedTraces are the traces of the questions one question shared an
+// upstream question with: the one it waited for (joined), those that
+// waited for it (served).
+type sharedTraces struct {
+	joined *Trace
+	served []*Trace
+}
+
 // question is one client question on its way through the attempts.
 type question struct {
 	e      *Engine
@@ -263,6 +283,17 @@ type question struct {
 	// background marks a question no client asked (a prefetch): a
 	// ceiling refusal is not counted as a client's.
 	background bool
+
+	// tried records the attempts for the Extended DNS Error of an
+	// unavailable answer (a coalesced question takes its leader's);
+	// upstream is the time they took.
+	tried    tried
+	upstream time.Duration
+
+	// trace is the client's trace (nil: none); shared, made only when
+	// the question shares an upstream question, says with whom.
+	trace  *Trace
+	shared *sharedTraces
 
 	// budgetEnd is the earlier of the client's deadline and the question
 	// timeout (zero: neither); budgetBy says which.

@@ -54,7 +54,8 @@ type AttemptEvent struct {
 	Outcome   Outcome
 	Rcode     int // -1 when no reply was used
 	RTT       time.Duration
-	Demoted   bool // the attempt demoted the server
+	Demoted   bool   // the attempt demoted the server
+	Trace     *Trace // the question's trace, nil without one
 }
 
 // QuestionEvent describes one question at its end.
@@ -68,6 +69,12 @@ type QuestionEvent struct {
 	Attempts int
 	CacheHit bool
 	Duration time.Duration
+	Trace    *Trace // the question's trace, nil without one
+	// Joined is the trace of the identical question this one waited for
+	// instead of asking; Served the traces of the questions that waited
+	// for this one (nil: none).
+	Joined *Trace
+	Served []*Trace
 }
 
 // Observer receives the engine's events. Events are passed by value so an

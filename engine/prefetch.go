@@ -33,7 +33,7 @@ func (en *entry) prefetchDue(now time.Time, minHits int) bool {
 // it.
 func (qn *question) prefetch(key cacheKey) {
 	rt := qn.routes
-	fl, leads := rt.flights.join(key)
+	fl, leads := rt.flights.join(key, nil)
 	if !leads {
 		return
 	}

@@ -62,17 +62,48 @@ func (r Reason) ede() (code uint16, text string) {
 
 // unavailableReply is the SERVFAIL a client gets for an unavailable
 // question: its question echoed, RA set, and an EDE option saying why.
-func unavailableReply(q *dns.Msg, r Reason) *dns.Msg {
+// Its EXTRA-TEXT names each attempt in order (server, transport, outcome)
+// unless hideServers, within the size the client can take.
+func unavailableReply(q *dns.Msg, r Reason, t *tried, hideServers bool) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetRcode(q, dns.RcodeServerFailure)
 	m.RecursionAvailable = true
 	code, text := r.ede()
 	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
 	opt.SetUDPSize(dns.DefaultMsgSize)
-	if qo := q.IsEdns0(); qo != nil && qo.Do() {
+	qo := q.IsEdns0()
+	if qo != nil && qo.Do() {
 		opt.SetDo()
 	}
-	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: text})
+	ede := &dns.EDNS0_EDE{InfoCode: code, ExtraText: text}
+	opt.Option = append(opt.Option, ede)
 	m.Extra = append(m.Extra, opt)
+	if t != nil && t.n > 0 && !hideServers {
+		sep := ""
+		if text != "" {
+			sep = ": "
+		}
+		if list := t.text(clientSize(qo) - m.Len() - len(sep)); list != "" {
+			ede.ExtraText = text + sep + list
+		}
+	}
 	return m
+}
+
+// clientSize is the largest message the client takes: its EDNS UDP size,
+// else 512 (RFC 1035). DoH carries more, but a client that says so is
+// believed. A padded query's reply is padded to a multiple of
+// PaddingBlock (its Padding option adds 4 bytes), so that is the size
+// before padding that still fits once padded.
+func clientSize(o *dns.OPT) int {
+	if o == nil {
+		return dns.MinMsgSize
+	}
+	size := max(int(o.UDPSize()), dns.MinMsgSize)
+	for _, op := range o.Option {
+		if op.Option() == dns.EDNS0PADDING {
+			return size/PaddingBlock*PaddingBlock - 4
+		}
+	}
+	return size
 }

@@ -62,27 +62,53 @@ type routes struct {
 // (label-wise, case-insensitive; ties to the first scope), else the first
 // default-route scope with servers, else the fallback servers.
 func (r *routes) route(name string) *scope {
+	s, _, _ := r.routeFor(name)
+	return s
+}
+
+// RouteBy says why a question went to its scope.
+type RouteBy uint8
+
+const (
+	RouteByDomain   RouteBy = iota // the longest matching routing domain
+	RouteByDefault                 // the first default-route scope with servers
+	RouteByFallback                // no scope took it: the fallback servers
+)
+
+var routeByNames = [...]string{"routing domain", "default route", "fallback"}
+
+func (b RouteBy) String() string {
+	if int(b) < len(routeByNames) {
+		return routeByNames[b]
+	}
+	return "unknown"
+}
+
+// routeFor is the routing rule: the scope for name, why, and the routing
+// domain that matched (RouteByDomain only). Questions and Explain both
+// use it, so an explanation cannot disagree with what a question does.
+func (r *routes) routeFor(name string) (*scope, RouteBy, string) {
 	if !dns.IsFqdn(name) {
 		name = dns.Fqdn(name)
 	}
 	var best *scope
-	bestLen := -1
+	bestLen, bestDomain := -1, ""
 	for _, s := range r.scopes {
 		for _, d := range s.domains {
 			if len(d) > bestLen && inDomain(name, d) {
-				best, bestLen = s, len(d)
+				best, bestLen, bestDomain = s, len(d), d
 			}
 		}
 	}
 	if best != nil {
-		return best
+		return best, RouteByDomain, bestDomain
 	}
 	for _, s := range r.scopes {
 		if s.defaultRoute && len(s.servers) > 0 {
-			return s
+			return s, RouteByDefault, ""
 		}
 	}
-	return r.fallback
+	return r.fallback, RouteByFallback, ""
 }
 
 // inDomain reports whether name equals domain or lies below it, label-wise

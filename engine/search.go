@@ -32,6 +32,7 @@ type found struct {
 	result   Result
 	reason   Reason
 	cacheHit bool
+	shared   bool // from an identical question's flight: no attempt of its own
 	en       *entry
 	at       time.Time
 	msg      *dns.Msg
@@ -135,7 +136,7 @@ func (qn *question) lookup(name string, searched bool) found {
 		if ok {
 			return r
 		}
-		fl, leads := rt.flights.join(key)
+		fl, leads := rt.flights.join(key, qn.trace)
 		if stale != nil {
 			if r, ok := qn.withStale(name, key, fl, leads, searched, stale); ok {
 				return r
@@ -177,8 +178,17 @@ func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
 // answer before the followers wake.
 func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) found {
 	rt := qn.routes
-	fl.abandoned = true // until a result is set: a panic below must not strand the followers
-	defer rt.flights.land(key, fl)
+	fl.abandoned, fl.leaderID = true, qn.id // until a result is set: a panic below must not strand the followers
+	defer func() {
+		rt.flights.land(key, fl)
+		// Landed, the flight takes no more followers.
+		if len(fl.served) > 0 {
+			if qn.shared == nil {
+				qn.shared = new(sharedTraces)
+			}
+			qn.shared.served = append(qn.shared.served, fl.served...)
+		}
+	}()
 	// The previous flight may have cached its answer between this
 	// question's miss and its join. (A prefetch asks while the entry is
 	// still live: that is its point.)
@@ -190,6 +200,10 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 	}
 	r, en := qn.askUpstream(name, searched)
 	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
+	fl.spent, fl.upstream = qn.spent, qn.upstream
+	if en == nil {
+		fl.tried = qn.tried
+	}
 	if en != nil && rt.cache != nil {
 		rt.cache.put(key, en)
 	}
@@ -218,10 +232,35 @@ func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 	if fl.abandoned {
 		return found{}, false
 	}
-	if fl.entry == nil {
-		return fl.result, true // unavailable: ResolveWire writes the client's SERVFAIL
+	own := fl.leaderID == qn.id
+	qn.joined(fl, own)
+	if own {
+		qn.spent, qn.upstream = fl.spent, fl.upstream
 	}
-	return found{en: fl.entry, at: time.Now(), result: fl.entry.result}, true
+	if fl.entry == nil {
+		qn.tried = fl.tried
+		return found{result: fl.result.result, reason: fl.result.reason, shared: !own}, true // unavailable: ResolveWire writes the client's SERVFAIL
+	}
+	return found{en: fl.entry, at: time.Now(), result: fl.entry.result, shared: !own}, true
+}
+
+// joined records the traces a question that waited for fl shared it with:
+// the leader's; or, when the leader was its own detached copy (own, see
+// raceStale), the traces that copy served. fl has landed: no more are
+// added.
+func (qn *question) joined(fl *flight, own bool) {
+	switch {
+	case own && len(fl.served) > 0:
+		if qn.shared == nil {
+			qn.shared = new(sharedTraces)
+		}
+		qn.shared.served = append(qn.shared.served, fl.served...)
+	case !own && fl.leader != nil:
+		if qn.shared == nil {
+			qn.shared = new(sharedTraces)
+		}
+		qn.shared.joined = fl.leader
+	}
 }
 
 // askUpstream asks name through the attempt loop and, for an answer or

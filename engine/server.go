@@ -20,6 +20,32 @@ type upstream struct {
 	// pools are the idle connected UDP sockets to this address, when the
 	// Network lets sockets be reused.
 	pools serverPools
+	// recent holds the outcomes of the latest attempts, 4 bits each
+	// (outcome+1, newest in the low bits; 0 = none), for operators.
+	recent atomic.Uint64
+}
+
+// recentOutcomes is how many outcomes upstream.recent holds.
+const recentOutcomes = 16
+
+// Every outcome+1 fits in 4 bits: this constant overflows otherwise.
+const _ = 15 - numOutcomes
+
+// note records an attempt's outcome among the recent ones. Load and store
+// are not one step: two attempts ending at once may lose one record, which
+// an operator's view can afford and a CAS loop on the hot path cannot.
+func (u *upstream) note(o Outcome) { u.recent.Store(u.recent.Load()<<4 | uint64(o+1)) }
+
+// recentList returns the recent outcomes, oldest first.
+func (u *upstream) recentList() []string {
+	r := u.recent.Load()
+	out := make([]string, 0, recentOutcomes)
+	for i := recentOutcomes - 1; i >= 0; i-- {
+		if v := (r >> (4 * i)) & 0xF; v != 0 {
+			out = append(out, Outcome(v-1).String())
+		}
+	}
+	return out
 }
 
 func newUpstream(addr netip.AddrPort) *upstream {

@@ -116,7 +116,7 @@ func (qn *question) detached() *question {
 	cq := *qn.client
 	cq.raw, cq.qname = nil, nil
 	d := &question{e: qn.e, ctx: context.WithoutCancel(qn.ctx), cfg: qn.cfg, routes: qn.routes,
-		client: &cq, id: qn.id, scope: qn.scope, start: qn.start}
+		client: &cq, id: qn.id, scope: qn.scope, start: qn.start, trace: qn.trace}
 	d.setBudget(qn.start)
 	return d
 }

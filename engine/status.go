@@ -24,6 +24,8 @@ type ServerStatus struct {
 	Address      string     `json:"address"`
 	Demoted      bool       `json:"demoted"`
 	DemotedUntil *time.Time `json:"demoted_until,omitempty"`
+	// Recent are the outcomes of its latest attempts, oldest first.
+	Recent []string `json:"recent"`
 }
 
 // Status reports the scopes with their servers' demotion at this moment;
@@ -39,7 +41,7 @@ func (e *Engine) Status() Status {
 	for _, s := range r.scopes {
 		ss := ScopeStatus{Name: s.name, Domains: s.domains, Servers: []ServerStatus{}}
 		for _, u := range s.servers {
-			sv := ServerStatus{Address: u.key}
+			sv := ServerStatus{Address: u.key, Recent: u.recentList()}
 			if until := u.markUntil(); demotedAt(until, now) {
 				t := e.epoch.Add(until)
 				sv.Demoted, sv.DemotedUntil = true, &t

@@ -45,6 +45,7 @@ type exchangeResult struct {
 	reply   []byte      // the reply, a copy the result owns: set for answer and nxdomain
 	walked  walkedReply // what the walk of reply found
 	rcode   int         // -1 without a reply
+	class   ErrorClass  // the socket error's class, for a socket failure
 	// clean says the socket may serve another transaction: a UDP reply
 	// was used (answer, NXDOMAIN or truncated) and nothing else came.
 	clean bool
@@ -239,8 +240,8 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 // set by the client's or the question's budget, or a socket closed because
 // the client went away, is not the server's fault: cancelled.
 func (e *Engine) socketFailure(ctx context.Context, tx *transaction, err error, otherwise Outcome) exchangeResult {
-	r := exchangeResult{rcode: -1}
 	class := classOf(err)
+	r := exchangeResult{rcode: -1, class: class}
 	switch {
 	case ctx.Err() != nil:
 		r.outcome = OutcomeCancelled

@@ -36,7 +36,15 @@
 #        one-stream latency runs; PERF_DIR=dir records a perf CPU
 #        profile of dohfwd (unstripped build) during one load into
 #        dir/perf.data; PERF_LOAD picks it: cache-same, cache-distinct,
-#        nocache-same or nocache-distinct (the default).
+#        nocache-same or nocache-distinct (the default); BASE_REV=REV also
+#        builds dohfwd at git revision REV and loads it in the same run, on
+#        the same configuration, for a "dohfwd / base" ratio (the cost of a
+#        change); OPS_OFF=1 adds dohfwd with listen.server_timing and
+#        listen.trace_context off, for a "dohfwd / ops-off" ratio; both
+#        also compare CPU per request (from /proc/PID/stat), steadier than
+#        req/s on a shared machine; ROUNDS (1) repeats those comparisons;
+#        LOADS="cache-same nocache-distinct" runs only those loads;
+#        OPS_OFF_KEYS=", trace_context: false" changes what ops-off turns off.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +56,10 @@ LOG_LEVEL=${LOG_LEVEL:-warn}
 LAT_N=${LAT_N:-2000}
 PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
+BASE_REV=${BASE_REV:-}
+OPS_OFF=${OPS_OFF:-}
+ROUNDS=${ROUNDS:-1}
+LOADS=${LOADS:-}
 CONNS=4
 STREAMS=10
 
@@ -97,6 +109,15 @@ if [ -n "$PERF_DIR" ]; then
 	CGO_ENABLED=0 go build -trimpath -o "$dohfwd_bin" ./cmd/dohfwd
 fi
 
+base_bin=""
+if [ -n "$BASE_REV" ]; then
+	log "building dohfwd at $BASE_REV"
+	mkdir -p "$work/base-src"
+	git archive "$BASE_REV" | tar -x -C "$work/base-src"
+	base_bin=$work/dohfwd-base
+	(cd "$work/base-src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$base_bin" ./cmd/dohfwd)
+fi
+
 # --- upstream: one nsd, rate limiting off ----------------------------------
 nsdport=$(freeport)
 start_bench_nsd "$nsdport"
@@ -107,10 +128,10 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
 	-keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 
 # --- servers: dohfwd and dnsdist, one of each with the cache on and off ---
-# dohfwd_conf PORT MAX_ENTRIES [LEVEL]
+# dohfwd_conf PORT MAX_ENTRIES [LEVEL] [EXTRA_LISTEN_KEYS]
 dohfwd_conf() {
 	cat <<YAML
-listen: {https: "127.0.0.1:$1", admin: ""}
+listen: {https: "127.0.0.1:$1", admin: ""$4}
 tls: {mode: files, cert_file: "$work/cert.pem", key_file: "$work/key.pem"}
 scopes:
   - {name: bench, default_route: true, servers: ["127.0.0.1:$nsdport"]}
@@ -133,14 +154,16 @@ LUA
 }
 
 declare -A port pid
-# start NAME KIND(dohfwd|dnsdist) MAX_ENTRIES [LEVEL]
+# start NAME KIND(dohfwd|base|opsoff|dnsdist) MAX_ENTRIES [LEVEL]
 start() {
-	local name=$1 kind=$2 entries=$3 p
+	local name=$1 kind=$2 entries=$3 p bin=$dohfwd_bin extra=""
 	p=$(freeport)
 	port[$name]=$p
-	if [ "$kind" = dohfwd ]; then
-		dohfwd_conf "$p" "$entries" "${4:-}" >"$work/$name.yaml"
-		"$dohfwd_bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
+	[ "$kind" = base ] && bin=$base_bin
+	[ "$kind" = opsoff ] && extra=${OPS_OFF_KEYS:-", server_timing: false, trace_context: false"}
+	if [ "$kind" != dnsdist ]; then
+		dohfwd_conf "$p" "$entries" "${4:-}" "$extra" >"$work/$name.yaml"
+		"$bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
 	else
 		dnsdist_conf "$p" "$entries" >"$work/$name.conf"
 		dnsdist --supervised --disable-syslog -C "$work/$name.conf" >"$work/$name.log" 2>&1 </dev/null &
@@ -153,6 +176,14 @@ start dohfwd-nocache dohfwd 0
 start dnsdist-cache dnsdist "$CACHE_ENTRIES"
 start dnsdist-nocache dnsdist 0
 start dohfwd-info dohfwd 0 info
+if [ -n "$BASE_REV" ]; then
+	start base-cache base "$CACHE_ENTRIES"
+	start base-nocache base 0
+fi
+if [ -n "$OPS_OFF" ]; then
+	start opsoff-cache opsoff "$CACHE_ENTRIES"
+	start opsoff-nocache opsoff 0
+fi
 for name in "${!port[@]}"; do waitport "${port[$name]}"; done
 
 # --- queries -----------------------------------------------------------------
@@ -240,8 +271,12 @@ median_us() {
 # --- runs --------------------------------------------------------------------
 log "load: N=$N, $CONNS connections x $STREAMS streams, HTTP/2 over TLS; dohfwd log level $LOG_LEVEL"
 results=()
+compared=()
 for cache in cache nocache; do
 	for kind in same distinct; do
+		if [ -n "$LOADS" ]; then
+			case " $LOADS " in *" $cache-$kind "*) ;; *) continue ;; esac
+		fi
 		d=dohfwd-$cache s=dnsdist-$cache
 		perfpid=""
 		if [ -n "$PERF_DIR" ] && [ "$cache-$kind" = "$PERF_LOAD" ]; then
@@ -259,6 +294,26 @@ for cache in cache nocache; do
 		fi
 		read -r s_rps s_ok s_cpu <<<"$(measured "$s" "$kind")"
 		results+=("$cache $kind $d_rps $d_ok $s_rps $s_ok $d_cpu $s_cpu")
+		for round in $(seq 1 "$ROUNDS"); do
+			for other in base opsoff; do
+				[ -n "${port[$other-$cache]:-}" ] || continue
+				# dohfwd, the other dohfwd, dohfwd again: the ratio uses the
+				# mean of dohfwd's two loads around the other's, so drift on
+				# the machine weighs on both sides alike.
+				c0=$(cpu_ticks "${pid[$d]}")
+				read -r d1_rps _ <<<"$("load_$kind" "${port[$d]}")"
+				c1=$(cpu_ticks "${pid[$d]}")
+				o0=$(cpu_ticks "${pid[$other-$cache]}")
+				read -r o_rps o_ok <<<"$("load_$kind" "${port[$other-$cache]}")"
+				o1=$(cpu_ticks "${pid[$other-$cache]}")
+				read -r d2_rps _ <<<"$("load_$kind" "${port[$d]}")"
+				c2=$(cpu_ticks "${pid[$d]}")
+				# CPU microseconds per request
+				d_cpu2=$(echo "($c2 - $c0) * 1000000 / $hz / (2 * $N)" | bc -l)
+				o_cpu=$(echo "($o1 - $o0) * 1000000 / $hz / $N" | bc -l)
+				compared+=("$other $cache $kind $(echo "(${d1_rps:-0} + ${d2_rps:-0}) / 2" | bc -l) ${o_rps:-0} ${o_ok:-0} $d_cpu2 $o_cpu")
+			done
+		done
 		log "done: $cache $kind"
 		if [ "$cache-$kind" = nocache-distinct ]; then
 			# warn, info, info, warn: drift of the machine cancels out.
@@ -287,6 +342,19 @@ for r in "${results[@]}"; do
 	[ "$cache" = cache ] && cache=on || cache=off
 	printf '%-6s %-9s %11.0f %11.0f %7.2f %13.1f %13.1f %7.2f %16s\n' "$cache" "$kind" "$d_rps" "$s_rps" "$ratio" "$d_cpu" "$s_cpu" "$cpux" "$d_ok / $s_ok"
 done
+if [ ${#compared[@]} -gt 0 ]; then
+	echo
+	echo "dohfwd against itself (base: dohfwd at $BASE_REV; ops-off: server_timing and trace_context off):"
+	printf '%-8s %-8s %-9s %12s %12s %8s %14s %14s %8s %8s\n' other cache names "dohfwd r/s" "other r/s" ratio \
+		"dohfwd cpu/req" "other cpu/req" "ratio" "200s"
+	for r in "${compared[@]}"; do
+		read -r other cache kind d_rps o_rps o_ok d_cpu o_cpu <<<"$r"
+		ratio=$(echo "if ($o_rps > 0) $d_rps / $o_rps else 0" | bc -l)
+		cratio=$(echo "if ($o_cpu > 0) $d_cpu / $o_cpu else 0" | bc -l)
+		printf '%-8s %-8s %-9s %12.0f %12.0f %8.3f %12.1fus %12.1fus %8.3f %8s\n' "$other" "$cache" "$kind" "$d_rps" "$o_rps" "$ratio" \
+			"$d_cpu" "$o_cpu" "$cratio" "$o_ok"
+	done
+fi
 echo
 printf 'one stream, median us/request: cache off distinct  dohfwd %s  dnsdist %s  ratio %.2f\n' \
 	"$lat_miss_d" "$lat_miss_s" "$(echo "if ($lat_miss_s > 0) $lat_miss_d / $lat_miss_s else 0" | bc -l)"

@@ -14,7 +14,44 @@
 #    and after.
 # Targets (issue 2): <= 15 us own CPU and <= 30 allocs per question;
 # <= 48 MiB heap for 4 096 in flight.
+#
+# BASE_REV=REV also runs BenchmarkForwardUDP and BenchmarkResolveInMemory
+# (the engine alone on the in-memory network: far less noise than
+# sockets; its file is copied into REV's tree when REV lacks it) on the
+# engine at git revision REV, alternating with this tree's, BENCH_COUNT
+# rounds each, for a
+# "this / base" comparison in the same run (the cost of a change), shown
+# by benchstat when it is installed
+# (go install golang.org/x/perf/cmd/benchstat@latest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go test ./engine/ -run '^$' -bench 'BenchmarkForwardUDP|BenchmarkPeerMiekgExchange|BenchmarkCacheHitWire|BenchmarkStaleCacheHit|BenchmarkStaleForward' -benchtime "${BENCH_N:-50000}x" -count "${BENCH_COUNT:-3}"
-go test ./engine/ -run '^$' -bench 'BenchmarkInFlight4096' -benchtime 3x -count 1
+if [ -z "${BASE_REV:-}" ]; then
+	go test ./engine/ -run '^$' -bench 'BenchmarkForwardUDP|BenchmarkPeerMiekgExchange|BenchmarkCacheHitWire|BenchmarkStaleCacheHit|BenchmarkStaleForward' -benchtime "${BENCH_N:-50000}x" -count "${BENCH_COUNT:-3}"
+	go test ./engine/ -run '^$' -bench 'BenchmarkInFlight4096' -benchtime 3x -count 1
+	exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+git archive "$BASE_REV" | tar -x -C "$work"
+[ -f "$work/engine/bench_inmemory_test.go" ] || cp engine/bench_inmemory_test.go "$work/engine/"
+here=$(pwd)
+go test -c -o "$work/head.test" ./engine/
+(cd "$work" && go test -c -o "$work/base.test" ./engine/)
+for i in $(seq 1 "${BENCH_COUNT:-3}"); do
+	for which in base head; do
+		# Each binary runs in its own package folder (testdata, relative paths).
+		dir=$here/engine
+		[ "$which" = base ] && dir=$work/engine
+		(cd "$dir" && "$work/$which.test" -test.run '^$' -test.bench 'BenchmarkForwardUDP' \
+			-test.benchtime "${BENCH_N:-50000}x" -test.count 1) | grep '^Benchmark' >>"$work/$which.txt"
+		(cd "$dir" && "$work/$which.test" -test.run '^$' -test.bench 'BenchmarkResolveInMemory$|BenchmarkCacheHitWire' \
+			-test.benchtime 1s -test.count 1) | grep '^Benchmark' >>"$work/$which.txt"
+	done
+done
+benchstat=$(command -v benchstat || echo "$(go env GOPATH)/bin/benchstat")
+if [ -x "$benchstat" ]; then
+	(cd "$work" && "$benchstat" base=base.txt head=head.txt)
+else
+	echo "base ($BASE_REV):"; cat "$work/base.txt"
+	echo "head:"; cat "$work/head.txt"
+fi

@@ -53,7 +53,7 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	e = rcodeField(e, ev.Rcode).
 		Float64("rtt_ms", float64(ev.RTT.Microseconds())/1000).
 		Bool("demoted", ev.Demoted)
-	e.Msg("attempt")
+	traceFields(e, ev.Trace).Msg("attempt")
 }
 
 // Question writes the "question" event at the end of each question.
@@ -69,10 +69,46 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 	if ev.Reason != engine.ReasonNone {
 		e = e.Str("reason", ev.Reason.String())
 	}
-	e.Int("attempts", ev.Attempts).
+	e = e.Int("attempts", ev.Attempts).
 		Bool("cache_hit", ev.CacheHit).
-		Float64("duration_ms", float64(ev.Duration.Microseconds())/1000).
-		Msg("question")
+		Float64("duration_ms", float64(ev.Duration.Microseconds())/1000)
+	e = traceFields(e, ev.Trace)
+	if ev.Joined != nil {
+		e = e.Hex("joined_trace_id", ev.Joined.ID[:])
+	}
+	if len(ev.Served) > 0 {
+		e = e.Array("trace_ids", servedTraces{own: ev.Trace, served: ev.Served})
+	}
+	e.Msg("question")
+}
+
+// traceFields writes a question's trace: trace_id, span_id (this server's
+// span) and parent_id (the caller's span, when it sent one).
+func traceFields(e *zerolog.Event, t *engine.Trace) *zerolog.Event {
+	if t == nil {
+		return e
+	}
+	e = e.Hex("trace_id", t.ID[:]).Hex("span_id", t.Span[:])
+	if t.HasParent {
+		e = e.Hex("parent_id", t.Parent[:])
+	}
+	return e
+}
+
+// servedTraces lists the traces one upstream question served: its own
+// first, then those of the identical questions that waited for it.
+type servedTraces struct {
+	own    *engine.Trace
+	served []*engine.Trace
+}
+
+func (s servedTraces) MarshalZerologArray(a *zerolog.Array) {
+	if s.own != nil {
+		a.Hex(s.own.ID[:])
+	}
+	for _, t := range s.served {
+		a.Hex(t.ID[:])
+	}
 }
 
 // Probe writes the "probe" event: one per background probe of a demoted

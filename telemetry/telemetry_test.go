@@ -159,3 +159,32 @@ func TestLatencyTallyBuckets(t *testing.T) {
 		t.Errorf("after forgetting %v: %v", a, snap)
 	}
 }
+
+// The trace goes on the events as hex: trace_id, this server's span_id,
+// the caller's parent_id; a question that served others lists their
+// trace ids, one that waited names the trace it joined.
+func TestTraceFields(t *testing.T) {
+	own := &engine.Trace{ID: [16]byte{0xab, 1}, Span: [8]byte{0xcd}, Parent: [8]byte{0xef}, HasParent: true}
+	other := &engine.Trace{ID: [16]byte{0x12}}
+	var buf bytes.Buffer
+	o := telemetry.NewObserver(zerolog.New(&buf), nil)
+	att := sampleAttempt
+	att.Trace = own
+	o.Attempt(att)
+	o.Question(engine.QuestionEvent{QName: "a.example.", Trace: own, Served: []*engine.Trace{other}})
+	o.Question(engine.QuestionEvent{QName: "a.example.", Trace: other, Joined: own})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	quiet := telemetry.NewObserver(zerolog.New(io.Discard), nil)
+	if n := testing.AllocsPerRun(100, func() { quiet.Attempt(att) }); n != 0 {
+		t.Errorf("a traced attempt event allocates %v times", n)
+	}
+	for i, want := range []string{
+		`"trace_id":"ab010000000000000000000000000000","span_id":"cd00000000000000","parent_id":"ef00000000000000"`,
+		`"trace_id":"ab010000000000000000000000000000","span_id":"cd00000000000000","parent_id":"ef00000000000000","trace_ids":["ab010000000000000000000000000000","12000000000000000000000000000000"]`,
+		`"trace_id":"12000000000000000000000000000000","span_id":"0000000000000000","joined_trace_id":"ab010000000000000000000000000000"`,
+	} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("event %d: %s\nlacks %s", i, lines[i], want)
+		}
+	}
+}

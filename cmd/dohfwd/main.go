@@ -5,6 +5,7 @@
 //	dohfwd serve --config FILE    serve with FILE
 //	dohfwd check-config [FILE]    check FILE (or the embedded default) and exit
 //	dohfwd status [--admin ADDR]  print a running server's status as a table
+//	dohfwd explain NAME [TYPE]    print what a running server would do with a question
 //	dohfwd healthcheck            exit 0 when the admin /healthz answers (container HEALTHCHECK)
 //	dohfwd profile apple          print the Apple configuration profile (.mobileconfig)
 //	dohfwd version                print the version
@@ -35,6 +36,9 @@ const usage = `usage:
   dohfwd serve [--config FILE]   serve with FILE (default: the embedded default)
   dohfwd check-config [FILE]     check FILE (default: the embedded default) and exit
   dohfwd status [--admin ADDR]   print a running server's status (default admin 127.0.0.1:9153)
+  dohfwd explain [--admin ADDR] NAME [TYPE]
+                                 print what a running server would do with a question: scope and why,
+                                 candidates, cache, server order and the next server (nothing is sent)
   dohfwd healthcheck [--config FILE | --admin ADDR]  exit 0 when the admin /healthz answers 200
   dohfwd profile apple [--config FILE] [-o FILE]
                                  write the Apple configuration profile (.mobileconfig)
@@ -55,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return checkConfigCommand(args, stdout, stderr)
 	case "status":
 		return statusCommand(ctx, args, stdout, stderr)
+	case "explain":
+		return explainCommand(ctx, args, stdout, stderr)
 	case "healthcheck":
 		return healthcheckCommand(ctx, args, stderr)
 	case "profile":

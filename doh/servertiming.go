@@ -1,0 +1,94 @@
+package doh
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// The Server-Timing header (W3C Server Timing) of a DoH answer says where
+// the time went, for a browser's devtools and curl -v:
+//
+//	Server-Timing: source;desc=upstream, attempts;desc=2, upstream;dur=12.345
+//
+// source is cache, local (RFC 6761 names, hosts), shared (an identical
+// question upstream at the same time answered it) or upstream; attempts
+// the question's own upstream attempts; upstream;dur their total time in
+// milliseconds.
+
+// Header values of the answers that spent no attempt, made once.
+var (
+	serverTimingCache  = []string{"source;desc=cache, attempts;desc=0, upstream;dur=0"}
+	serverTimingLocal  = []string{"source;desc=local, attempts;desc=0, upstream;dur=0"}
+	serverTimingShared = []string{"source;desc=shared, attempts;desc=0, upstream;dur=0"}
+)
+
+// ServerTiming returns the Server-Timing header value for r.
+func ServerTiming(r engine.Response) []string {
+	if v := fixedServerTiming(r); v != nil {
+		return v
+	}
+	var b [80]byte
+	return []string{string(AppendServerTiming(b[:0], r))}
+}
+
+// fixedServerTiming is the value made once for an answer that spent no
+// attempt, or nil.
+func fixedServerTiming(r engine.Response) []string {
+	switch {
+	case r.CacheHit:
+		return serverTimingCache
+	case r.Shared:
+		return serverTimingShared
+	case r.Result == engine.ResultLocal:
+		return serverTimingLocal
+	}
+	return nil
+}
+
+// AppendServerTiming appends the Server-Timing value of an answer from
+// upstream to b.
+func AppendServerTiming(b []byte, r engine.Response) []byte {
+	b = append(b, "source;desc=upstream, attempts;desc="...)
+	b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	b = append(b, ", upstream;dur="...)
+	return strconv.AppendFloat(b, float64(r.Upstream.Microseconds())/1000, 'f', -1, 64)
+}
+
+// setOperatorHeaders adds Server-Timing (timing) and traceresponse (tr not
+// nil) to a resolved answer's headers. Both values are made in one string
+// and share one backing array for their slices: two allocations at most.
+func setOperatorHeaders(h http.Header, r engine.Response, timing bool, tr *engine.Trace) {
+	var fixed []string
+	if timing {
+		fixed = fixedServerTiming(r)
+	}
+	var b [160]byte
+	out := b[:0]
+	if timing && fixed == nil {
+		out = AppendServerTiming(out, r)
+	}
+	split := len(out)
+	if tr != nil {
+		out = AppendTraceResponse(out, tr)
+	}
+	if len(out) == 0 {
+		if fixed != nil {
+			h["Server-Timing"] = fixed
+		}
+		return
+	}
+	s := string(out)
+	vals := new([2]string)
+	if fixed != nil {
+		h["Server-Timing"] = fixed
+	} else if timing {
+		vals[0] = s[:split]
+		h["Server-Timing"] = vals[0:1:1]
+	}
+	if tr != nil {
+		vals[1] = s[split:]
+		h["Traceresponse"] = vals[1:2:2]
+	}
+}

@@ -1,0 +1,63 @@
+package doh
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/miekg/dns"
+)
+
+// responseResolver answers every query with a copy of r, its Msg the
+// reply to the query.
+type responseResolver struct{ r engine.Response }
+
+func (f responseResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+	r := f.r
+	r.Msg = new(dns.Msg).SetReply(q)
+	return r
+}
+
+// Server-Timing says where the answer came from, how many attempts it
+// took and how long they took together, in milliseconds.
+func TestServerTimingSaysWhereTheTimeWent(t *testing.T) {
+	cases := []struct {
+		r    engine.Response
+		want string
+	}{
+		{engine.Response{Result: engine.ResultAnswer, Attempts: 2, Upstream: 12345 * time.Microsecond},
+			"source;desc=upstream, attempts;desc=2, upstream;dur=12.345"},
+		{engine.Response{Result: engine.ResultUnavailable, Attempts: 3, Upstream: 6 * time.Second},
+			"source;desc=upstream, attempts;desc=3, upstream;dur=6000"},
+		{engine.Response{Result: engine.ResultLocal, CacheHit: true}, "source;desc=cache, attempts;desc=0, upstream;dur=0"},
+		{engine.Response{Result: engine.ResultLocal}, "source;desc=local, attempts;desc=0, upstream;dur=0"},
+		{engine.Response{Result: engine.ResultAnswer, Shared: true}, "source;desc=shared, attempts;desc=0, upstream;dur=0"},
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("www.example.org.", dns.TypeA)
+	wire, _ := q.Pack()
+	for _, c := range cases {
+		for _, target := range []string{DefaultPath + "?dns=" + b64(wire), JSONPath + "?name=www.example.org"} {
+			w := httptest.NewRecorder()
+			NewHandler(responseResolver{c.r}, Options{ServerTiming: true}).ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+			if got := w.Header().Get("Server-Timing"); got != c.want {
+				t.Errorf("%s: Server-Timing %q, want %q", target, got, c.want)
+			}
+			w = httptest.NewRecorder()
+			NewHandler(responseResolver{c.r}, Options{}).ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+			if got := w.Header().Values("Server-Timing"); got != nil {
+				t.Errorf("%s: switched off, Server-Timing %q", target, got)
+			}
+		}
+	}
+	// An answer made here (NOTIMP) asked no one: no Server-Timing.
+	q.Opcode = dns.OpcodeStatus
+	wire, _ = q.Pack()
+	w := httptest.NewRecorder()
+	NewHandler(responseResolver{cases[0].r}, Options{ServerTiming: true}).ServeHTTP(w, httptest.NewRequest("GET", DefaultPath+"?dns="+b64(wire), nil))
+	if got := w.Header().Values("Server-Timing"); got != nil {
+		t.Errorf("NOTIMP: Server-Timing %q", got)
+	}
+}
