@@ -59,13 +59,7 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		c.asked[pick] = true
 		c.n++
 		demoted := e.settle(tx.server, res.outcome, questionAttempt, cfg.DemotionPeriod).demote
-		e.observer.Attempt(AttemptEvent{
-			Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
-			Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
-			Outcome: res.outcome, Rcode: res.rcode, RTT: rtt, Demoted: demoted, Trace: qn.trace,
-		})
-		qn.tried.add(qn.scope, pick, tx.transport, res)
-		qn.upstream += rtt
+		qn.attempted(name, &tx, pick, res.outcome, res.rcode, res.class, rtt, demoted)
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
@@ -81,6 +75,30 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 			tcpTo = tx.server
 		}
 	}
+}
+
+// attempted records an attempt that ended: its event, its place in the
+// Extended DNS Error's list and its time. Not inlined, so the event is not
+// in ask's frame while the next transaction runs.
+//
+//go:noinline
+func (qn *question) attempted(name string, tx *transaction, pick int, o Outcome, rcode int, class ErrorClass, rtt time.Duration, demoted bool) {
+	qn.e.observer.Attempt(AttemptEvent{
+		Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
+		Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
+		Outcome: o, Rcode: rcode, RTT: rtt, Demoted: demoted, Trace: qn.trace,
+	})
+	qn.upstream += rtt
+	// The list is made at the first attempt after which the question
+	// may still end unavailable: an answer ends it, and so does an
+	// NXDOMAIN unless a search candidate may follow.
+	if qn.tried == nil {
+		if o == OutcomeAnswer || o == OutcomeNXDomain && len(qn.scope.search) == 0 {
+			return
+		}
+		qn.tried = new(tried)
+	}
+	qn.tried.add(qn.scope, pick, tx.transport, o, rcode, class)
 }
 
 // deadline sets tx's deadline at now: its own timeout, or the question's or

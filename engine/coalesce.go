@@ -26,7 +26,7 @@ type flight struct {
 	entry     *entry // the answer or NXDOMAIN; nil otherwise
 	result    found  // the result when entry is nil (unavailable)
 	abandoned bool   // ended by the leader's own budget: ask again
-	tried     tried  // the leader's attempts, for the followers' EDE
+	tried     *tried // the leader's attempts, for the followers' EDE (unavailable only)
 
 	// leaderID is the leading question's id: a client whose detached copy
 	// leads (raceStale) follows a flight of its own, and takes its

@@ -189,7 +189,18 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 		trace:  TraceFrom(ctx),
 	}
 	qn.setBudget(start)
-	f := qn.resolve()
+	return qn.respond(dst, qn.resolve())
+}
+
+// respond writes the client's reply for f after dst, counts the question
+// and reports its event. Not inlined: its locals (the reply's walk, the
+// event) stay off the stack while the question runs, which keeps a
+// question's goroutine within its first stack size (see
+// BenchmarkInFlight4096).
+//
+//go:noinline
+func (qn *question) respond(dst []byte, f found) Response {
+	e, cq := qn.e, qn.client
 	resp := Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit, Shared: f.shared,
 		Question: qn.id, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
 	resp.Wire = qn.writeReply(dst, f)
@@ -203,7 +214,7 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 	ev := QuestionEvent{
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
-		CacheHit: resp.CacheHit, Duration: time.Since(start),
+		CacheHit: resp.CacheHit, Duration: time.Since(qn.start),
 		Trace: qn.trace,
 	}
 	if qn.shared != nil {
@@ -224,7 +235,7 @@ func (qn *question) writeReply(dst []byte, f found) []byte {
 			return out
 		}
 	}
-	m := unavailableReply(cq.message(), f.reason, &qn.tried, qn.cfg.EDEHideServers)
+	m := unavailableReply(cq.message(), f.reason, qn.tried, qn.cfg.EDEHideServers)
 	out, err := appendPacked(dst, m, cq)
 	if err != nil {
 		return dst
@@ -287,7 +298,7 @@ type question struct {
 	// tried records the attempts for the Extended DNS Error of an
 	// unavailable answer (a coalesced question takes its leader's);
 	// upstream is the time they took.
-	tried    tried
+	tried    *tried
 	upstream time.Duration
 
 	// trace is the client's trace (nil: none); shared, made only when

@@ -202,7 +202,7 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
 	fl.spent, fl.upstream = qn.spent, qn.upstream
 	if en == nil {
-		fl.tried = qn.tried
+		fl.tried = qn.tried // the leader adds no more once landed
 	}
 	if en != nil && rt.cache != nil {
 		rt.cache.put(key, en)
@@ -238,8 +238,10 @@ func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 		qn.spent, qn.upstream = fl.spent, fl.upstream
 	}
 	if fl.entry == nil {
+		// Unavailable: ResolveWire writes the client's SERVFAIL, naming
+		// the leader's attempts (read only from here on).
 		qn.tried = fl.tried
-		return found{result: fl.result.result, reason: fl.result.reason, shared: !own}, true // unavailable: ResolveWire writes the client's SERVFAIL
+		return found{result: fl.result.result, reason: fl.result.reason, shared: !own}, true
 	}
 	return found{en: fl.entry, at: time.Now(), result: fl.entry.result, shared: !own}, true
 }
@@ -247,7 +249,9 @@ func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 // joined records the traces a question that waited for fl shared it with:
 // the leader's; or, when the leader was its own detached copy (own, see
 // raceStale), the traces that copy served. fl has landed: no more are
-// added.
+// added. Not inlined: follow's frame stays as it was.
+//
+//go:noinline
 func (qn *question) joined(fl *flight, own bool) {
 	switch {
 	case own && len(fl.served) > 0:

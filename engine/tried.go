@@ -11,8 +11,10 @@ import (
 // eight and counts the rest.
 const maxTried = 8
 
-// tried is the record of a question's attempts, in order: a fixed array
-// on the question, so the happy path allocates nothing for it.
+// tried is the record of a question's attempts, in order, in a fixed
+// array. A question makes it only when an attempt leaves it able to end
+// unavailable, so the happy path allocates nothing for it and the
+// question's stack does not carry it.
 type tried struct {
 	n     int // attempts recorded or counted
 	recs  [maxTried]triedAttempt
@@ -29,10 +31,10 @@ type triedAttempt struct {
 	rcode     int16      // the reply's rcode, for OutcomeRcode
 }
 
-func (t *tried) add(sc *scope, server int, tr Transport, res exchangeResult) {
+func (t *tried) add(sc *scope, server int, tr Transport, o Outcome, rcode int, class ErrorClass) {
 	t.scope = sc
 	if t.n < maxTried {
-		t.recs[t.n] = triedAttempt{server: uint16(server), transport: tr, outcome: res.outcome, class: res.class, rcode: int16(res.rcode)}
+		t.recs[t.n] = triedAttempt{server: uint16(server), transport: tr, outcome: o, class: class, rcode: int16(rcode)}
 	}
 	t.n++
 }
