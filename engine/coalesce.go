@@ -23,17 +23,19 @@ type flights struct {
 type flight struct {
 	done chan struct{} // closed when the fields below are set
 
-	entry     *entry // the answer or NXDOMAIN; nil otherwise
-	result    found  // the result when entry is nil (unavailable)
-	abandoned bool   // ended by the leader's own budget: ask again
-	tried     *tried // the leader's attempts, for the followers' EDE (unavailable only)
-
-	// leaderID is the leading question's id: a client whose detached copy
-	// leads (raceStale) follows a flight of its own, and takes its
-	// attempts (spent, upstream) as its own.
+	entry *entry // the answer or NXDOMAIN; nil otherwise
+	// result and reason are the result when entry is nil (unavailable).
+	result    Result
+	reason    Reason
+	abandoned bool // ended by the leader's own budget: ask again
+	// spent and upstream are the leader's attempts and their time:
+	// leaderID is the leading question's id, and a client whose detached
+	// copy leads (raceStale) follows a flight of its own and takes them
+	// as its own. The fields are ordered to keep a flight in 80 bytes.
+	spent    int32
 	leaderID uint64
-	spent    int
 	upstream time.Duration
+	tried    *tried // the leader's attempts, for the followers' EDE (unavailable only)
 
 	leader *Trace   // the leader's trace
 	served []*Trace // the followers' traces, added under flights.mu

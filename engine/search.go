@@ -194,13 +194,13 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 	// still live: that is its point.)
 	if !qn.background {
 		if r, _, ok := qn.cached(key); ok {
-			fl.entry, fl.result, fl.abandoned = r.en, found{result: r.en.result}, false
+			fl.entry, fl.result, fl.abandoned = r.en, r.en.result, false
 			return r
 		}
 	}
 	r, en := qn.askUpstream(name, searched)
-	fl.entry, fl.result, fl.abandoned = en, found{result: r.result, reason: r.reason}, abandons(r)
-	fl.spent, fl.upstream = qn.spent, qn.upstream
+	fl.entry, fl.result, fl.reason, fl.abandoned = en, r.result, r.reason, abandons(r)
+	fl.spent, fl.upstream = int32(qn.spent), qn.upstream
 	if en == nil {
 		fl.tried = qn.tried // the leader adds no more once landed
 	}
@@ -235,13 +235,13 @@ func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 	own := fl.leaderID == qn.id
 	qn.joined(fl, own)
 	if own {
-		qn.spent, qn.upstream = fl.spent, fl.upstream
+		qn.spent, qn.upstream = int(fl.spent), fl.upstream
 	}
 	if fl.entry == nil {
 		// Unavailable: ResolveWire writes the client's SERVFAIL, naming
 		// the leader's attempts (read only from here on).
 		qn.tried = fl.tried
-		return found{result: fl.result.result, reason: fl.result.reason, shared: !own}, true
+		return found{result: fl.result, reason: fl.reason, shared: !own}, true
 	}
 	return found{en: fl.entry, at: time.Now(), result: fl.entry.result, shared: !own}, true
 }
