@@ -23,10 +23,15 @@ const traceparentLen = 55
 
 // RequestTrace returns the trace of a request with headers h: the
 // caller's from traceparent, else a new one; its span is new either way.
-func RequestTrace(h http.Header) engine.Trace {
+func RequestTrace(h http.Header) engine.Trace { return NewTrace(h["Traceparent"]) }
+
+// NewTrace is RequestTrace for any transport: traceparent is the
+// request's traceparent header values (none, one, or more: more than one
+// is not believed).
+func NewTrace(traceparent []string) engine.Trace {
 	var t engine.Trace
-	if v := h["Traceparent"]; len(v) == 1 { // two headers: neither is believed
-		t.HasParent = parseTraceparent(v[0], &t)
+	if len(traceparent) == 1 {
+		t.HasParent = parseTraceparent(traceparent[0], &t)
 	}
 	if !t.HasParent {
 		t = engine.Trace{}
