@@ -13,7 +13,9 @@ import (
 //	Server-Timing: source;desc=upstream, attempts;desc=2, upstream;dur=12.345
 //
 // source is cache, local (RFC 6761 names, hosts), shared (an identical
-// question upstream at the same time answered it) or upstream; attempts
+// question upstream at the same time answered it), stale (an expired
+// cache entry, RFC 8767, after the attempts or the client response timer)
+// or upstream; attempts
 // the question's own upstream attempts; upstream;dur their total time in
 // milliseconds.
 
@@ -48,9 +50,13 @@ func fixedServerTiming(r engine.Response) []string {
 }
 
 // AppendServerTiming appends the Server-Timing value of an answer from
-// upstream to b.
+// upstream, or a stale one, to b.
 func AppendServerTiming(b []byte, r engine.Response) []byte {
-	b = append(b, "source;desc=upstream, attempts;desc="...)
+	if r.Result == engine.ResultStale {
+		b = append(b, "source;desc=stale, attempts;desc="...)
+	} else {
+		b = append(b, "source;desc=upstream, attempts;desc="...)
+	}
 	b = strconv.AppendInt(b, int64(r.Attempts), 10)
 	b = append(b, ", upstream;dur="...)
 	return strconv.AppendFloat(b, float64(r.Upstream.Microseconds())/1000, 'f', -1, 64)

@@ -34,6 +34,8 @@ func TestServerTimingSaysWhereTheTimeWent(t *testing.T) {
 		{engine.Response{Result: engine.ResultLocal, CacheHit: true}, "source;desc=cache, attempts;desc=0, upstream;dur=0"},
 		{engine.Response{Result: engine.ResultLocal}, "source;desc=local, attempts;desc=0, upstream;dur=0"},
 		{engine.Response{Result: engine.ResultAnswer, Shared: true}, "source;desc=shared, attempts;desc=0, upstream;dur=0"},
+		{engine.Response{Result: engine.ResultStale, Reason: engine.ReasonAttemptsSpent, Attempts: 3, Upstream: 6 * time.Second},
+			"source;desc=stale, attempts;desc=3, upstream;dur=6000"},
 	}
 	q := new(dns.Msg)
 	q.SetQuestion("www.example.org.", dns.TypeA)

@@ -344,7 +344,7 @@ for r in "${results[@]}"; do
 done
 if [ ${#compared[@]} -gt 0 ]; then
 	echo
-	echo "dohfwd against itself (base: dohfwd at $BASE_REV; ops-off: server_timing and trace_context off):"
+	echo "dohfwd against itself (base: dohfwd at ${BASE_REV:-(none)}; ops-off: ${OPS_OFF_KEYS:-server_timing and trace_context off}):"
 	printf '%-8s %-8s %-9s %12s %12s %8s %14s %14s %8s %8s\n' other cache names "dohfwd r/s" "other r/s" ratio \
 		"dohfwd cpu/req" "other cpu/req" "ratio" "200s"
 	for r in "${compared[@]}"; do
