@@ -44,6 +44,11 @@ type CandidateExplanation struct {
 	// Cached is the cache's entry: "answer" or "nxdomain"; "" for none.
 	Cached       string  `json:"cached,omitempty"`
 	TTLRemaining float64 `json:"ttl_remaining_s,omitempty"` // seconds
+	// Stale is an expired entry (its result) that serve-stale would
+	// answer with if the servers fail (or the client response timer runs
+	// out); StaleRemaining is what is left of its stale window.
+	Stale          string  `json:"stale,omitempty"`
+	StaleRemaining float64 `json:"stale_remaining_s,omitempty"` // seconds
 	// InFlight is set when an identical question is upstream now: this
 	// one would wait for it and send nothing.
 	InFlight bool `json:"in_flight"`
@@ -113,9 +118,14 @@ func (e *Engine) Explain(client *dns.Msg) Explanation {
 		if i < len(names)-1 && rt.local.answer(cq, name) != nil {
 			c.Local = true
 		} else if rt.cache != nil {
-			if en := rt.cache.peek(keyFor(cq, name), now); en != nil {
+			en, live := rt.cache.peek(keyFor(cq, name), now)
+			switch {
+			case live:
 				c.Cached = en.result.String()
 				c.TTLRemaining = en.stored.Add(en.ttl).Sub(now).Seconds()
+			case en != nil && en.scope == s.name: // as staleEntry
+				c.Stale = en.result.String()
+				c.StaleRemaining = en.stored.Add(en.ttl + rt.cache.conf.StaleMax).Sub(now).Seconds()
 			}
 		}
 		c.InFlight = rt.flights.flying(keyFor(cq, name))
@@ -136,6 +146,12 @@ func (e *Engine) Explain(client *dns.Msg) Explanation {
 		x.Outcome = "refused by the in-flight ceiling: unavailable"
 	default:
 		x.Outcome = "asks " + first.Name + " of " + x.Next + " over " + e.firstTransport().String()
+	}
+	if first.Stale != "" && first.Cached == "" && !first.Local && len(s.servers) > 0 {
+		x.Outcome += "; the expired entry (" + first.Stale + ") answers stale if that fails"
+		if rt.cfg.Cache.StaleAnswerAfter > 0 {
+			x.Outcome += " or takes longer than " + rt.cfg.Cache.StaleAnswerAfter.String()
+		}
 	}
 	return x
 }
@@ -163,14 +179,19 @@ func explainedQuery(client *dns.Msg) *clientQuery {
 // truncated reply.
 func (e *Engine) firstTransport() Transport { return e.first }
 
-// peek returns the live entry for k, or nil, as get does but without
-// moving the cache's clock: an explanation changes nothing.
-func (c *answerCache) peek(k cacheKey, now time.Time) *entry {
+// peek is get without moving the cache's clock: an explanation changes
+// nothing.
+func (c *answerCache) peek(k cacheKey, now time.Time) (*entry, bool) {
 	en, ok := c.entries.GetIfPresent(k)
-	if !ok || !en.live(now) {
-		return nil
+	switch {
+	case !ok:
+		return nil, false
+	case en.live(now):
+		return en, true
+	case c.conf.StaleMax > 0 && now.Sub(en.stored) < en.ttl+c.conf.StaleMax:
+		return en, false
 	}
-	return en
+	return nil, false
 }
 
 // flying reports whether a question for k is upstream now.

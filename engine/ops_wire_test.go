@@ -109,3 +109,29 @@ func TestStaleTimerLeaderKeepsTraceAndAttempts(t *testing.T) {
 		}
 	})
 }
+
+// Explain names an expired entry that serve-stale would answer with, and
+// the question then does answer stale from it when the servers fail.
+func TestExplainShowsTheStaleEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := staleRig(t, 0)
+		r.timed(queryFor("www.example.", dns.TypeA))
+		time.Sleep(70 * time.Second) // TTL 60: expired 10 s ago, in its hour of stale window
+		x := r.e.Explain(queryFor("www.example.", dns.TypeA))
+		c := x.Candidates[0]
+		if c.Cached != "" || c.Stale != "answer" || c.StaleRemaining != 3590 {
+			t.Fatalf("candidate %+v: want no live entry, a stale answer with 3590 s of window left", c)
+		}
+		if !strings.Contains(x.Outcome, "answers stale if that fails") {
+			t.Fatalf("outcome %q", x.Outcome)
+		}
+		r.serve(memnet.Silent())
+		if resp, _ := r.timed(queryFor("www.example.", dns.TypeA)); resp.Result != engine.ResultStale {
+			t.Fatalf("result %v, want stale as explained", resp.Result)
+		}
+		time.Sleep(2 * time.Hour)
+		if c := r.e.Explain(queryFor("www.example.", dns.TypeA)).Candidates[0]; c.Stale != "" || c.Cached != "" {
+			t.Fatalf("past the stale window: %+v", c)
+		}
+	})
+}

@@ -83,6 +83,8 @@ func writeExplain(w io.Writer, x *engine.Explanation) {
 		cache, ttl := "-", "-"
 		if c.Cached != "" {
 			cache, ttl = c.Cached, fmt.Sprintf("%.0fs", c.TTLRemaining)
+		} else if c.Stale != "" {
+			cache, ttl = "stale "+c.Stale, fmt.Sprintf("%.0fs of stale window", c.StaleRemaining)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, yesNo(c.Local), cache, ttl, yesNo(c.InFlight))
 	}
