@@ -54,7 +54,7 @@ func BenchmarkServeWire(b *testing.B) {
 func BenchmarkServeWireObserved(b *testing.B) {
 	_, target := benchHandler(b)
 	hb, _ := benchHandler(b)
-	h := hb.(*handler)
+	h := hb.(*Handler)
 	h.observe = func(Exchange) {}
 	req := httptest.NewRequest("GET", target, nil)
 	b.ReportAllocs()

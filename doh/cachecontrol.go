@@ -52,22 +52,22 @@ func negativeTTL(m *dns.Msg) (uint32, bool) {
 
 // smallMaxAges holds the Cache-Control values of common small TTLs, so
 // most responses set the header without allocating.
-var smallMaxAges = func() [][]string {
-	v := make([][]string, 301)
+var smallMaxAges = func() []string {
+	v := make([]string, 301)
 	for i := range v {
-		v[i] = []string{"max-age=" + strconv.Itoa(i)}
+		v[i] = "max-age=" + strconv.Itoa(i)
 	}
 	return v
 }()
 
-// cacheControlHeader is the Cache-Control header value for a response.
-func cacheControlHeader(m *dns.Msg) []string {
+// cacheControl is the Cache-Control header value for a response.
+func cacheControl(m *dns.Msg) string {
 	s, ok := maxAge(m)
 	if !ok {
-		return noStore
+		return "no-store"
 	}
 	if int(s) < len(smallMaxAges) {
 		return smallMaxAges[s]
 	}
-	return []string{"max-age=" + strconv.FormatUint(uint64(s), 10)}
+	return "max-age=" + strconv.FormatUint(uint64(s), 10)
 }

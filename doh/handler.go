@@ -3,10 +3,7 @@ package doh
 import (
 	"context"
 	"encoding/binary"
-	"net/http"
 	"net/netip"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -97,175 +94,6 @@ type Exchange struct {
 	Duration time.Duration
 }
 
-// NewHandler returns the DoH handler: RFC 8484 at o.Path, JSON at JSONPath
-// (and at o.Path for a GET with Accept: application/dns-json and no dns
-// parameter), 404 elsewhere. Methods other than GET and POST (HEAD
-// included: a DoH answer without its body is of no use) get 405.
-func NewHandler(r Resolver, o Options) http.Handler {
-	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe}
-	if h.path == "" {
-		h.path = DefaultPath
-	}
-	if h.path[0] != '/' {
-		h.path = "/" + h.path
-	}
-	h.notFound = "not found: DNS queries go to " + h.path + " (RFC 8484) or " + JSONPath + " (JSON)"
-	return h
-}
-
-type handler struct {
-	resolver Resolver
-	path     string
-	trusted  []netip.Prefix
-	observe  func(Exchange)
-	notFound string
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := Exchange{Method: r.Method, Proto: r.Proto, Rcode: -1}
-	if h.observe != nil {
-		x.Start = time.Now()
-		x.Peer, x.ClientIP = h.client(r)
-	}
-	switch r.URL.Path {
-	case h.path:
-		if r.Method == http.MethodGet && acceptsJSON(r.Header) && !hasQueryParam(r.URL.RawQuery, "dns") {
-			h.serveJSON(w, r, &x, true)
-		} else {
-			h.serveWire(w, r, &x)
-		}
-	case JSONPath:
-		h.serveJSON(w, r, &x, false)
-	default:
-		h.fail(w, &x, http.StatusNotFound, h.notFound)
-	}
-	if h.observe != nil {
-		x.Duration = time.Since(x.Start)
-		h.observe(x)
-	}
-}
-
-// client returns the TCP peer and the client's address.
-func (h *handler) client(r *http.Request) (peer netip.AddrPort, ip netip.Addr) {
-	peer, _ = netip.ParseAddrPort(r.RemoteAddr)
-	peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
-	return peer, ClientIP(peer.Addr(), h.trusted, r.Header["Forwarded"], r.Header["X-Forwarded-For"])
-}
-
-// Buffers for reading queries and packing answers. Most DNS messages are
-// far below 4 KiB; a buffer grown past 16 KiB for a big one is left to the
-// garbage collector, so the pool stays small.
-const pooledBufferSize = 4096
-
-var buffers = sync.Pool{New: func() any { b := make([]byte, 0, pooledBufferSize); return &b }}
-
-func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
-
-func putBuffer(bp *[]byte, b []byte) {
-	if cap(b) <= pooledBufferSize*4 {
-		*bp = b[:0]
-		buffers.Put(bp)
-	}
-}
-
-// serveWire answers an RFC 8484 request.
-func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange) {
-	x.Format = FormatWire
-	in := getBuffer()
-	raw := (*in)[:0]
-	defer func() { putBuffer(in, raw) }()
-
-	var err error
-	switch r.Method {
-	case http.MethodGet:
-		v, ok := queryParam(r.URL.RawQuery, "dns")
-		if !ok || v == "" {
-			h.fail(w, x, http.StatusBadRequest, "missing dns parameter: want ?dns=<base64url DNS query>")
-			return
-		}
-		if raw, err = decodeDNSParam(v, raw); err != nil {
-			h.fail(w, x, http.StatusBadRequest, "bad dns parameter: "+err.Error())
-			return
-		}
-	case http.MethodPost:
-		if !isMediaType(r.Header.Get("Content-Type"), MediaTypeDNS) {
-			h.fail(w, x, http.StatusUnsupportedMediaType, "unsupported Content-Type: want "+MediaTypeDNS)
-			return
-		}
-		if r.ContentLength > MaxMessageSize {
-			h.fail(w, x, http.StatusRequestEntityTooLarge, errTooLarge.Error())
-			return
-		}
-		if raw, err = readMessage(r.Body, raw); err != nil {
-			if err == errTooLarge {
-				h.fail(w, x, http.StatusRequestEntityTooLarge, err.Error())
-			} else {
-				h.fail(w, x, http.StatusBadRequest, "reading body: "+err.Error())
-			}
-			return
-		}
-	default:
-		w.Header()["Allow"] = allowGetPost
-		h.fail(w, x, http.StatusMethodNotAllowed, "method not allowed: use GET or POST")
-		return
-	}
-
-	q, reply, status, problem := checkQuery(raw)
-	if status != http.StatusOK {
-		h.fail(w, x, status, problem)
-		return
-	}
-	if q != nil && len(q.Question) == 1 {
-		x.QName, x.QType = q.Question[0].Name, q.Question[0].Qtype
-	}
-	if reply == nil {
-		if !h.resolve(r.Context(), q, x) {
-			return
-		}
-		reply = x.Response.Msg
-	} else {
-		x.Problem = problem
-	}
-	h.writeWire(w, r, x, q, reply)
-}
-
-// resolve asks the resolver. It reports false when the client went away
-// meanwhile: then there is no one to answer.
-func (h *handler) resolve(ctx context.Context, q *dns.Msg, x *Exchange) bool {
-	x.Resolved = true
-	x.Response = h.resolver.Resolve(ctx, q)
-	if ctx.Err() != nil {
-		x.Status = StatusClientClosed
-		return false
-	}
-	if x.Response.Msg == nil { // a Resolver that breaks its contract
-		x.Response.Msg = new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
-	}
-	return true
-}
-
-// writeWire packs reply for the client: the client's ID, compressed,
-// padded when the query was.
-func (h *handler) writeWire(w http.ResponseWriter, r *http.Request, x *Exchange, q, reply *dns.Msg) {
-	out := getBuffer()
-	wire, err := packReply(reply, q, (*out)[:0])
-	defer func() { putBuffer(out, wire) }()
-	if err != nil {
-		h.fail(w, x, http.StatusInternalServerError, "cannot pack the answer: "+err.Error())
-		return
-	}
-	hdr := w.Header()
-	hdr["Content-Type"] = contentTypeDNS
-	hdr["Content-Length"] = []string{strconv.Itoa(len(wire))}
-	hdr["Cache-Control"] = cacheControlHeader(reply)
-	if r.URL.Path == h.path {
-		hdr["Vary"] = varyAccept
-	}
-	x.Status, x.Rcode = http.StatusOK, reply.Rcode
-	w.WriteHeader(http.StatusOK)
-	w.Write(wire)
-}
-
 // packReply packs reply without changing it: compressed, and padded to a
 // multiple of PaddingBlock when q carries a Padding option.
 func packReply(reply, q *dns.Msg, buf []byte) ([]byte, error) {
@@ -279,32 +107,6 @@ func packReply(reply, q *dns.Msg, buf []byte) ([]byte, error) {
 	}
 	return m.PackBuffer(buf)
 }
-
-// fail answers with an HTTP error and a short text saying what is wrong.
-func (h *handler) fail(w http.ResponseWriter, x *Exchange, status int, problem string) {
-	x.Status, x.Problem = status, problem
-	hdr := w.Header()
-	hdr["Content-Type"] = contentTypeText
-	hdr["Cache-Control"] = noStore
-	hdr["X-Content-Type-Options"] = nosniff
-	hdr["Content-Length"] = []string{strconv.Itoa(len(problem) + 1)}
-	w.WriteHeader(status)
-	b := make([]byte, 0, len(problem)+1)
-	w.Write(append(append(b, problem...), '\n'))
-}
-
-// Header values shared by every response; net/http only reads them.
-var (
-	contentTypeDNS  = []string{MediaTypeDNS}
-	contentTypeJSON = []string{MediaTypeJSON}
-	contentTypeText = []string{"text/plain; charset=utf-8"}
-	contentTypeErr  = []string{"application/json"}
-	allowGetPost    = []string{"GET, POST"}
-	allowGet        = []string{"GET"}
-	varyAccept      = []string{"Accept"}
-	noStore         = []string{"no-store"}
-	nosniff         = []string{"nosniff"}
-)
 
 // messageID reads a wire message's ID.
 func messageID(b []byte) uint16 { return binary.BigEndian.Uint16(b) }
