@@ -68,12 +68,19 @@ type Options struct {
 	OnListen func(name string, addr net.Addr)
 }
 
-// listener is one running http.Server.
+// httpServer is what Run needs of a listener's server: *http.Server (the
+// admin listener) and *doh.Server (the DoH listeners) both are one.
+type httpServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// listener is one running server.
 type listener struct {
 	name string
-	srv  *http.Server
+	srv  httpServer
 	ln   net.Listener
-	tls  bool
 }
 
 // Run serves until ctx ends or a SIGTERM/SIGINT arrives, then stops
@@ -87,8 +94,6 @@ func Run(ctx context.Context, o Options) error {
 	log.Info().Str("version", o.Version).Str("config", cfg.Source).Int("scopes", len(cfg.Scopes)).
 		Msg("starting")
 
-	active := new(atomic.Int64) // DoH requests in flight
-	o.Handler = countRequests(o.Handler, active)
 	listeners, closeAll, err := listen(ctx, o, current)
 	if err != nil {
 		return err
@@ -98,18 +103,18 @@ func Run(ctx context.Context, o Options) error {
 	errc := make(chan error, len(listeners))
 	errorLog := stdlog.New(telemetry.LineWriter(log), "", 0)
 	for _, l := range listeners {
-		l.srv.ErrorLog = errorLog
+		switch srv := l.srv.(type) {
+		case *http.Server:
+			srv.ErrorLog = errorLog
+		case *doh.Server:
+			srv.SetErrorLog(errorLog)
+		}
 		log.Info().Str("listener", l.name).Str("addr", l.ln.Addr().String()).Msg("listening")
 		if o.OnListen != nil {
 			o.OnListen(l.name, l.ln.Addr())
 		}
 		go func() {
-			var err error
-			if l.tls {
-				err = l.srv.ServeTLS(l.ln, "", "")
-			} else {
-				err = l.srv.Serve(l.ln)
-			}
+			err := l.srv.Serve(l.ln)
 			if !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s listener %s: %w", l.name, l.ln.Addr(), err)
 			}
@@ -143,7 +148,7 @@ wait:
 			break wait
 		}
 	}
-	drain(o, listeners, active, reason)
+	drain(o, listeners, reason)
 	return runErr
 }
 
@@ -174,16 +179,18 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		if err != nil {
 			return fail(fmt.Errorf("listen.https %s: %w", cfg.Listen.HTTPS, err))
 		}
-		out = append(out, &listener{name: "https", ln: ln, tls: true})
+		out = append(out, &listener{name: "https", ln: ln})
 		cm, err := certs.New(ctx, certsConfig(cfg), log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
 		}
 		closers = append(closers, func() { cm.Close() })
 		log.Info().Str("mode", cm.Mode()).Str("fingerprint", cm.Fingerprint()).Msg("certificate")
-		if out[len(out)-1].srv, err = doh.NewTLSServer(o.Handler, cm.TLSConfig(), o.Limits); err != nil {
+		srv, err := doh.NewTLSServer(o.Handler, cm.TLSConfig(), o.Limits)
+		if err != nil {
 			return fail(err)
 		}
+		out[len(out)-1].srv = srv
 	}
 	if cfg.Listen.HTTP != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.HTTP)
@@ -250,13 +257,22 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 // closes what is left. It does not rely on http.Server.Shutdown alone:
 // an HTTP/2 connection a client keeps open can hold Shutdown until its
 // deadline although no request is left.
-func drain(o Options, listeners []*listener, active *atomic.Int64, reason string) {
+func drain(o Options, listeners []*listener, reason string) {
 	log := o.Log
 	timeout := o.DrainTimeout
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	log.Info().Str("reason", reason).Int64("requests", active.Load()).Int64("in_flight", o.Backend.InFlight()).
+	active := func() int64 { // DoH requests in flight
+		var n int64
+		for _, l := range listeners {
+			if srv, ok := l.srv.(*doh.Server); ok {
+				n += srv.Active()
+			}
+		}
+		return n
+	}
+	log.Info().Str("reason", reason).Int64("requests", active()).Int64("in_flight", o.Backend.InFlight()).
 		Dur("timeout_ms", timeout).Msg("draining")
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -281,10 +297,10 @@ wait:
 			break wait
 		case <-ctx.Done():
 			complete = false
-			log.Warn().Int64("requests", active.Load()).Msg("drain cut short by its timeout")
+			log.Warn().Int64("requests", active()).Msg("drain cut short by its timeout")
 			break wait
 		case <-tick.C:
-			if active.Load() > 0 {
+			if active() > 0 {
 				quiet = 0
 			} else if quiet++; quiet >= 5 {
 				break wait
@@ -295,15 +311,6 @@ wait:
 		l.srv.Close()
 	}
 	log.Info().Dur("took_ms", time.Since(start)).Bool("complete", complete).Msg("stopped")
-}
-
-// countRequests wraps h so that active counts its requests in flight.
-func countRequests(h http.Handler, active *atomic.Int64) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		active.Add(1)
-		defer active.Add(-1)
-		h.ServeHTTP(w, r)
-	})
 }
 
 // gatherer returns m's registry, or nil (no /metrics) without metrics.
