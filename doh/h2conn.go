@@ -76,6 +76,7 @@ type h2conn struct {
 	recvWin   int32 // connection receive window left
 	unacked   int32 // received and not yet given back
 	rdeadline time.Time
+	slack     time.Duration // how far a deadline may move before its timer is reset
 	idleSince time.Time
 
 	mu          sync.Mutex // guards the rest
@@ -100,28 +101,29 @@ type h2conn struct {
 // stream is one request on a connection.
 type stream struct {
 	call
-	id       uint32
-	conn     *h2conn
-	cancel   context.CancelFunc
-	recvWin  int32
-	sendWin  int64
-	unsent   []byte // response body waiting for flow-control window
-	hdrSize  int    // decoded header list size (RFC 9113 6.5.2)
-	clen     int64  // content-length, -1 if none
-	bodyLen  int
-	opened   time.Time
-	bad      string // why the request is malformed, "" if it is not
-	pseudo   uint8  // pseudo-headers seen
-	regular  bool   // a regular header field seen
-	trailers bool   // reading a trailer block
-	refused  bool
-	tooBig   bool
-	recvDone bool // END_STREAM received
-	begun    bool // handed to the core
-	reset    bool // the client reset it, or the connection ended
-	running  bool // a goroutine is resolving it
-	queued   bool // in h2conn.blocked
-	waiting  bool // in h2conn.pending
+	id        uint32
+	conn      *h2conn
+	cancel    context.CancelFunc
+	recvWin   int32
+	sendWin   int64
+	unsent    []byte // response body waiting for flow-control window
+	hdrSize   int    // decoded header list size (RFC 9113 6.5.2)
+	clen      int64  // content-length, -1 if none
+	bodyLen   int
+	opened    time.Time
+	bad       string // why the request is malformed, "" if it is not
+	pseudo    uint8  // pseudo-headers seen
+	regular   bool   // a regular header field seen
+	trailers  bool   // reading a trailer block
+	refused   bool
+	tooBig    bool
+	recvDone  bool      // END_STREAM received
+	begun     bool      // handed to the core
+	reset     bool      // the client reset it, or the connection ended
+	running   bool      // a goroutine is resolving it
+	queued    bool      // in h2conn.blocked
+	blockedAt time.Time // when it last waited for flow-control window
+	waiting   bool      // in h2conn.pending
 }
 
 const (
@@ -148,6 +150,8 @@ func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		c.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
+	l := c.limits
+	c.slack = min(time.Second, l.ReadHeaderTimeout/10, l.ReadTimeout/10, l.WriteTimeout/10, l.IdleTimeout/10)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wdone = sync.NewCond(&c.mu)
 	c.fr = http2.NewFramer(io.Discard, br)
@@ -246,7 +250,13 @@ func (c *h2conn) endBatch() {
 		c.closeLocked()
 		return
 	}
+	c.armDeadline()
+}
 
+// armDeadline sets the read deadline for what the connection waits for:
+// the end of a header block, of request bodies, of responses blocked on
+// flow control, or the next request.
+func (c *h2conn) armDeadline() {
 	var d time.Time
 	now := time.Now()
 	switch {
@@ -267,9 +277,18 @@ func (c *h2conn) endBatch() {
 		if !d.IsZero() {
 			d = d.Add(c.limits.ReadTimeout)
 		}
+		// A client that keeps a response waiting on flow control longer
+		// than the write timeout loses the connection, as one that does
+		// not read does.
+		for _, st := range c.blocked {
+			if w := st.blockedAt.Add(c.limits.WriteTimeout); d.IsZero() || w.Before(d) {
+				d = w
+			}
+		}
 	}
-	// A timer is reset only when the deadline moves by a second or more.
-	if d.IsZero() != c.rdeadline.IsZero() || d.Sub(c.rdeadline).Abs() >= time.Second || d.Before(c.rdeadline) {
+	// A timer is reset only when the deadline moves earlier, or later by
+	// more than the slack.
+	if d.IsZero() != c.rdeadline.IsZero() || d.Sub(c.rdeadline) >= c.slack || d.Before(c.rdeadline) {
 		c.rdeadline = d
 		c.nc.SetReadDeadline(d)
 	}
@@ -589,7 +608,10 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 		c.finish(st)
 		return
 	}
-	c.respond(st)
+	c.respond(st) // st may be freed from here on
+	if len(c.blocked) > 0 {
+		c.armDeadline()
+	}
 	c.flushLocked()
 }
 
@@ -619,7 +641,7 @@ func (c *h2conn) sendData(st *stream) {
 		n := min(int64(len(st.unsent)), int64(c.peerFrame), c.sendWin, st.sendWin)
 		if n <= 0 {
 			if !st.queued {
-				st.queued = true
+				st.queued, st.blockedAt = true, time.Now()
 				c.blocked = append(c.blocked, st)
 			}
 			return
@@ -792,7 +814,7 @@ func (c *h2conn) flushLocked() {
 		c.wbuf = c.spare[:0]
 		c.mu.Unlock()
 		now := time.Now()
-		if d := now.Add(c.limits.WriteTimeout); d.Sub(c.wdeadline) >= time.Second {
+		if d := now.Add(c.limits.WriteTimeout); d.Sub(c.wdeadline) >= c.slack {
 			c.wdeadline = d
 			c.nc.SetWriteDeadline(d)
 		}
