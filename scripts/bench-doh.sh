@@ -26,7 +26,15 @@
 #        logs two events per question); PERF_DIR=dir records a perf CPU
 #        profile of dohfwd (unstripped build) during one load into
 #        dir/perf.data; PERF_LOAD picks it: cache-same, cache-distinct,
-#        nocache-same or nocache-distinct (the default).
+#        nocache-same or nocache-distinct (the default); PROFILE_DIR=dir
+#        writes a Go CPU profile (pprof) of a separate dohfwd with the cache
+#        on during the cache-on, same-name load to dir/cpu.pprof;
+#        LATENCY_N (5000) requests of the one-connection, one-stream
+#        latency load.
+# Besides req/s, each load reports the CPU each server spent per answered
+# request (user + system time from /proc/PID/stat), and a last load on
+# the cache-on servers measures latency with one connection and one
+# stream (h2load --log-file; the median of the per-request times).
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +45,8 @@ CACHE_ENTRIES=${CACHE_ENTRIES:-100000}
 LOG_LEVEL=${LOG_LEVEL:-error}
 PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
+PROFILE_DIR=${PROFILE_DIR:-}
+LATENCY_N=${LATENCY_N:-5000}
 CONNS=4
 STREAMS=10
 
@@ -199,6 +209,19 @@ load_distinct() {
 }
 
 vmhwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+# cpu_ticks PID: user + system CPU time of the process so far, in ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+clk_tck=$(getconf CLK_TCK)
+# cpu_us TICKS OK: CPU microseconds per answered request.
+cpu_us() { echo "if ($2 > 0) $1 * 1000000 / $clk_tck / $2 else 0" | bc -l; }
+
+# latency PORT: median microseconds of one request at a time on one
+# connection.
+latency() {
+	timeout 600 h2load -n "$LATENCY_N" -c 1 -m 1 "${H2[@]}" --log-file="$work/lat.log" \
+		"https://127.0.0.1:$1$same_path" >/dev/null 2>&1 || true
+	awk -F'\t' '$2 == 200 {print $3}' "$work/lat.log" | sort -n | awk '{v[NR] = $1} END {print (NR ? v[int((NR + 1) / 2)] : 0)}'
+}
 
 # --- runs --------------------------------------------------------------------
 log "load: N=$N, $CONNS connections x $STREAMS streams, HTTP/2 over TLS; dohfwd log level $LOG_LEVEL"
@@ -214,27 +237,58 @@ for cache in cache nocache; do
 			pids+=("$perfpid")
 			sleep 0.5
 		fi
+		d_t0=$(cpu_ticks "${pid[$d]}")
 		read -r d_rps d_ok <<<"$("load_$kind" "${port[$d]}")"
+		d_cpu=$(cpu_us $(($(cpu_ticks "${pid[$d]}") - d_t0)) "${d_ok:-0}")
 		if [ -n "$perfpid" ]; then
 			kill -INT "$perfpid"
 			wait "$perfpid" || true
 			cp "$dohfwd_bin" "$PERF_DIR/dohfwd"
 		fi
+		s_t0=$(cpu_ticks "${pid[$s]}")
 		read -r s_rps s_ok <<<"$("load_$kind" "${port[$s]}")"
-		results+=("$cache $kind ${d_rps:-0} ${d_ok:-0} ${s_rps:-0} ${s_ok:-0}")
+		s_cpu=$(cpu_us $(($(cpu_ticks "${pid[$s]}") - s_t0)) "${s_ok:-0}")
+		results+=("$cache $kind ${d_rps:-0} ${d_ok:-0} ${s_rps:-0} ${s_ok:-0} $d_cpu $s_cpu")
 		log "done: $cache $kind"
 	done
 done
 
+d_lat=$(latency "${port[dohfwd-cache]}")
+s_lat=$(latency "${port[dnsdist-cache]}")
+log "done: latency"
+
+if [ -n "$PROFILE_DIR" ]; then
+	mkdir -p "$PROFILE_DIR"
+	port[dohfwd-prof]=$(freeport)
+	dohfwd_conf "${port[dohfwd-prof]}" "$CACHE_ENTRIES" >"$work/dohfwd-prof.yaml"
+	DOHFWD_SERVER_CPUPROFILE="$PROFILE_DIR/cpu.pprof" "$dohfwd_bin" serve --config "$work/dohfwd-prof.yaml" 2>"$work/dohfwd-prof.log" &
+	pid[dohfwd-prof]=$!
+	pids+=($!)
+	waitport "${port[dohfwd-prof]}"
+	warm "${port[dohfwd-prof]}"
+	load_same "${port[dohfwd-prof]}" >/dev/null
+	kill -TERM "${pid[dohfwd-prof]}"
+	wait "${pid[dohfwd-prof]}" || true
+	cp "$dohfwd_bin" "$PROFILE_DIR/dohfwd"
+	log "done: profile"
+fi
+
 # --- table -------------------------------------------------------------------
 echo
-printf '%-10s %-9s %12s %12s %10s %18s\n' cache names "dohfwd r/s" "dnsdist r/s" ratio "200s (d / s)"
+printf '%-10s %-9s %12s %12s %7s %18s %12s %12s %7s\n' cache names "dohfwd r/s" "dnsdist r/s" ratio "200s (d / s)" \
+	"dohfwd us" "dnsdist us" ratio
 for r in "${results[@]}"; do
-	read -r cache kind d_rps d_ok s_rps s_ok <<<"$r"
+	read -r cache kind d_rps d_ok s_rps s_ok d_cpu s_cpu <<<"$r"
 	ratio=$(echo "if ($s_rps > 0) $d_rps / $s_rps else 0" | bc -l)
+	cratio=$(echo "if ($s_cpu > 0) $d_cpu / $s_cpu else 0" | bc -l)
 	[ "$cache" = cache ] && cache="on ($CACHE_ENTRIES)" || cache=off
-	printf '%-10s %-9s %12.0f %12.0f %10.2f %18s\n' "${cache%% *}" "$kind" "$d_rps" "$s_rps" "$ratio" "$d_ok / $s_ok"
+	printf '%-10s %-9s %12.0f %12.0f %7.2f %18s %12.1f %12.1f %7.2f\n' "${cache%% *}" "$kind" "$d_rps" "$s_rps" "$ratio" \
+		"$d_ok / $s_ok" "$d_cpu" "$s_cpu" "$cratio"
 done
+echo "(us: CPU microseconds per answered request, user + system)"
+echo
+printf 'one connection, one stream, cache on, same name: median latency dohfwd %s us, dnsdist %s us, ratio %.2f\n' \
+	"$d_lat" "$s_lat" "$(echo "if ($s_lat > 0) $d_lat / $s_lat else 0" | bc -l)"
 echo
 echo "peak RSS (VmHWM) after the runs:"
 for c in cache nocache; do
@@ -244,6 +298,9 @@ for c in cache nocache; do
 		"$([ "$c" = cache ] && echo on || echo off)" "$(echo "$d_kb / 1024" | bc -l)" "$(echo "$s_kb / 1024" | bc -l)" "$(echo "$d_kb / $s_kb" | bc -l)"
 done
 echo "($N requests per load per server; each 200s column should read $N)"
+if [ -n "$PROFILE_DIR" ]; then
+	echo "profile: go tool pprof -top $PROFILE_DIR/dohfwd $PROFILE_DIR/cpu.pprof"
+fi
 if [ -n "$PERF_DIR" ]; then
 	echo "profile: perf report -i $PERF_DIR/perf.data --no-children --sort symbol"
 fi

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -99,6 +100,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer closeAll()
+	if path := os.Getenv("DOHFWD_SERVER_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	errc := make(chan error, len(listeners))
 	errorLog := stdlog.New(telemetry.LineWriter(log), "", 0)
@@ -340,4 +348,19 @@ func certsConfig(c *config.Config) certs.Config {
 			TLSALPNListen:  c.Listen.HTTPS,
 		},
 	}
+}
+
+// startCPUProfile writes a CPU profile of the server to path until stop;
+// set by the hidden DOHFWD_SERVER_CPUPROFILE, for scripts/bench-doh.sh
+// (the edge host has its own DOHFWD_CPUPROFILE).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("DOHFWD_SERVER_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("DOHFWD_SERVER_CPUPROFILE: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
