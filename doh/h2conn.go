@@ -94,7 +94,8 @@ type h2conn struct {
 	peerWin     int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerFrame   int   // the client's SETTINGS_MAX_FRAME_SIZE
 	blocked     []*stream
-	goingAway   bool // a GOAWAY was sent: no new streams
+	goingAway   bool // a GOAWAY was sent or received: no new streams
+	sentGoAway  bool
 	closed      bool
 }
 
@@ -196,8 +197,11 @@ func (c *h2conn) serve() {
 				c.resetStream(se.StreamID, se.Code)
 				err = nil
 			} else {
-				c.failLocked(err)
+				graceful := c.failLocked(err)
 				c.mu.Unlock()
+				if graceful {
+					c.linger()
+				}
 				return
 			}
 		}
@@ -206,11 +210,47 @@ func (c *h2conn) serve() {
 		} else if len(c.wbuf) > maxPendingWrite {
 			c.flushLocked()
 		}
-		done := c.closed
+		done := c.closed || c.goingAway && c.active == 0 && c.hdr == nil
 		c.mu.Unlock()
 		if done {
+			c.linger()
 			return
 		}
+	}
+}
+
+// linger ends a connection gracefully: after what was written (a GOAWAY
+// last) the write side is closed, and what the client still sends is read
+// and dropped for at most a second, so that closing does not reset the
+// connection under the client before it read the last responses.
+func (c *h2conn) linger() {
+	c.mu.Lock()
+	for c.writing {
+		c.wdone.Wait()
+	}
+	gone := c.closed || c.werr != nil
+	c.mu.Unlock()
+	if gone {
+		return
+	}
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, c.br)
+}
+
+// afterAsync runs after a goroutine answered a stream, while the reader
+// may be blocked: a draining connection with nothing left to answer wakes
+// it, so that it ends; the read deadline follows what is left to wait for
+// (the idle timeout once no stream is left, flow control).
+func (c *h2conn) afterAsync() {
+	switch {
+	case c.closed:
+	case c.goingAway && c.active == 0:
+		c.nc.SetReadDeadline(time.Now())
+	case c.active == 0 || len(c.blocked) > 0:
+		c.armDeadline()
 	}
 }
 
@@ -247,8 +287,7 @@ func (c *h2conn) endBatch() {
 		c.wdone.Wait()
 	}
 	if c.goingAway && c.active == 0 {
-		c.closeLocked()
-		return
+		return // the reader ends the connection
 	}
 	c.armDeadline()
 }
@@ -606,13 +645,12 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 	if !ok || st.reset {
 		st.cancelled()
 		c.finish(st)
+		c.afterAsync()
 		return
 	}
 	c.respond(st) // st may be freed from here on
-	if len(c.blocked) > 0 {
-		c.armDeadline()
-	}
 	c.flushLocked()
+	c.afterAsync()
 }
 
 // respond writes a stream's response: HEADERS, then DATA as flow control
@@ -843,7 +881,9 @@ func (c *h2conn) fail(err error) {
 	c.failLocked(err)
 }
 
-func (c *h2conn) failLocked(err error) {
+// It reports whether the end is graceful (idle, drained): then the
+// connection lingers; a client that broke the protocol is cut at once.
+func (c *h2conn) failLocked(err error) (graceful bool) {
 	var code http2.ErrCode = http2.ErrCodeProtocol
 	var ce http2.ConnectionError
 	switch {
@@ -858,14 +898,14 @@ func (c *h2conn) failLocked(err error) {
 		}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
 		c.closeLocked()
-		return
+		return false
 	}
-	if !c.closed && c.werr == nil {
+	if !c.closed && c.werr == nil && !c.sentGoAway {
 		c.wbuf = appendGoAway(c.wbuf, c.maxID, code, "")
-		c.goingAway = true
+		c.goingAway, c.sentGoAway = true, true
 		c.flushLocked()
 	}
-	c.closeLocked()
+	return code == http2.ErrCodeNo
 }
 
 // drain sends a GOAWAY: streams open are answered, no new one starts,
@@ -873,15 +913,13 @@ func (c *h2conn) failLocked(err error) {
 func (c *h2conn) drain() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.goingAway {
+	if c.closed || c.sentGoAway {
 		return
 	}
-	c.goingAway = true
+	c.goingAway, c.sentGoAway = true, true
 	c.wbuf = appendGoAway(c.wbuf, c.maxID, http2.ErrCodeNo, "")
 	c.flushLocked()
-	if c.active == 0 {
-		c.closeLocked()
-	}
+	c.afterAsync()
 }
 
 func (c *h2conn) closeLocked() {

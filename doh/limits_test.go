@@ -76,3 +76,33 @@ func TestSlowHeadersAreCut(t *testing.T) {
 	}
 	t.Logf("slow client cut after %v (err %v)", time.Since(start).Round(time.Millisecond), err)
 }
+
+// TestHTTP2IdleGoAway: an HTTP/2 connection without requests for
+// IdleTimeout gets a GOAWAY (NO_ERROR, the last stream it opened) and is
+// closed; one with a request in between is not cut early.
+func TestHTTP2IdleGoAway(t *testing.T) {
+	t.Parallel()
+	addr, _ := startPlainLimits(t, NewHandler(&recordingResolver{}, Options{}), Limits{IdleTimeout: 600 * time.Millisecond})
+	c := dialRaw(t, addr)
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.block(getPath(t, "idle.example.")), EndStream: true, EndHeaders: true})
+	c.flush()
+	answered := time.Duration(0)
+	ga, err := c.readUntil(5*time.Second, func(f http2.Frame) bool {
+		if d, ok := f.(*http2.DataFrame); ok && d.StreamEnded() {
+			answered = time.Since(start)
+		}
+		return false
+	})
+	took := time.Since(start)
+	if ga == nil || ga.ErrCode != http2.ErrCodeNo || ga.LastStreamID != 1 {
+		t.Fatalf("GOAWAY %v (%v), want NO_ERROR with last stream 1", ga, err)
+	}
+	if answered == 0 || took-answered < 500*time.Millisecond || took > 3*time.Second {
+		t.Errorf("answered at %v, GOAWAY at %v: want the idle timeout (600 ms) counted from the answer", answered, took)
+	}
+	if _, err := c.readUntil(3*time.Second, nil); err != io.EOF {
+		t.Errorf("after the GOAWAY: %v, want the connection closed", err)
+	}
+}

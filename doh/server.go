@@ -113,6 +113,9 @@ func NewTLSServer(h http.Handler, tlsConfig *tls.Config, l Limits) (*Server, err
 	if c.MinVersion < tls.VersionTLS12 {
 		c.MinVersion = tls.VersionTLS12
 	}
+	// Responses that leave together go in one record where they fit,
+	// from the first byte on.
+	c.DynamicRecordSizingDisabled = true
 	for _, p := range []string{"http/1.1", "h2"} {
 		if !slices.Contains(c.NextProtos, p) {
 			c.NextProtos = append([]string{p}, c.NextProtos...)
