@@ -881,8 +881,10 @@ func (c *h2conn) fail(err error) {
 	c.failLocked(err)
 }
 
-// It reports whether the end is graceful (idle, drained): then the
-// connection lingers; a client that broke the protocol is cut at once.
+// failLocked ends the connection for err: a GOAWAY saying why, unless
+// one was sent. It reports whether the end is graceful (idle, drained):
+// then the connection lingers; a client that broke the protocol is cut at
+// once.
 func (c *h2conn) failLocked(err error) (graceful bool) {
 	var code http2.ErrCode = http2.ErrCodeProtocol
 	var ce http2.ConnectionError

@@ -29,8 +29,9 @@
 #        nocache-same or nocache-distinct (the default); PROFILE_DIR=dir
 #        writes a Go CPU profile (pprof) of a separate dohfwd with the cache
 #        on during the cache-on, same-name load to dir/cpu.pprof;
-#        LATENCY_N (5000) requests of the one-connection, one-stream
-#        latency load.
+#        PROFILE_N (10 x N) requests of that load; LATENCY_N (5000)
+#        requests of the one-connection, one-stream latency load;
+#        DOHFWD_BIN runs that binary instead of building one (a baseline).
 # Besides req/s, each load reports the CPU each server spent per answered
 # request (user + system time from /proc/PID/stat), and a last load on
 # the cache-on servers measures latency with one connection and one
@@ -47,6 +48,7 @@ PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
 PROFILE_DIR=${PROFILE_DIR:-}
 LATENCY_N=${LATENCY_N:-5000}
+PROFILE_N=${PROFILE_N:-$((10 * N))}
 CONNS=4
 STREAMS=10
 
@@ -87,9 +89,13 @@ trap 'exit 130' INT TERM
 . scripts/bench-lib.sh
 
 # --- dohfwd ----------------------------------------------------------------
-log "building dohfwd (make build)"
-make -s build >/dev/null
-dohfwd_bin=bin/dohfwd
+if [ -n "${DOHFWD_BIN:-}" ]; then
+	dohfwd_bin=$DOHFWD_BIN
+else
+	log "building dohfwd (make build)"
+	make -s build >/dev/null
+	dohfwd_bin=bin/dohfwd
+fi
 if [ -n "$PERF_DIR" ]; then
 	# bin/dohfwd is stripped (-s -w): perf needs the symbol table.
 	dohfwd_bin=$work/dohfwd-syms
@@ -266,7 +272,7 @@ if [ -n "$PROFILE_DIR" ]; then
 	pids+=($!)
 	waitport "${port[dohfwd-prof]}"
 	warm "${port[dohfwd-prof]}"
-	load_same "${port[dohfwd-prof]}" >/dev/null
+	N=$PROFILE_N load_same "${port[dohfwd-prof]}" >/dev/null
 	kill -TERM "${pid[dohfwd-prof]}"
 	wait "${pid[dohfwd-prof]}" || true
 	cp "$dohfwd_bin" "$PROFILE_DIR/dohfwd"
