@@ -54,6 +54,11 @@ const (
 
 var errHeaderTimeout = errors.New("header block not completed in time")
 
+// maxHeaderList is the header list size announced and enforced: the
+// header bytes and HPACK's 32 bytes per field for ten fields, as net/http
+// announced (its count is in HPACK's unit).
+func maxHeaderList(l Limits) int { return l.MaxHeaderBytes + 10*32 }
+
 // h2conn is one HTTP/2 connection.
 type h2conn struct {
 	srv    *Server
@@ -77,6 +82,7 @@ type h2conn struct {
 	unacked   int32 // received and not yet given back
 	rdeadline time.Time
 	slack     time.Duration // how far a deadline may move before its timer is reset
+	maxList   int           // SETTINGS_MAX_HEADER_LIST_SIZE
 	idleSince time.Time
 
 	mu          sync.Mutex // guards the rest
@@ -152,6 +158,7 @@ func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
 		c.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	l := c.limits
+	c.maxList = maxHeaderList(l)
 	c.slack = min(time.Second, l.ReadHeaderTimeout/10, l.ReadTimeout/10, l.WriteTimeout/10, l.IdleTimeout/10)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wdone = sync.NewCond(&c.mu)
@@ -171,7 +178,7 @@ func (c *h2conn) serve() {
 	c.wbuf = appendSettings(c.wbuf,
 		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.limits.MaxConcurrentStreams},
 		http2.Setting{ID: http2.SettingMaxFrameSize, Val: c.limits.MaxReadFrameSize},
-		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: uint32(c.limits.MaxHeaderBytes)},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: uint32(c.maxList)},
 		http2.Setting{ID: http2.SettingInitialWindowSize, Val: maxUploadPerStream},
 	)
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, connWindow-65535)
@@ -446,7 +453,7 @@ func (c *h2conn) onBlock(frag []byte, end, first bool) error {
 func (c *h2conn) onField(f hpack.HeaderField) {
 	st := c.hdr
 	st.hdrSize += int(f.Size())
-	if st.hdrSize > c.limits.MaxHeaderBytes {
+	if st.hdrSize > c.maxList {
 		st.tooBig = true
 	}
 	if st.bad != "" || st.tooBig || st.refused {
@@ -550,7 +557,7 @@ func (c *h2conn) endHeaders(st *stream) error {
 	}
 	if st.tooBig {
 		c.h.fail(&st.call, http.StatusRequestHeaderFieldsTooLarge,
-			"request header fields too large: at most "+strconv.Itoa(c.limits.MaxHeaderBytes)+" bytes")
+			"request header fields too large: at most "+strconv.Itoa(c.maxList)+" bytes (HPACK's count)")
 		return c.respond(st)
 	}
 	st.req.ContentLength = st.clen
