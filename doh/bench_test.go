@@ -18,7 +18,7 @@ func (f fixedResolver) Resolve(context.Context, *dns.Msg) engine.Response {
 	return engine.Response{Msg: f.reply, Result: engine.ResultAnswer}
 }
 
-func benchHandler(b *testing.B) (http.Handler, string) {
+func benchHandler(b testing.TB) (http.Handler, string) {
 	q := new(dns.Msg)
 	q.SetQuestion("www.example.org.", dns.TypeA)
 	q.Id = 0

@@ -3,6 +3,7 @@ package doh
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"testing"
@@ -84,5 +85,51 @@ func BenchmarkH2CacheHit(b *testing.B) {
 	b.StopTimer()
 	if mc.written < b.N*50 {
 		b.Fatalf("wrote %d bytes for %d requests", mc.written, b.N)
+	}
+}
+
+// countingConn is a memConn that counts its writes.
+type countingConn struct {
+	memConn
+	writes int
+}
+
+func (c *countingConn) Write(b []byte) (int, error) { c.writes++; return c.memConn.Write(b) }
+
+// resolveForbidden answers at once and fails the test if a question is
+// ever handed to Resolve (which the server calls on a goroutine of its
+// own).
+type resolveForbidden struct {
+	immediateResolver
+	t *testing.T
+}
+
+func (r resolveForbidden) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
+	r.t.Errorf("Resolve called for %s: an answer the resolver had at once was handed off", q.Question[0].Name)
+	return r.immediateResolver.Resolve(ctx, q)
+}
+
+// TestCacheHitsAnsweredTogether: ten requests that arrive together and
+// that the resolver answers at once (cache hits) are answered on the
+// connection's goroutine, never through Resolve, and their responses
+// leave in one write with the connection's SETTINGS ACK.
+func TestCacheHitsAnsweredTogether(t *testing.T) {
+	h, target := benchHandler(t)
+	res := resolveForbidden{immediateResolver{fixedResolver{h.(*Handler).resolver.(fixedResolver).reply}}, t}
+	srv, err := newServer(NewHandler(res, Options{}), nil, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := clientFrames(t, target, 10)
+	cc := &countingConn{memConn: memConn{r: bytes.NewReader(frames)}}
+	c := newH2Conn(srv, cc, bufio.NewReaderSize(cc, readBufferSize))
+	c.serve()
+	// One write of the server's SETTINGS before the preface is read, one
+	// for everything answering the client's first read.
+	if cc.writes != 2 {
+		t.Errorf("%d writes, want 2: the server's SETTINGS, then the ten responses together", cc.writes)
+	}
+	if cc.written < 10*50 {
+		t.Errorf("%d bytes written for ten answers", cc.written)
 	}
 }
