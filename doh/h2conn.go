@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -52,7 +53,25 @@ const (
 	maxWindow = 1<<31 - 1
 )
 
-var errHeaderTimeout = errors.New("header block not completed in time")
+// httpDate is the Date header of a response now (net/http sends one on
+// every response, and so does this server). It is formatted once a
+// second.
+func httpDate() string {
+	now := time.Now().Unix()
+	if d := lastDate.Load(); d != nil && d.unix == now {
+		return d.text
+	}
+	d := &dateText{unix: now, text: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	lastDate.Store(d)
+	return d.text
+}
+
+type dateText struct {
+	unix int64
+	text string
+}
+
+var lastDate atomic.Pointer[dateText]
 
 // maxHeaderList is the header list size announced and enforced: the
 // header bytes and HPACK's 32 bytes per field for ten fields, as net/http
@@ -670,6 +689,7 @@ func (c *h2conn) respond(st *stream) error {
 	}
 	c.encBuf.Reset()
 	c.enc.WriteField(hpack.HeaderField{Name: ":status", Value: itoa(st.resp.Status)})
+	c.enc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
 	for _, f := range st.resp.Header {
 		c.enc.WriteField(hpack.HeaderField{Name: f.Name, Value: f.Value})
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +106,31 @@ func TestHTTP2IdleGoAway(t *testing.T) {
 	}
 	if _, err := c.readUntil(3*time.Second, nil); err != io.EOF {
 		t.Errorf("after the GOAWAY: %v, want the connection closed", err)
+	}
+}
+
+// TestHTTP2ResponseHeaders: a DoH answer over the HTTP/2 server carries
+// the headers net/http's server sent: Date, Content-Type, Content-Length,
+// Cache-Control and Vary on the DoH path.
+func TestHTTP2ResponseHeaders(t *testing.T) {
+	t.Parallel()
+	base, c := startTLS(t, NewHandler(&recordingResolver{}, Options{}), Limits{})
+	r, body := do(t, c, newRequest(t, "GET", base+getPath(t, "h.example."), nil))
+	if r.ProtoMajor != 2 || r.StatusCode != 200 {
+		t.Fatalf("%s %d", r.Proto, r.StatusCode)
+	}
+	want := map[string]string{
+		"Content-Type":   MediaTypeDNS,
+		"Content-Length": strconv.Itoa(len(body)),
+		"Cache-Control":  "max-age=120",
+		"Vary":           "Accept",
+	}
+	for k, v := range want {
+		if got := r.Header.Get(k); got != v {
+			t.Errorf("%s: %q, want %q", k, got, v)
+		}
+	}
+	if d, err := http.ParseTime(r.Header.Get("Date")); err != nil || time.Since(d).Abs() > time.Minute {
+		t.Errorf("Date %q: %v", r.Header.Get("Date"), err)
 	}
 }
