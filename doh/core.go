@@ -86,6 +86,7 @@ type call struct {
 	x    Exchange
 
 	q         *dns.Msg // the checked query, once begin passes it
+	raw       []byte   // its bytes (in, or the body): for a resolver that takes bytes
 	onDoHPath bool     // the response varies with Accept
 
 	in  []byte // the decoded GET query
@@ -113,7 +114,7 @@ func (c *call) reset() {
 	c.req = Request{Header: hdr, Body: body}
 	c.resp = Response{Header: rh}
 	c.x = Exchange{}
-	c.q = nil
+	c.q, c.raw = nil, nil
 	c.onDoHPath = false
 	c.in, c.out = c.in[:0], c.out[:0]
 }
@@ -236,7 +237,7 @@ func (h *Handler) beginWire(c *call) bool {
 	if q != nil && len(q.Question) == 1 {
 		c.x.QName, c.x.QType = q.Question[0].Name, q.Question[0].Qtype
 	}
-	c.q = q
+	c.q, c.raw = q, raw
 	if reply != nil {
 		c.x.Problem = problem
 		h.writeWire(c, reply)

@@ -255,6 +255,10 @@ for cache in cache nocache; do
 		read -r s_rps s_ok <<<"$("load_$kind" "${port[$s]}")"
 		s_cpu=$(cpu_us $(($(cpu_ticks "${pid[$s]}") - s_t0)) "${s_ok:-0}")
 		results+=("$cache $kind ${d_rps:-0} ${d_ok:-0} ${s_rps:-0} ${s_ok:-0} $d_cpu $s_cpu")
+		if [ "$cache-$kind" = cache-same ]; then
+			# The peak so far: start-up, warm-up and the cache-hit load.
+			rss_same="$(vmhwm_kb "${pid[$d]}") $(vmhwm_kb "${pid[$s]}")"
+		fi
 		log "done: $cache $kind"
 	done
 done
@@ -296,6 +300,9 @@ echo
 printf 'one connection, one stream, cache on, same name: median latency dohfwd %s us, dnsdist %s us, ratio %.2f\n' \
 	"$d_lat" "$s_lat" "$(echo "if ($s_lat > 0) $d_lat / $s_lat else 0" | bc -l)"
 echo
+read -r d_kb s_kb <<<"$rss_same"
+printf 'peak RSS after the cache-hit load (cache on, same name): dohfwd %.1f MiB, dnsdist %.1f MiB, ratio %.2f\n' \
+	"$(echo "$d_kb / 1024" | bc -l)" "$(echo "$s_kb / 1024" | bc -l)" "$(echo "$d_kb / $s_kb" | bc -l)"
 echo "peak RSS (VmHWM) after the runs:"
 for c in cache nocache; do
 	d_kb=$(vmhwm_kb "${pid[dohfwd-$c]}")
