@@ -76,6 +76,8 @@ type h2conn struct {
 	recvWin   int32 // connection receive window left
 	unacked   int32 // received and not yet given back
 	rdeadline time.Time
+	now       time.Time     // when this read batch started: the reader's clock
+	stale     bool          // now is from an earlier batch
 	slack     time.Duration // how far a deadline may move before its timer is reset
 	maxList   int           // SETTINGS_MAX_HEADER_LIST_SIZE
 	idleSince time.Time
@@ -187,8 +189,12 @@ func (c *h2conn) serve() {
 		return
 	}
 	c.idleSince = time.Now()
+	c.stale = true
 	for {
 		f, err := c.fr.ReadFrame()
+		if c.stale {
+			c.now, c.stale = time.Now(), false
+		}
 		c.mu.Lock()
 		if err == nil {
 			err = c.process(f)
@@ -284,6 +290,7 @@ func (c *h2conn) endBatch() {
 		go c.resolve(ctx, st)
 	}
 	c.pending = c.pending[:0]
+	c.stale = true
 	c.flushLocked()
 	for len(c.wbuf) > maxPendingWrite && c.writing && c.werr == nil {
 		c.wdone.Wait()
@@ -439,7 +446,7 @@ func (c *h2conn) start(st *stream) error {
 	st.begun = true
 	c.srv.active.Add(1)
 	if c.h.begin(&st.call) || c.h.answer(c.ctx, &st.call, false) {
-		return c.respond(st)
+		return c.respond(st, c.now)
 	}
 	st.waiting = true
 	c.pending = append(c.pending, st)
@@ -460,7 +467,7 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 		c.afterAsync()
 		return
 	}
-	c.respond(st) // st may be freed from here on
+	c.respond(st, time.Now()) // st may be freed from here on
 	c.flushLocked()
 	c.afterAsync()
 }

@@ -38,7 +38,7 @@ func (c *h2conn) onHeaders(f *http2.HeadersFrame) error {
 		c.maxID = id
 		c.idleSince = time.Time{}
 		st = streams.Get().(*stream)
-		st.id, st.conn, st.clen, st.opened = id, c, -1, time.Now()
+		st.id, st.conn, st.clen, st.opened = id, c, -1, c.now
 		st.recvWin, st.sendWin = maxUploadPerStream, c.peerWin
 		st.req.Proto, st.req.Peer, st.req.ContentLength = "HTTP/2.0", c.peer, -1
 		if c.goingAway || c.active >= int(c.limits.MaxConcurrentStreams) {
@@ -54,7 +54,7 @@ func (c *h2conn) onHeaders(f *http2.HeadersFrame) error {
 	if f.StreamEnded() {
 		st.recvDone = true
 	}
-	c.hdr, c.hdrStart, c.hdrBytes = st, time.Now(), 0
+	c.hdr, c.hdrStart, c.hdrBytes = st, c.now, 0
 	return c.onBlock(f.HeaderBlockFragment(), f.HeadersEnded(), true)
 }
 
@@ -194,7 +194,7 @@ func (c *h2conn) endHeaders(st *stream) error {
 	if st.tooBig {
 		c.h.fail(&st.call, http.StatusRequestHeaderFieldsTooLarge,
 			"request header fields too large: at most "+strconv.Itoa(c.maxList)+" bytes (HPACK's count)")
-		return c.respond(st)
+		return c.respond(st, c.now)
 	}
 	st.req.ContentLength = st.clen
 	if st.recvDone {

@@ -16,8 +16,8 @@ import (
 // client's windows.
 
 // respond writes a stream's response: HEADERS, then DATA as flow control
-// allows.
-func (c *h2conn) respond(st *stream) error {
+// allows. now is the time for its Date.
+func (c *h2conn) respond(st *stream, now time.Time) error {
 	if st.reset || c.closed {
 		st.cancelled()
 		c.finish(st)
@@ -25,7 +25,7 @@ func (c *h2conn) respond(st *stream) error {
 	}
 	c.encBuf.Reset()
 	c.enc.WriteField(hpack.HeaderField{Name: ":status", Value: itoa(st.resp.Status)})
-	c.enc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
+	c.enc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate(now)})
 	for _, f := range st.resp.Header {
 		c.enc.WriteField(hpack.HeaderField{Name: f.Name, Value: f.Value})
 	}
@@ -168,8 +168,8 @@ func (c *h2conn) flushLocked() {
 // httpDate is the Date header of a response now (net/http sends one on
 // every response, and so does this server). It is formatted once a
 // second.
-func httpDate() string {
-	now := time.Now().Unix()
+func httpDate(t time.Time) string {
+	now := t.Unix()
 	if d := lastDate.Load(); d != nil && d.unix == now {
 		return d.text
 	}
