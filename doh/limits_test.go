@@ -1,6 +1,7 @@
 package doh
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
@@ -132,5 +133,48 @@ func TestHTTP2ResponseHeaders(t *testing.T) {
 	}
 	if d, err := http.ParseTime(r.Header.Get("Date")); err != nil || time.Since(d).Abs() > time.Minute {
 		t.Errorf("Date %q: %v", r.Header.Get("Date"), err)
+	}
+}
+
+// TestHTTP2ShutdownDrains: Shutdown sends GOAWAY(NO_ERROR) at once, still
+// answers the stream in flight, refuses nothing it had accepted, and
+// returns once the connection has ended.
+func TestHTTP2ShutdownDrains(t *testing.T) {
+	t.Parallel()
+	res := &blockingResolver{release: make(chan struct{})}
+	addr, srv := startPlainLimits(t, NewHandler(res, Options{}), Limits{})
+	c := dialRaw(t, addr)
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.block(getPath(t, "drain.example.")), EndStream: true, EndHeaders: true})
+	c.flush()
+	waitFor(t, "the question", func() bool { return res.calls.Load() == 1 })
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(context.Background()) }()
+	ga, err := c.readUntil(5*time.Second, nil)
+	if ga == nil || ga.ErrCode != http2.ErrCodeNo || ga.LastStreamID != 1 {
+		t.Fatalf("GOAWAY %v (%v), want NO_ERROR with last stream 1", ga, err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) with a stream in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(res.release)
+	answered := false
+	_, err = c.readUntil(5*time.Second, func(f http2.Frame) bool {
+		if d, ok := f.(*http2.DataFrame); ok && d.StreamID == 1 && d.StreamEnded() {
+			answered = true
+		}
+		return false
+	})
+	if !answered || err != io.EOF {
+		t.Fatalf("answered %v, then %v: want the answer, then the connection closed", answered, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return after the last stream")
 	}
 }
