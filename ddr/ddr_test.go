@@ -167,3 +167,51 @@ func TestResolverWirePathLeavesZoneToTable(t *testing.T) {
 		t.Error("a query cut short must take the unpacking path")
 	}
 }
+
+// fastNext is a countingNext that answers everything at once.
+type fastNext struct {
+	countingNext
+	immediate int
+}
+
+func (c *fastNext) ResolveWireImmediate(_, dst []byte, _ *engine.Trace) (engine.Response, bool) {
+	c.immediate++
+	return engine.Response{Wire: append(dst, 0, 0), Result: engine.ResultLocal, CacheHit: true}, true
+}
+
+// The immediate path (cache hits answered on the connection's goroutine)
+// passes every name outside resolver.arpa through and answers no name
+// inside it at once: those take ResolveWire's way, then the table's.
+func TestResolverImmediatePassesThroughOutsideZone(t *testing.T) {
+	next := new(fastNext)
+	r := Wrap(next)
+	r.Designate(example)
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{Name, false},
+		{"resolver.arpa.", false},
+		{"www.example.net.", true},
+	} {
+		q := new(dns.Msg)
+		q.SetQuestion(c.name, dns.TypeA)
+		raw, err := q.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := next.immediate
+		_, ok := r.ResolveWireImmediate(raw, nil, nil)
+		if ok != c.want || (next.immediate > before) != c.want {
+			t.Errorf("%s: answered at once %v (next asked %v), want %v", c.name, ok, next.immediate > before, c.want)
+		}
+	}
+	// A next without the immediate path: nothing is answered at once.
+	plain := Wrap(new(countingNext))
+	q := new(dns.Msg)
+	q.SetQuestion("www.example.net.", dns.TypeA)
+	raw, _ := q.Pack()
+	if _, ok := plain.ResolveWireImmediate(raw, nil, nil); ok {
+		t.Error("answered at once without a next that can")
+	}
+}

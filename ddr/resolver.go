@@ -49,6 +49,24 @@ func (r *Resolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Re
 	return r.next.ResolveWire(ctx, query, dst)
 }
 
+// immediateNext is a Next that can answer some queries at once, from
+// memory (*engine.Engine).
+type immediateNext interface {
+	ResolveWireImmediate(query, dst []byte, trace *engine.Trace) (engine.Response, bool)
+}
+
+// ResolveWireImmediate passes a query outside resolver.arpa to the next
+// resolver's ResolveWireImmediate, when it has one. A resolver.arpa name
+// is never answered at once (false): it takes ResolveWire's way, and from
+// there Resolve's, which answers from the table.
+func (r *Resolver) ResolveWireImmediate(query, dst []byte, trace *engine.Trace) (engine.Response, bool) {
+	next, ok := r.next.(immediateNext)
+	if !ok || inZone(query) {
+		return engine.Response{}, false
+	}
+	return next.ResolveWireImmediate(query, dst, trace)
+}
+
 // inZone reports whether the question of the wire query query is in
 // resolver.arpa, reading only the header and the question name. A name
 // it cannot read (compressed, cut short) counts as in the zone, so the

@@ -18,7 +18,7 @@ func (f fixedResolver) Resolve(context.Context, *dns.Msg) engine.Response {
 	return engine.Response{Msg: f.reply, Result: engine.ResultAnswer}
 }
 
-func benchHandler(b *testing.B) (http.Handler, string) {
+func benchHandler(b testing.TB) (http.Handler, string) {
 	q := new(dns.Msg)
 	q.SetQuestion("www.example.org.", dns.TypeA)
 	q.Id = 0
@@ -54,7 +54,7 @@ func BenchmarkServeWire(b *testing.B) {
 func BenchmarkServeWireObserved(b *testing.B) {
 	_, target := benchHandler(b)
 	hb, _ := benchHandler(b)
-	h := hb.(*handler)
+	h := hb.(*Handler)
 	h.observe = func(Exchange) {}
 	req := httptest.NewRequest("GET", target, nil)
 	b.ReportAllocs()
@@ -95,7 +95,7 @@ func BenchmarkServeWireHandlerOnly(b *testing.B) {
 // to the resolver, traceresponse written): their cost is the difference.
 func BenchmarkServeWireOperatorHeaders(b *testing.B) {
 	hb, target := benchHandler(b)
-	h := hb.(*handler)
+	h := hb.(*Handler)
 	h.serverTiming, h.traceContext = true, true
 	req := httptest.NewRequest("GET", target, nil)
 	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")

@@ -22,25 +22,25 @@ func maxAge(m *dns.Msg) (seconds uint32, cacheable bool) { return engine.MsgTTL(
 
 // smallMaxAges holds the Cache-Control values of common small TTLs, so
 // most responses set the header without allocating.
-var smallMaxAges = func() [][]string {
-	v := make([][]string, 301)
+var smallMaxAges = func() []string {
+	v := make([]string, 301)
 	for i := range v {
-		v[i] = []string{"max-age=" + strconv.Itoa(i)}
+		v[i] = "max-age=" + strconv.Itoa(i)
 	}
 	return v
 }()
 
-// cacheControlHeader is the Cache-Control header value for a response.
-func cacheControlHeader(m *dns.Msg) []string { return cacheControlValue(maxAge(m)) }
+// cacheControl is the Cache-Control header value for a response.
+func cacheControl(m *dns.Msg) string { return cacheControlValue(maxAge(m)) }
 
 // cacheControlValue is the Cache-Control header value for an answer whose
 // TTL is s, or no-store when it may not be kept.
-func cacheControlValue(s uint32, cacheable bool) []string {
+func cacheControlValue(s uint32, cacheable bool) string {
 	if !cacheable {
-		return noStore
+		return "no-store"
 	}
 	if int(s) < len(smallMaxAges) {
 		return smallMaxAges[s]
 	}
-	return []string{"max-age=" + strconv.FormatUint(uint64(s), 10)}
+	return "max-age=" + strconv.FormatUint(uint64(s), 10)
 }

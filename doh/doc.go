@@ -11,6 +11,8 @@
 //
 // The handler builds for WebAssembly (GOOS=wasip1) as well, so the edge
 // module serves requests with the same code. [NewTLSServer] and
-// [NewPlainServer] wrap the handler in an [net/http.Server] with explicit
-// HTTP/2 limits from golang.org/x/net/http2.
+// [NewPlainServer] serve a [Handler] with an HTTP/2 server built for DoH
+// on golang.org/x/net/http2's Framer and hpack (ALPN h2 over TLS, prior
+// knowledge on plaintext), and HTTP/1.1 with net/http; both go through
+// one transport-neutral core (core.go).
 package doh

@@ -81,7 +81,7 @@ func startTLS(t testing.TB, h http.Handler, l Limits) (string, *http.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.ServeTLS(ln, "", "")
+	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	tr := &http2.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
 	t.Cleanup(tr.CloseIdleConnections)

@@ -1,9 +1,7 @@
 package doh
 
 import (
-	"encoding/json"
 	"errors"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -45,55 +43,6 @@ type jsonRecord struct {
 
 type jsonError struct {
 	Error string `json:"error"`
-}
-
-// serveJSON answers a JSON request: GET with name, and optionally type
-// (mnemonic or number, default A), do and cd (0/1/true/false).
-func (h *handler) serveJSON(w http.ResponseWriter, r *http.Request, x *Exchange, onDoHPath bool) {
-	x.Format = FormatJSON
-	if r.Method != http.MethodGet {
-		w.Header()["Allow"] = allowGet
-		h.failJSON(w, x, http.StatusMethodNotAllowed, "method not allowed: the JSON form is GET only")
-		return
-	}
-	q, err := jsonQuery(r.URL.Query())
-	if err != nil {
-		h.failJSON(w, x, http.StatusBadRequest, err.Error())
-		return
-	}
-	x.QName, x.QType = q.Question[0].Name, q.Question[0].Qtype
-	if !h.resolve(r.Context(), q, nil, x) {
-		return
-	}
-	reply := x.Response.Msg
-	body, err := json.Marshal(toJSON(reply))
-	if err != nil {
-		h.failJSON(w, x, http.StatusInternalServerError, "cannot encode the answer: "+err.Error())
-		return
-	}
-	hdr := w.Header()
-	hdr["Content-Type"] = contentTypeJSON
-	hdr["Content-Length"] = []string{strconv.Itoa(len(body) + 1)}
-	hdr["Cache-Control"] = cacheControlHeader(reply)
-	if onDoHPath {
-		hdr["Vary"] = varyAccept
-	}
-	h.setResolvedHeaders(hdr, x)
-	x.Status, x.Rcode = http.StatusOK, reply.Rcode
-	w.WriteHeader(http.StatusOK)
-	w.Write(append(body, '\n'))
-}
-
-// failJSON answers a JSON request with an HTTP error and {"error": "..."}.
-func (h *handler) failJSON(w http.ResponseWriter, x *Exchange, status int, problem string) {
-	x.Status, x.Problem = status, problem
-	body, _ := json.Marshal(jsonError{Error: problem})
-	hdr := w.Header()
-	hdr["Content-Type"] = contentTypeErr
-	hdr["Cache-Control"] = noStore
-	hdr["Content-Length"] = []string{strconv.Itoa(len(body) + 1)}
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
 }
 
 // jsonQuery builds the query a JSON request asks: RD set, ID 0, EDNS with

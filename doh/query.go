@@ -104,9 +104,9 @@ func isMediaType(header, want string) bool {
 }
 
 // acceptsJSON reports whether the client asks for the JSON form.
-func acceptsJSON(h http.Header) bool {
-	for _, v := range h["Accept"] {
-		if strings.Contains(strings.ToLower(v), MediaTypeJSON) {
+func acceptsJSON(h Header) bool {
+	for i := range h {
+		if h[i].Name == "accept" && strings.Contains(strings.ToLower(h[i].Value), MediaTypeJSON) {
 			return true
 		}
 	}

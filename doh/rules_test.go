@@ -90,7 +90,7 @@ func TestMaxAge(t *testing.T) {
 		}
 	}
 	big := dns.Msg{Answer: []dns.RR{rr("a.z. 86400 IN A 192.0.2.1")}}
-	if v := cacheControlHeader(&big); v[0] != "max-age=86400" {
+	if v := cacheControl(&big); v != "max-age=86400" {
 		t.Errorf("large TTL: %q", v)
 	}
 }

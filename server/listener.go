@@ -24,8 +24,6 @@ func (l *listener) serve() error {
 		err = l.dns.ServePacket(l.pc)
 	case l.dns != nil:
 		err = l.dns.ServeStream(l.ln)
-	case l.tls:
-		err = l.srv.ServeTLS(l.ln, "", "")
 	default:
 		err = l.srv.Serve(l.ln)
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -77,13 +78,20 @@ type Options struct {
 	OnListen func(name string, addr net.Addr)
 }
 
-// listener is one running http.Server, or one DNS server (dns) on a
+// httpServer is what Run needs of a listener's server: *http.Server (the
+// admin listener) and *doh.Server (the DoH listeners) both are one.
+type httpServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// listener is one running HTTP server (srv), or one DNS server (dns) on a
 // stream listener (ln) or a packet connection (pc).
 type listener struct {
 	name string
-	srv  *http.Server
+	srv  httpServer
 	ln   net.Listener
-	tls  bool
 
 	dns *dnsserver.Server
 	pc  net.PacketConn
@@ -100,19 +108,27 @@ func Run(ctx context.Context, o Options) error {
 	log.Info().Str("version", o.Version).Str("config", cfg.Source).Int("scopes", len(cfg.Scopes)).
 		Msg("starting")
 
-	active := new(atomic.Int64) // DoH requests in flight
-	o.Handler = countRequests(o.Handler, active)
 	listeners, closeAll, err := listen(ctx, o, current)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
+	if path := os.Getenv("DOHFWD_SERVER_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	errc := make(chan error, len(listeners))
 	errorLog := stdlog.New(telemetry.LineWriter(log), "", 0)
 	for _, l := range listeners {
-		if l.srv != nil {
-			l.srv.ErrorLog = errorLog
+		switch srv := l.srv.(type) {
+		case *http.Server:
+			srv.ErrorLog = errorLog
+		case *doh.Server:
+			srv.SetErrorLog(errorLog)
 		}
 		log.Info().Str("listener", l.name).Str("addr", l.addr().String()).Msg("listening")
 		if o.OnListen != nil {
@@ -152,7 +168,7 @@ wait:
 			break wait
 		}
 	}
-	drain(o, listeners, active, reason)
+	drain(o, listeners, reason)
 	return runErr
 }
 
@@ -188,7 +204,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		if err != nil {
 			return fail(err)
 		}
-		out = append(out, &listener{name: "https", ln: ln, tls: true})
+		out = append(out, &listener{name: "https", ln: ln})
 	}
 	if cfg.Listen.HTTPS != "" || cfg.Listen.DoT != "" {
 		cm, err := certs.New(ctx, o.Certs, log)
@@ -200,10 +216,11 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		certificates = cm.TLSConfig()
 	}
 	if cfg.Listen.HTTPS != "" {
-		var err error
-		if out[len(out)-1].srv, err = doh.NewTLSServer(o.Handler, certificates, o.Limits); err != nil {
+		srv, err := doh.NewTLSServer(o.Handler, certificates, o.Limits)
+		if err != nil {
 			return fail(err)
 		}
+		out[len(out)-1].srv = srv
 	}
 	if cfg.Listen.HTTP != "" {
 		ln, err := listenDoH(cfg, log, "listen.http", cfg.Listen.HTTP)
@@ -307,13 +324,22 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 // closes what is left. It does not rely on http.Server.Shutdown alone:
 // an HTTP/2 connection a client keeps open can hold Shutdown until its
 // deadline although no request is left.
-func drain(o Options, listeners []*listener, active *atomic.Int64, reason string) {
+func drain(o Options, listeners []*listener, reason string) {
 	log := o.Log
 	timeout := o.DrainTimeout
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	log.Info().Str("reason", reason).Int64("requests", active.Load()).Int64("in_flight", o.Backend.InFlight()).
+	active := func() int64 { // DoH requests in flight
+		var n int64
+		for _, l := range listeners {
+			if srv, ok := l.srv.(*doh.Server); ok {
+				n += srv.Active()
+			}
+		}
+		return n
+	}
+	log.Info().Str("reason", reason).Int64("requests", active()).Int64("in_flight", o.Backend.InFlight()).
 		Dur("timeout_ms", timeout).Msg("draining")
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -338,10 +364,10 @@ wait:
 			break wait
 		case <-ctx.Done():
 			complete = false
-			log.Warn().Int64("requests", active.Load()).Msg("drain cut short by its timeout")
+			log.Warn().Int64("requests", active()).Msg("drain cut short by its timeout")
 			break wait
 		case <-tick.C:
-			if active.Load()+inFlight(listeners) > 0 {
+			if active()+inFlight(listeners) > 0 {
 				quiet = 0
 			} else if quiet++; quiet >= 5 {
 				break wait
@@ -354,19 +380,25 @@ wait:
 	log.Info().Dur("took_ms", time.Since(start)).Bool("complete", complete).Msg("stopped")
 }
 
-// countRequests wraps h so that active counts its requests in flight.
-func countRequests(h http.Handler, active *atomic.Int64) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		active.Add(1)
-		defer active.Add(-1)
-		h.ServeHTTP(w, r)
-	})
-}
-
 // gatherer returns m's registry, or nil (no /metrics) without metrics.
 func gatherer(m *metrics.Metrics) prometheus.Gatherer {
 	if m == nil {
 		return nil
 	}
 	return m.Registry
+}
+
+// startCPUProfile writes a CPU profile of the server to path until stop;
+// set by the hidden DOHFWD_SERVER_CPUPROFILE, for scripts/bench-doh.sh
+// (the edge host has its own DOHFWD_CPUPROFILE).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("DOHFWD_SERVER_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("DOHFWD_SERVER_CPUPROFILE: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

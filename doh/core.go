@@ -1,0 +1,490 @@
+package doh
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/miekg/dns"
+)
+
+// This file is the DoH semantics, once, for every transport: a [Request]
+// in, a [Response] out. The net/http path (HTTP/1.1, the edge) and the
+// HTTP/2 server of this package both go through call.begin, answer and
+// finish; only answer meets the resolver.
+
+// HeaderField is one HTTP header field. Names are lower case, as HTTP/2
+// carries them.
+type HeaderField struct {
+	Name, Value string
+}
+
+// Header is an ordered list of header fields: the request headers other
+// than HTTP/2's pseudo-headers, or the headers of a response. A list, not
+// a map: a DoH request carries a handful, and a transport reuses it.
+type Header []HeaderField
+
+// Get returns the first value of name (lower case), or "".
+func (h Header) Get(name string) string {
+	for i := range h {
+		if h[i].Name == name {
+			return h[i].Value
+		}
+	}
+	return ""
+}
+
+// Values returns every value of name (lower case), in order.
+func (h Header) Values(name string) []string {
+	var v []string
+	for i := range h {
+		if h[i].Name == name {
+			v = append(v, h[i].Value)
+		}
+	}
+	return v
+}
+
+// Add appends a field.
+func (h *Header) Add(name, value string) { *h = append(*h, HeaderField{name, value}) }
+
+// Request is one DoH request as a transport read it.
+type Request struct {
+	Method   string
+	Path     string // without the query
+	RawQuery string
+	Proto    string // "HTTP/2.0", "HTTP/1.1"
+	Host     string // Host, or HTTP/2's :authority
+	Header   Header
+	// ContentLength is the Content-Length the client sent, -1 if none.
+	ContentLength int64
+	// Body is the request body, read up to MaxMessageSize+1 bytes;
+	// BodyErr what went wrong reading it.
+	Body    []byte
+	BodyErr error
+	Peer    netip.AddrPort
+}
+
+// Response is what the client gets: a status, the header fields in the
+// order written, a body. Other parts of the server may append fields.
+type Response struct {
+	Status int
+	Header Header
+	Body   []byte
+}
+
+// call is one request on its way through the handler. Transports keep one
+// per request and reuse it: its buffers and lists survive reset.
+type call struct {
+	req  Request
+	resp Response
+	x    Exchange
+
+	q         *dns.Msg // the checked query, once begin passes it
+	raw       []byte   // its bytes (in, or the body): for a resolver that takes bytes
+	onDoHPath bool     // the response varies with Accept
+	page      bool     // a setup page, not a DNS exchange: not observed
+
+	in  []byte // the decoded GET query
+	out []byte // the response body
+}
+
+var calls = sync.Pool{New: func() any {
+	return &call{in: make([]byte, 0, pooledBufferSize), out: make([]byte, 0, pooledBufferSize)}
+}}
+
+func getCall() *call { return calls.Get().(*call) }
+
+func putCall(c *call) {
+	c.reset()
+	if cap(c.in) <= pooledBufferSize*4 && cap(c.out) <= pooledBufferSize*4 {
+		calls.Put(c)
+	}
+}
+
+// reset forgets a request, keeping the buffers.
+func (c *call) reset() {
+	hdr, body := c.req.Header[:0], c.req.Body[:0]
+	rh := c.resp.Header[:0]
+	clear(c.req.Header[:cap(c.req.Header)])
+	c.req = Request{Header: hdr, Body: body}
+	c.resp = Response{Header: rh}
+	c.x = Exchange{}
+	c.q, c.raw = nil, nil
+	c.onDoHPath, c.page = false, false
+	c.in, c.out = c.in[:0], c.out[:0]
+}
+
+// Buffers grown past this size for a big message are left to the garbage
+// collector, so pooled state stays small.
+const pooledBufferSize = 4096
+
+// ImmediateResolver is a [WireResolver] that can answer some queries at
+// once, from memory (its cache, local names), without waiting on the
+// network. The HTTP/2 server asks it first on the connection's own
+// goroutine; only what it cannot answer at once goes to a goroutine of
+// its own. ok false leaves nothing behind: the query is then asked with
+// ResolveWire. trace, when not nil, is the request's trace (see
+// Options.TraceContext). *engine.Engine and *ddr.Resolver satisfy it.
+type ImmediateResolver interface {
+	ResolveWireImmediate(query, dst []byte, trace *engine.Trace) (r engine.Response, ok bool)
+}
+
+// Handler is the DoH handler: RFC 8484 at its path, JSON at JSONPath (and
+// at its path for a GET with Accept: application/dns-json and no dns
+// parameter), the setup pages at / (for a browser) and SetupProfilePath
+// when Options.Setup is set, 404 elsewhere. Methods other than GET and
+// POST (HEAD included: a DoH answer without its body is of no use) get
+// 405. It is an [net/http.Handler] for HTTP/1.1; the HTTP/2 server of
+// this package calls its core directly.
+type Handler struct {
+	resolver  Resolver
+	wire      WireResolver      // resolver, when it answers bytes
+	immediate ImmediateResolver // resolver, when it can also answer at once
+	path      string
+	trusted   []netip.Prefix
+	observe   func(Exchange)
+	setup     http.Handler
+	notFound  string
+
+	serverTiming bool
+	traceContext bool
+}
+
+// NewHandler returns the DoH handler over r with o's path, trusted
+// proxies, observer, setup pages and operator headers.
+func NewHandler(r Resolver, o Options) *Handler {
+	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
+		serverTiming: o.ServerTiming, traceContext: o.TraceContext}
+	h.wire, _ = r.(WireResolver)
+	if h.wire != nil {
+		h.immediate, _ = r.(ImmediateResolver)
+	}
+	if h.path == "" {
+		h.path = DefaultPath
+	}
+	if h.path[0] != '/' {
+		h.path = "/" + h.path
+	}
+	h.notFound = "not found: DNS queries go to " + h.path + " (RFC 8484) or " + JSONPath + " (JSON)"
+	return h
+}
+
+// begin reads and checks c.req. It reports true when the response is
+// ready (an HTTP error, or a DNS error answered here); otherwise c.q waits
+// for answer.
+func (h *Handler) begin(c *call) (done bool) {
+	r := &c.req
+	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
+	if h.observe != nil {
+		c.x.Start = time.Now()
+		c.x.Peer = r.Peer
+		c.x.ClientIP = r.Peer.Addr()
+		if len(h.trusted) > 0 {
+			c.x.ClientIP = ClientIP(r.Peer.Addr(), h.trusted, r.Header.Values("forwarded"), r.Header.Values("x-forwarded-for"))
+		}
+	}
+	if h.traceContext {
+		c.x.Trace = requestTrace(r.Header)
+	}
+	switch r.Path {
+	case h.path:
+		c.onDoHPath = true
+		if r.Method == http.MethodGet && acceptsJSON(r.Header) && !hasQueryParam(r.RawQuery, "dns") {
+			return h.beginJSON(c)
+		}
+		return h.beginWire(c)
+	case JSONPath:
+		return h.beginJSON(c)
+	case "/", SetupProfilePath:
+		if h.setup != nil && (r.Path != "/" || acceptsHTML(r.Header)) {
+			h.serveSetup(c)
+			return true
+		}
+	}
+	h.fail(c, http.StatusNotFound, h.notFound)
+	return true
+}
+
+// beginWire checks an RFC 8484 request.
+func (h *Handler) beginWire(c *call) bool {
+	c.x.Format = FormatWire
+	r := &c.req
+	var raw []byte
+	switch r.Method {
+	case http.MethodGet:
+		v, ok := queryParam(r.RawQuery, "dns")
+		if !ok || v == "" {
+			h.fail(c, http.StatusBadRequest, "missing dns parameter: want ?dns=<base64url DNS query>")
+			return true
+		}
+		var err error
+		if c.in, err = decodeDNSParam(v, c.in); err != nil {
+			h.fail(c, http.StatusBadRequest, "bad dns parameter: "+err.Error())
+			return true
+		}
+		raw = c.in
+	case http.MethodPost:
+		if !isMediaType(r.Header.Get("content-type"), MediaTypeDNS) {
+			h.fail(c, http.StatusUnsupportedMediaType, "unsupported Content-Type: want "+MediaTypeDNS)
+			return true
+		}
+		if r.ContentLength > MaxMessageSize || len(r.Body) > MaxMessageSize {
+			h.fail(c, http.StatusRequestEntityTooLarge, errTooLarge.Error())
+			return true
+		}
+		if r.BodyErr != nil {
+			h.fail(c, http.StatusBadRequest, "reading body: "+r.BodyErr.Error())
+			return true
+		}
+		raw = r.Body
+	default:
+		c.resp.Header.Add("allow", "GET, POST")
+		h.fail(c, http.StatusMethodNotAllowed, "method not allowed: use GET or POST")
+		return true
+	}
+	q, reply, status, problem := checkQuery(raw)
+	if status != http.StatusOK {
+		h.fail(c, status, problem)
+		return true
+	}
+	if q != nil && len(q.Question) == 1 {
+		c.x.QName, c.x.QType = q.Question[0].Name, q.Question[0].Qtype
+	}
+	c.q, c.raw = q, raw
+	if reply != nil {
+		c.x.Problem = problem
+		h.writeWire(c, reply)
+		return true
+	}
+	return false
+}
+
+// beginJSON checks a JSON request: GET with name, and optionally type
+// (mnemonic or number, default A), do and cd (0/1/true/false).
+func (h *Handler) beginJSON(c *call) bool {
+	c.x.Format = FormatJSON
+	if c.req.Method != http.MethodGet {
+		c.resp.Header.Add("allow", "GET")
+		h.failJSON(c, http.StatusMethodNotAllowed, "method not allowed: the JSON form is GET only")
+		return true
+	}
+	v, _ := url.ParseQuery(c.req.RawQuery)
+	q, err := jsonQuery(v)
+	if err != nil {
+		h.failJSON(c, http.StatusBadRequest, err.Error())
+		return true
+	}
+	c.x.QName, c.x.QType = q.Question[0].Name, q.Question[0].Qtype
+	c.q = q
+	return false
+}
+
+// answer asks the resolver for c.q and builds the response from its
+// reply: the one place the front end meets the engine. With wait false it
+// takes only an answer the resolver has at once and reports false when
+// there is none (nothing is written then; ask again with wait true). With
+// wait true it reports false when the client went away meanwhile: there
+// is no one to answer.
+//
+// The RFC 8484 form goes to the resolver as bytes (ResolveWire) and its
+// reply, written into c.out with the client's ID and padding, is the body
+// as it is; the JSON form (and a query the resolver could not read as
+// bytes) goes through Resolve and a dns.Msg.
+func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
+	// A question is about to be resolved: from here on it is the
+	// resolver's. (What decides whether to resolve it at all goes here.)
+	byWire := h.wire != nil && c.raw != nil && c.x.Format == FormatWire
+	var r engine.Response
+	asBytes := false // r.Wire is the reply, in c.out
+	if !wait {
+		if h.immediate == nil || !byWire {
+			return false
+		}
+		var tr *engine.Trace
+		if h.traceContext {
+			tr = &c.x.Trace
+		}
+		var ok bool
+		if r, ok = h.immediate.ResolveWireImmediate(c.raw, c.out[:0], tr); !ok {
+			return false
+		}
+		asBytes = len(r.Wire) >= headerSize
+	} else {
+		if h.traceContext {
+			ctx = engine.WithTrace(ctx, c.x.Trace)
+		}
+		if byWire {
+			r = h.wire.ResolveWire(ctx, c.raw, c.out[:0])
+			if asBytes = len(r.Wire) >= headerSize; !asBytes && ctx.Err() == nil {
+				r = h.resolver.Resolve(ctx, c.q) // the resolver could not read the bytes
+			}
+		} else {
+			r = h.resolver.Resolve(ctx, c.q)
+		}
+		if ctx.Err() != nil {
+			r.Wire = nil
+			c.x.Resolved, c.x.Response, c.x.Status = true, r, StatusClientClosed
+			return false
+		}
+	}
+	c.x.Resolved, c.x.Response = true, r
+	if asBytes {
+		h.writeWireBytes(c, r.Wire, r.Rcode, cacheControlValue(r.TTL, r.Cacheable))
+	} else {
+		if r.Msg == nil { // a Resolver that breaks its contract
+			c.x.Response.Msg = new(dns.Msg).SetRcode(c.q, dns.RcodeServerFailure)
+		}
+		c.x.Response.Wire = nil
+		if c.x.Format == FormatJSON {
+			h.writeJSON(c, c.x.Response.Msg)
+		} else {
+			h.writeWire(c, c.x.Response.Msg)
+		}
+	}
+	if c.resp.Status == http.StatusOK {
+		h.addOperatorHeaders(c)
+	}
+	return true
+}
+
+// addOperatorHeaders adds what an answer from the resolver carries beside
+// the DNS message: Server-Timing and traceresponse, when on.
+func (h *Handler) addOperatorHeaders(c *call) {
+	if h.serverTiming {
+		r := c.x.Response
+		if v := fixedServerTiming(r); v != nil {
+			c.resp.Header.Add("server-timing", v[0])
+		} else {
+			var b [80]byte
+			c.resp.Header.Add("server-timing", string(AppendServerTiming(b[:0], r)))
+		}
+	}
+	if h.traceContext {
+		var b [traceparentLen]byte
+		c.resp.Header.Add("traceresponse", string(AppendTraceResponse(b[:0], &c.x.Trace)))
+	}
+}
+
+// cancelled records a request whose client went away before its question
+// was asked.
+func (c *call) cancelled() { c.x.Status = StatusClientClosed }
+
+// finish ends a request after its response was written (or dropped).
+func (h *Handler) finish(c *call) {
+	if h.observe != nil && !c.page {
+		c.x.Response.Wire = nil // c.out: reused once the call is
+		c.x.Duration = time.Since(c.x.Start)
+		h.observe(c.x)
+	}
+}
+
+// writeWire packs reply for the client: the client's ID, compressed,
+// padded when the query was.
+func (h *Handler) writeWire(c *call, reply *dns.Msg) {
+	wire, err := packReply(reply, c.q, c.out[:0])
+	if err != nil {
+		h.fail(c, http.StatusInternalServerError, "cannot pack the answer: "+err.Error())
+		return
+	}
+	h.writeWireBytes(c, wire, reply.Rcode, cacheControl(reply))
+}
+
+// writeWireBytes answers with wire, a reply ready for the client (in
+// c.out), whose rcode is rcode.
+func (h *Handler) writeWireBytes(c *call, wire []byte, rcode int, cacheControl string) {
+	c.out = wire
+	c.resp.Status, c.resp.Body = http.StatusOK, wire
+	c.resp.Header = append(c.resp.Header,
+		HeaderField{"content-type", MediaTypeDNS},
+		HeaderField{"content-length", itoa(len(wire))},
+		HeaderField{"cache-control", cacheControl})
+	if c.onDoHPath {
+		c.resp.Header.Add("vary", "Accept")
+	}
+	c.x.Status, c.x.Rcode = http.StatusOK, rcode
+}
+
+// writeJSON writes reply in the JSON form.
+func (h *Handler) writeJSON(c *call, reply *dns.Msg) {
+	body, err := json.Marshal(toJSON(reply))
+	if err != nil {
+		h.failJSON(c, http.StatusInternalServerError, "cannot encode the answer: "+err.Error())
+		return
+	}
+	c.out = append(append(c.out[:0], body...), '\n')
+	c.resp.Status, c.resp.Body = http.StatusOK, c.out
+	c.resp.Header = append(c.resp.Header,
+		HeaderField{"content-type", MediaTypeJSON},
+		HeaderField{"content-length", itoa(len(c.out))},
+		HeaderField{"cache-control", cacheControl(reply)})
+	if c.onDoHPath {
+		c.resp.Header.Add("vary", "Accept")
+	}
+	c.x.Status, c.x.Rcode = http.StatusOK, reply.Rcode
+}
+
+// fail answers with an HTTP error and a short text saying what is wrong.
+func (h *Handler) fail(c *call, status int, problem string) {
+	c.x.Status, c.x.Problem = status, problem
+	c.out = append(append(c.out[:0], problem...), '\n')
+	c.resp.Status, c.resp.Body = status, c.out
+	c.resp.Header = append(c.resp.Header,
+		HeaderField{"content-type", "text/plain; charset=utf-8"},
+		HeaderField{"cache-control", "no-store"},
+		HeaderField{"x-content-type-options", "nosniff"},
+		HeaderField{"content-length", itoa(len(c.out))})
+}
+
+// failJSON answers a JSON request with an HTTP error and {"error": "..."}.
+func (h *Handler) failJSON(c *call, status int, problem string) {
+	c.x.Status, c.x.Problem = status, problem
+	body, _ := json.Marshal(jsonError{Error: problem})
+	c.out = append(append(c.out[:0], body...), '\n')
+	c.resp.Status, c.resp.Body = status, c.out
+	c.resp.Header = append(c.resp.Header,
+		HeaderField{"content-type", "application/json"},
+		HeaderField{"cache-control", "no-store"},
+		HeaderField{"content-length", itoa(len(c.out))})
+}
+
+// smallInts are the decimal forms of common lengths, so most responses
+// set Content-Length without allocating.
+var smallInts = func() []string {
+	v := make([]string, 2048)
+	for i := range v {
+		v[i] = strconv.Itoa(i)
+	}
+	return v
+}()
+
+func itoa(n int) string {
+	if n >= 0 && n < len(smallInts) {
+		return smallInts[n]
+	}
+	return strconv.Itoa(n)
+}
+
+// requestTrace is RequestTrace over the core's header list.
+func requestTrace(h Header) engine.Trace {
+	var tp [1]string
+	n := 0
+	for i := range h {
+		if h[i].Name == "traceparent" {
+			if n == 0 {
+				tp[0] = h[i].Value
+			}
+			n++
+		}
+	}
+	if n != 1 {
+		return NewTrace(nil)
+	}
+	return NewTrace(tp[:])
+}

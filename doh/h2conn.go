@@ -1,0 +1,622 @@
+//go:build !wasip1
+
+package doh
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The HTTP/2 server of this package serves DoH and nothing else, so it can
+// be simple where a general server cannot:
+//
+//   - One goroutine per connection reads frames and does all the work a
+//     request needs that does not wait on the network: decoding headers,
+//     checking the query, and answering it when the resolver can at once
+//     (cache, local names). Only a question that must go upstream gets a
+//     goroutine of its own, and only at the end of the read batch, so a
+//     RST_STREAM that came with it stops it before it reaches the engine.
+//   - Frames go to one write buffer per connection; whoever finds no write
+//     in progress writes everything buffered in one Write (group commit).
+//     Responses ready together leave together, in as few TLS records as
+//     fit.
+//   - A request is a [stream] from a pool; its buffers and header list
+//     are reused.
+
+const (
+	// connWindow is the connection's receive window: enough for many
+	// POST bodies at once.
+	connWindow = 1 << 20
+	// maxPendingWrite bounds what waits in a connection's write buffer:
+	// the reader stops reading (and the client sending) until the socket
+	// takes it. It bounds PING and SETTINGS floods from clients that do
+	// not read.
+	maxPendingWrite = 256 << 10
+	// readBufferSize is each connection's read buffer.
+	readBufferSize = 8 << 10
+	// maxWindow is the largest flow-control window (RFC 9113 6.9.1).
+	maxWindow = 1<<31 - 1
+)
+
+// maxHeaderList is the header list size announced and enforced: the
+// header bytes and HPACK's 32 bytes per field for ten fields, as net/http
+// announced (its count is in HPACK's unit).
+func maxHeaderList(l Limits) int { return l.MaxHeaderBytes + 10*32 }
+
+// h2conn is one HTTP/2 connection.
+type h2conn struct {
+	srv    *Server
+	h      *Handler
+	nc     net.Conn
+	br     *bufio.Reader
+	fr     *http2.Framer
+	peer   netip.AddrPort
+	limits Limits
+	ctx    context.Context // ends when the connection does
+	cancel context.CancelFunc
+
+	// The reader's own state.
+	dec       *hpack.Decoder
+	hdr       *stream // the stream whose header block is being read
+	hdrStart  time.Time
+	hdrBytes  int
+	sawFirst  bool // the client's first SETTINGS
+	pending   []*stream
+	recvWin   int32 // connection receive window left
+	unacked   int32 // received and not yet given back
+	rdeadline time.Time
+	now       time.Time     // when this read batch started: the reader's clock
+	stale     bool          // now is from an earlier batch
+	slack     time.Duration // how far a deadline may move before its timer is reset
+	maxList   int           // SETTINGS_MAX_HEADER_LIST_SIZE
+	idleSince time.Time
+
+	mu          sync.Mutex // guards the rest
+	streams     map[uint32]*stream
+	active      int    // streams not yet freed, reset ones still resolving included
+	maxID       uint32 // highest client stream ID seen
+	wbuf, spare []byte
+	writing     bool
+	werr        error
+	wdone       *sync.Cond
+	wdeadline   time.Time
+	enc         *hpack.Encoder
+	encBuf      bytes.Buffer
+	sendWin     int64 // connection send window
+	peerWin     int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame   int   // the client's SETTINGS_MAX_FRAME_SIZE
+	blocked     []*stream
+	goingAway   bool // a GOAWAY was sent or received: no new streams
+	sentGoAway  bool
+	closed      bool
+}
+
+// stream is one request on a connection.
+type stream struct {
+	call
+	id        uint32
+	conn      *h2conn
+	cancel    context.CancelFunc
+	recvWin   int32
+	sendWin   int64
+	unsent    []byte // response body waiting for flow-control window
+	hdrSize   int    // decoded header list size (RFC 9113 6.5.2)
+	clen      int64  // content-length, -1 if none
+	bodyLen   int
+	opened    time.Time
+	bad       string // why the request is malformed, "" if it is not
+	pseudo    uint8  // pseudo-headers seen
+	regular   bool   // a regular header field seen
+	trailers  bool   // reading a trailer block
+	refused   bool
+	tooBig    bool
+	recvDone  bool      // END_STREAM received
+	begun     bool      // handed to the core
+	reset     bool      // the client reset it, or the connection ended
+	running   bool      // a goroutine is resolving it
+	queued    bool      // in h2conn.blocked
+	blockedAt time.Time // when it last waited for flow-control window
+	waiting   bool      // in h2conn.pending
+}
+
+const (
+	pseudoMethod = 1 << iota
+	pseudoScheme
+	pseudoPath
+	pseudoAuthority
+)
+
+var streams = sync.Pool{New: func() any {
+	return &stream{call: call{in: make([]byte, 0, pooledBufferSize), out: make([]byte, 0, pooledBufferSize)}}
+}}
+
+func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
+	c := &h2conn{
+		srv: s, h: s.core, nc: nc, br: br, limits: s.limits,
+		streams:   make(map[uint32]*stream),
+		recvWin:   connWindow,
+		sendWin:   65535,
+		peerWin:   65535,
+		peerFrame: 16384,
+		wbuf:      make([]byte, 0, 4096),
+	}
+	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		c.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	l := c.limits
+	c.maxList = maxHeaderList(l)
+	c.slack = min(time.Second, l.ReadHeaderTimeout/10, l.ReadTimeout/10, l.WriteTimeout/10, l.IdleTimeout/10)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wdone = sync.NewCond(&c.mu)
+	c.fr = http2.NewFramer(io.Discard, br)
+	c.fr.SetMaxReadFrameSize(c.limits.MaxReadFrameSize)
+	c.fr.SetReuseFrames()
+	c.dec = hpack.NewDecoder(4096, c.onField)
+	c.dec.SetMaxStringLength(2 * c.limits.MaxHeaderBytes)
+	c.enc = hpack.NewEncoder(&c.encBuf)
+	return c
+}
+
+// serve runs the connection until it ends.
+func (c *h2conn) serve() {
+	defer c.close()
+	c.mu.Lock()
+	c.wbuf = appendSettings(c.wbuf,
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.limits.MaxConcurrentStreams},
+		http2.Setting{ID: http2.SettingMaxFrameSize, Val: c.limits.MaxReadFrameSize},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: uint32(c.maxList)},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: maxUploadPerStream},
+	)
+	c.wbuf = appendWindowUpdate(c.wbuf, 0, connWindow-65535)
+	c.flushLocked()
+	c.mu.Unlock()
+
+	c.nc.SetReadDeadline(time.Now().Add(c.limits.ReadHeaderTimeout))
+	var preface [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
+		c.fail(http2.ConnectionError(http2.ErrCodeProtocol))
+		return
+	}
+	c.idleSince = time.Now()
+	c.stale = true
+	for {
+		f, err := c.fr.ReadFrame()
+		if c.stale {
+			c.now, c.stale = time.Now(), false
+		}
+		c.mu.Lock()
+		if err == nil {
+			err = c.process(f)
+		}
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetStream(se.StreamID, se.Code)
+				err = nil
+			} else {
+				graceful := c.failLocked(err)
+				c.mu.Unlock()
+				if graceful {
+					c.linger()
+				}
+				return
+			}
+		}
+		if !c.moreBuffered() {
+			c.endBatch()
+		} else if len(c.wbuf) > maxPendingWrite {
+			c.flushLocked()
+		}
+		done := c.closed || c.goingAway && c.active == 0 && c.hdr == nil
+		c.mu.Unlock()
+		if done {
+			c.linger()
+			return
+		}
+	}
+}
+
+// linger ends a connection gracefully: after what was written (a GOAWAY
+// last) the write side is closed, and what the client still sends is read
+// and dropped for at most a second, so that closing does not reset the
+// connection under the client before it read the last responses.
+func (c *h2conn) linger() {
+	c.mu.Lock()
+	for c.writing {
+		c.wdone.Wait()
+	}
+	gone := c.closed || c.werr != nil
+	c.mu.Unlock()
+	if gone {
+		return
+	}
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, c.br)
+}
+
+// afterAsync runs after a goroutine answered a stream, while the reader
+// may be blocked: a draining connection with nothing left to answer wakes
+// it, so that it ends; the read deadline follows what is left to wait for
+// (the idle timeout once no stream is left, flow control).
+func (c *h2conn) afterAsync() {
+	switch {
+	case c.closed:
+	case c.goingAway && c.active == 0:
+		c.nc.SetReadDeadline(time.Now())
+	case c.active == 0 || len(c.blocked) > 0:
+		c.armDeadline()
+	}
+}
+
+// moreBuffered reports whether a whole frame waits in the read buffer: if
+// not, the next read may block, so what is ready must go out first.
+func (c *h2conn) moreBuffered() bool {
+	n := c.br.Buffered()
+	if n < frameHeaderLen {
+		return false
+	}
+	h, _ := c.br.Peek(frameHeaderLen)
+	return n >= frameHeaderLen+(int(h[0])<<16|int(h[1])<<8|int(h[2]))
+}
+
+// endBatch runs before the reader may block: questions that need the
+// network start, everything written goes out, and the read deadline is
+// set for what the connection is waiting for.
+func (c *h2conn) endBatch() {
+	for i, st := range c.pending {
+		c.pending[i] = nil
+		st.waiting = false
+		if st.reset {
+			c.finish(st)
+			continue
+		}
+		var ctx context.Context
+		ctx, st.cancel = context.WithCancel(c.ctx)
+		st.running = true
+		go c.resolve(ctx, st)
+	}
+	c.pending = c.pending[:0]
+	c.stale = true
+	c.flushLocked()
+	for len(c.wbuf) > maxPendingWrite && c.writing && c.werr == nil {
+		c.wdone.Wait()
+	}
+	if c.goingAway && c.active == 0 {
+		return // the reader ends the connection
+	}
+	c.armDeadline()
+}
+
+// armDeadline sets the read deadline for what the connection waits for:
+// the end of a header block, of request bodies, of responses blocked on
+// flow control, or the next request.
+func (c *h2conn) armDeadline() {
+	var d time.Time
+	now := time.Now()
+	switch {
+	case c.hdr != nil:
+		d = c.hdrStart.Add(c.limits.ReadHeaderTimeout)
+	case c.active == 0:
+		if c.idleSince.IsZero() {
+			c.idleSince = now
+		}
+		d = c.idleSince.Add(c.limits.IdleTimeout)
+	default:
+		c.idleSince = time.Time{}
+		for _, st := range c.streams {
+			if !st.recvDone && (d.IsZero() || st.opened.Before(d)) {
+				d = st.opened
+			}
+		}
+		if !d.IsZero() {
+			d = d.Add(c.limits.ReadTimeout)
+		}
+		// A client that keeps a response waiting on flow control longer
+		// than the write timeout loses the connection, as one that does
+		// not read does.
+		for _, st := range c.blocked {
+			if w := st.blockedAt.Add(c.limits.WriteTimeout); d.IsZero() || w.Before(d) {
+				d = w
+			}
+		}
+	}
+	// A timer is reset only when the deadline moves earlier, or later by
+	// more than the slack.
+	if d.IsZero() != c.rdeadline.IsZero() || d.Sub(c.rdeadline) >= c.slack || d.Before(c.rdeadline) {
+		c.rdeadline = d
+		c.nc.SetReadDeadline(d)
+	}
+}
+
+// process handles one frame; c.mu is held.
+func (c *h2conn) process(f http2.Frame) error {
+	if !c.sawFirst {
+		sf, ok := f.(*http2.SettingsFrame)
+		if !ok || sf.IsAck() {
+			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+		c.sawFirst = true
+	}
+	switch f := f.(type) {
+	case *http2.HeadersFrame:
+		return c.onHeaders(f)
+	case *http2.ContinuationFrame:
+		return c.onBlock(f.HeaderBlockFragment(), f.HeadersEnded(), false)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.SettingsFrame:
+		return c.onSettings(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			c.wbuf = appendPingAck(c.wbuf, f.Data)
+		}
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeProtocol}
+		}
+	case *http2.GoAwayFrame:
+		c.goingAway = true
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	return nil
+}
+
+func (c *h2conn) idle(id uint32) bool { return id > c.maxID }
+
+func (c *h2conn) onData(f *http2.DataFrame) error {
+	id, n := f.StreamID, int32(f.Length)
+	if c.idle(id) {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if n > c.recvWin {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	c.recvWin -= n
+	c.unacked += n
+	if c.unacked >= connWindow/4 {
+		c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.unacked))
+		c.recvWin += c.unacked
+		c.unacked = 0
+	}
+	st := c.streams[id]
+	if st == nil || st.recvDone {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
+	}
+	if n > st.recvWin {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+	}
+	st.recvWin -= n
+	data := f.Data()
+	st.bodyLen += len(data)
+	if st.clen >= 0 && int64(st.bodyLen) > st.clen {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+	}
+	if st.begun { // answered early (413): the rest is not read
+		if f.StreamEnded() {
+			st.recvDone = true
+		}
+		return nil
+	}
+	if room := MaxMessageSize + 1 - len(st.req.Body); room > 0 {
+		st.req.Body = append(st.req.Body, data[:min(len(data), room)]...)
+	}
+	if f.StreamEnded() {
+		if st.clen >= 0 && int64(st.bodyLen) != st.clen {
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+		}
+		st.recvDone = true
+		return c.endRequest(st)
+	}
+	if len(st.req.Body) > MaxMessageSize {
+		return c.start(st) // 413 at once
+	}
+	return nil
+}
+
+func (c *h2conn) endRequest(st *stream) error {
+	st.recvDone = true
+	if st.begun {
+		return nil
+	}
+	return c.start(st)
+}
+
+// start hands a complete request to the core: answered here when it can
+// be, else queued to resolve once this read batch is done.
+func (c *h2conn) start(st *stream) error {
+	st.begun = true
+	c.srv.active.Add(1)
+	if c.h.begin(&st.call) || c.h.answer(c.ctx, &st.call, false) {
+		return c.respond(st, c.now)
+	}
+	st.waiting = true
+	c.pending = append(c.pending, st)
+	return nil
+}
+
+// resolve asks the resolver for a question that must wait on the network,
+// on a goroutine of its own.
+func (c *h2conn) resolve(ctx context.Context, st *stream) {
+	ok := ctx.Err() == nil && c.h.answer(ctx, &st.call, true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.running = false
+	st.cancel()
+	if !ok || st.reset {
+		st.cancelled()
+		c.finish(st)
+		c.afterAsync()
+		return
+	}
+	c.respond(st, time.Now()) // st may be freed from here on
+	c.flushLocked()
+	c.afterAsync()
+}
+
+// finish ends a stream's life: observed if it reached the core, then
+// freed unless a goroutine still holds it.
+func (c *h2conn) finish(st *stream) {
+	if st.begun {
+		st.begun = false
+		c.h.finish(&st.call)
+		c.srv.active.Add(-1)
+	}
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
+	if !st.running && !st.queued && !st.waiting {
+		c.free(st)
+	}
+}
+
+// free returns a stream to the pool.
+func (c *h2conn) free(st *stream) {
+	if !st.refused {
+		c.active--
+	}
+	st.call.reset()
+	in, out, hdr, body, rh := st.in, st.out, st.req.Header, st.req.Body, st.resp.Header
+	*st = stream{}
+	st.in, st.out, st.req.Header, st.req.Body, st.resp.Header = in, out, hdr, body, rh
+	if cap(in) <= pooledBufferSize*4 && cap(out) <= pooledBufferSize*4 && cap(body) <= pooledBufferSize*4 {
+		streams.Put(st)
+	}
+}
+
+func (c *h2conn) onReset(f *http2.RSTStreamFrame) error {
+	if c.idle(f.StreamID) {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if st := c.streams[f.StreamID]; st != nil {
+		c.abandon(st)
+	}
+	return nil
+}
+
+// abandon ends a stream nobody will read: a question in flight is
+// cancelled, one not yet started never starts.
+func (c *h2conn) abandon(st *stream) {
+	st.reset = true
+	delete(c.streams, st.id)
+	if st.cancel != nil {
+		st.cancel()
+	}
+	if st.running || st.waiting {
+		return // resolve or endBatch finishes it
+	}
+	if st.queued {
+		st.queued = false
+		for i, b := range c.blocked {
+			if b == st {
+				c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+				break
+			}
+		}
+	}
+	st.cancelled()
+	c.finish(st)
+}
+
+// resetStream answers a stream error with RST_STREAM.
+func (c *h2conn) resetStream(id uint32, code http2.ErrCode) {
+	c.wbuf = appendRSTStream(c.wbuf, id, code)
+	if st := c.streams[id]; st != nil {
+		c.abandon(st)
+	}
+}
+
+// fail ends the connection for a connection error, with a GOAWAY.
+func (c *h2conn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failLocked(err)
+}
+
+// failLocked ends the connection for err: a GOAWAY saying why, unless
+// one was sent. It reports whether the end is graceful (idle, drained):
+// then the connection lingers; a client that broke the protocol is cut at
+// once.
+func (c *h2conn) failLocked(err error) (graceful bool) {
+	var code http2.ErrCode = http2.ErrCodeProtocol
+	var ce http2.ConnectionError
+	switch {
+	case errors.As(err, &ce):
+		code = http2.ErrCode(ce)
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		code = http2.ErrCodeFrameSize
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		code = http2.ErrCodeNo
+		if c.hdr != nil {
+			code = http2.ErrCodeProtocol
+		}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		c.closeLocked()
+		return false
+	}
+	if !c.closed && c.werr == nil && !c.sentGoAway {
+		c.wbuf = appendGoAway(c.wbuf, c.maxID, code, "")
+		c.goingAway, c.sentGoAway = true, true
+		c.flushLocked()
+	}
+	return code == http2.ErrCodeNo
+}
+
+// drain sends a GOAWAY: streams open are answered, no new one starts,
+// and the connection closes when the last is done.
+func (c *h2conn) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.sentGoAway {
+		return
+	}
+	c.goingAway, c.sentGoAway = true, true
+	c.wbuf = appendGoAway(c.wbuf, c.maxID, http2.ErrCodeNo, "")
+	c.flushLocked()
+	c.afterAsync()
+}
+
+func (c *h2conn) closeLocked() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.cancel()
+	c.nc.Close()
+}
+
+// close ends the connection for good: every stream is abandoned.
+func (c *h2conn) close() {
+	c.mu.Lock()
+	c.closeLocked()
+	for _, st := range c.streams {
+		c.abandon(st)
+	}
+	pending := c.pending
+	c.pending = nil
+	for _, st := range pending {
+		st.waiting, st.reset = false, true
+		st.cancelled()
+		c.finish(st)
+	}
+	c.mu.Unlock()
+	c.srv.forget(c)
+}

@@ -1,0 +1,207 @@
+//go:build !wasip1
+
+package doh
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// Request header blocks: HEADERS and CONTINUATION frames, decoded with
+// the connection's HPACK state as they arrive, checked as RFC 9113 section
+// 8 asks, into the stream's Request.
+
+func (c *h2conn) onHeaders(f *http2.HeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	st := c.streams[id]
+	switch {
+	case st != nil && st.recvDone:
+		// Half closed (remote): only PRIORITY, WINDOW_UPDATE, RST_STREAM.
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
+	case st != nil:
+		// Trailers: they must end the stream, and are read and dropped.
+		st.trailers = true
+		if !f.StreamEnded() {
+			st.bad = "trailers without END_STREAM"
+		}
+	case !c.idle(id):
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
+	default:
+		c.maxID = id
+		c.idleSince = time.Time{}
+		st = streams.Get().(*stream)
+		st.id, st.conn, st.clen, st.opened = id, c, -1, c.now
+		st.recvWin, st.sendWin = maxUploadPerStream, c.peerWin
+		st.req.Proto, st.req.Peer, st.req.ContentLength = "HTTP/2.0", c.peer, -1
+		if c.goingAway || c.active >= int(c.limits.MaxConcurrentStreams) {
+			st.refused = true
+		} else {
+			c.streams[id] = st
+			c.active++
+		}
+	}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		st.bad = "stream depends on itself"
+	}
+	if f.StreamEnded() {
+		st.recvDone = true
+	}
+	c.hdr, c.hdrStart, c.hdrBytes = st, c.now, 0
+	return c.onBlock(f.HeaderBlockFragment(), f.HeadersEnded(), true)
+}
+
+// onBlock reads a piece of a header block. HPACK state is the
+// connection's, so a block is always decoded to its end, even for a
+// stream that will be refused.
+func (c *h2conn) onBlock(frag []byte, end, first bool) error {
+	st := c.hdr
+	if st == nil { // the Framer lets no stray CONTINUATION through
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.hdrBytes += len(frag)
+	if c.hdrBytes > 2*c.limits.MaxHeaderBytes {
+		// A CONTINUATION flood: nothing this big decodes to a list
+		// within the limit.
+		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+	}
+	if _, err := c.dec.Write(frag); err != nil {
+		return http2.ConnectionError(http2.ErrCodeCompression)
+	}
+	if !end {
+		return nil
+	}
+	if err := c.dec.Close(); err != nil {
+		return http2.ConnectionError(http2.ErrCodeCompression)
+	}
+	c.hdr = nil
+	return c.endHeaders(st)
+}
+
+// onField takes one decoded header field of the block being read.
+func (c *h2conn) onField(f hpack.HeaderField) {
+	st := c.hdr
+	st.hdrSize += int(f.Size())
+	if st.hdrSize > c.maxList {
+		st.tooBig = true
+	}
+	if st.bad != "" || st.tooBig || st.refused {
+		return
+	}
+	if f.IsPseudo() {
+		if st.regular || st.trailers {
+			st.bad = "pseudo-header field after regular fields or in trailers"
+			return
+		}
+		var bit uint8
+		switch f.Name {
+		case ":method":
+			bit, st.req.Method = pseudoMethod, f.Value
+		case ":scheme":
+			bit = pseudoScheme
+		case ":path":
+			bit = pseudoPath
+			st.req.Path, st.req.RawQuery, _ = cutQuery(f.Value)
+			if f.Value == "" {
+				st.bad = "empty :path"
+			}
+		case ":authority":
+			bit, st.req.Host = pseudoAuthority, f.Value
+		default:
+			st.bad = "unknown pseudo-header field " + f.Name
+			return
+		}
+		if st.pseudo&bit != 0 {
+			st.bad = "duplicate " + f.Name
+		}
+		st.pseudo |= bit
+		return
+	}
+	st.regular = true
+	if !validFieldName(f.Name) || !httpguts.ValidHeaderFieldValue(f.Value) {
+		st.bad = "invalid header field"
+		return
+	}
+	switch f.Name {
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+		st.bad = "connection-specific header field " + f.Name
+		return
+	case "te":
+		if f.Value != "trailers" {
+			st.bad = "te other than trailers"
+			return
+		}
+	case "content-length":
+		n, err := strconv.ParseUint(f.Value, 10, 63)
+		if err != nil || st.clen >= 0 && int64(n) != st.clen {
+			st.bad = "bad content-length"
+			return
+		}
+		st.clen = int64(n)
+	}
+	if !st.trailers {
+		st.req.Header = append(st.req.Header, HeaderField{f.Name, f.Value})
+	}
+}
+
+// validFieldName: a token in lower case (HTTP/2 field names).
+func validFieldName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if 'A' <= b && b <= 'Z' || !httpguts.IsTokenRune(rune(b)) {
+			return false
+		}
+	}
+	return true
+}
+
+func cutQuery(p string) (path, query string, ok bool) {
+	for i := 0; i < len(p); i++ {
+		if p[i] == '?' {
+			return p[:i], p[i+1:], true
+		}
+	}
+	return p, "", false
+}
+
+// endHeaders acts on a complete header block.
+func (c *h2conn) endHeaders(st *stream) error {
+	switch {
+	case st.refused:
+		c.wbuf = appendRSTStream(c.wbuf, st.id, http2.ErrCodeRefusedStream)
+		c.free(st)
+		return nil
+	case st.bad == "" && !st.trailers && st.pseudo&(pseudoMethod|pseudoScheme|pseudoPath) != pseudoMethod|pseudoScheme|pseudoPath:
+		st.bad = "missing pseudo-header field"
+	}
+	if st.bad != "" {
+		c.resetStream(st.id, http2.ErrCodeProtocol)
+		return nil
+	}
+	if st.trailers {
+		return c.endRequest(st)
+	}
+	if st.tooBig {
+		c.h.fail(&st.call, http.StatusRequestHeaderFieldsTooLarge,
+			"request header fields too large: at most "+strconv.Itoa(c.maxList)+" bytes (HPACK's count)")
+		return c.respond(st, c.now)
+	}
+	st.req.ContentLength = st.clen
+	if st.recvDone {
+		return c.endRequest(st)
+	}
+	if st.clen > MaxMessageSize {
+		return c.start(st) // 413 at once: no need to wait for the body
+	}
+	return nil
+}

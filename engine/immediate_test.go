@@ -1,0 +1,65 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/miekg/dns"
+)
+
+// wireQuery is q in wire form.
+func wireQuery(t *testing.T, q *dns.Msg) []byte {
+	t.Helper()
+	b, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestResolveWireImmediateOnlyFromMemory: ResolveWireImmediate answers a
+// cached name and a local name at once, counted as ResolveWire counts
+// them, with the client's ID, and leaves a name it would have to ask
+// upstream alone.
+func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
+	t.Parallel()
+	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 300 IN A 192.0.2.1"))
+	cfg := engine.Config{
+		FallbackServers: []string{srv.String()},
+		Cache:           engine.CacheConfig{MaxEntries: 1000},
+		Hosts:           map[string][]string{"box.home.": {"192.0.2.9"}},
+	}
+	e := startEngine(t, cfg, engine.NativeNetwork{})
+
+	dst := make([]byte, 0, 512)
+	if _, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("fresh.example.", dns.TypeA)), dst, nil); ok {
+		t.Fatal("a name never asked was answered at once")
+	}
+	if n := len(srv.Queries()); n != 0 || e.Counters().CacheHits != 0 {
+		t.Fatalf("a miss reached the upstream (%d queries) or counted a hit", n)
+	}
+	if r := e.ResolveWire(context.Background(), wireQuery(t, queryFor("fresh.example.", dns.TypeA)), nil); r.CacheHit {
+		t.Fatal("the first ResolveWire was a cache hit")
+	}
+	q := queryFor("fresh.example.", dns.TypeA)
+	q.Id = 4711
+	r, ok := e.ResolveWireImmediate(wireQuery(t, q), dst, nil)
+	if !ok || !r.CacheHit || r.Result != engine.ResultLocal || r.Rcode != dns.RcodeSuccess || !r.Cacheable {
+		t.Fatalf("cached name: ok %v hit %v result %v rcode %d cacheable %v", ok, r.CacheHit, r.Result, r.Rcode, r.Cacheable)
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(r.Wire); err != nil || m.Id != 4711 || len(m.Answer) != 1 {
+		t.Fatalf("cached reply: %v %v", err, m)
+	}
+	if c := e.Counters(); c.CacheHits != 1 {
+		t.Errorf("cache hits %d, want 1", c.CacheHits)
+	}
+	if r, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("box.home.", dns.TypeA)), dst, nil); !ok || r.Result != engine.ResultLocal {
+		t.Errorf("local name: ok %v result %v", ok, r.Result)
+	}
+	if n := len(srv.Queries()); n != 1 {
+		t.Errorf("upstream read %d queries, want 1", n)
+	}
+}
