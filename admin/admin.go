@@ -6,6 +6,8 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +27,12 @@ type Status struct {
 	Version string    `json:"version"`
 	Config  string    `json:"config"`
 	Started time.Time `json:"started"`
+	// Process figures, for soak tests and leak hunts: goroutines, open
+	// descriptors (-1 where /proc/self/fd cannot be read) and client
+	// connections open (the limits' count; 0 without one).
+	Goroutines  int   `json:"goroutines"`
+	OpenFiles   int   `json:"open_files"`
+	Connections int64 `json:"connections"`
 	engine.Status
 }
 
@@ -35,6 +43,8 @@ type Info struct {
 	// reload.
 	Config  func() string
 	Started time.Time
+	// Connections, if set, counts the client connections open.
+	Connections func() int64
 }
 
 // Handler returns the admin endpoints. gatherer may be nil (no /metrics).
@@ -44,6 +54,10 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 		st := Status{Version: info.Version, Started: info.Started, Status: src.Status()}
 		if info.Config != nil {
 			st.Config = info.Config()
+		}
+		st.Goroutines, st.OpenFiles = runtime.NumGoroutine(), openFiles()
+		if info.Connections != nil {
+			st.Connections = info.Connections()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
@@ -60,4 +74,13 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}
 	return mux
+}
+
+// openFiles counts this process's open descriptors, or -1.
+func openFiles() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents) - 1 // less the directory ReadDir held open
 }

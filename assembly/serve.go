@@ -63,6 +63,9 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 	met, _ := d.metrics.(*metrics.Metrics)
 	if met != nil {
 		met.CollectEngine(s.Backend)
+		if d.Limits != nil {
+			met.CollectLimits(d.Limits)
+		}
 	}
 	o := server.Options{
 		Config:  d.Config,
@@ -72,6 +75,13 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		Certs:   CertsConfig(d.Config, d.Log),
 		Log:     d.Log,
 		Version: s.Version,
+		// A reload reaches the limits here, after the backend took it.
+		Reloaded: d.Reloaded,
+	}
+	if d.Limits != nil {
+		o.WrapClientListener = d.Limits.Listen
+		o.Admit = d.Limits.Admit
+		o.Connections = d.Limits.Connections
 	}
 	if d.Resolver != nil {
 		// The DoT and plain DNS listeners answer from the same resolver;
