@@ -74,6 +74,12 @@ type Options struct {
 	// request, hands it to the resolver with the question, and answers
 	// with traceresponse (see [RequestTrace]).
 	TraceContext bool
+	// Admit, if set, is asked for each question about to be resolved,
+	// with the client's address; when it refuses, the client gets 429
+	// with Retry-After and the resolver is not asked. With Admit set the
+	// resolver's context also names the client (engine.WithClient), for
+	// its per-client share of transactions.
+	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
 }
 
 // Format is the form of a request.
@@ -128,7 +134,7 @@ type Exchange struct {
 // included: a DoH answer without its body is of no use) get 405.
 func NewHandler(r Resolver, o Options) http.Handler {
 	h := &handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
-		serverTiming: o.ServerTiming, traceContext: o.TraceContext}
+		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext}
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -145,6 +151,7 @@ type handler struct {
 	trusted  []netip.Prefix
 	observe  func(Exchange)
 	setup    http.Handler
+	admit    func(netip.Addr) (bool, time.Duration)
 	notFound string
 
 	serverTiming bool
@@ -155,6 +162,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := Exchange{Method: r.Method, Proto: r.Proto, Rcode: -1}
 	if h.observe != nil {
 		x.Start = time.Now()
+	}
+	if h.observe != nil || h.admit != nil {
 		x.Peer, x.ClientIP = h.client(r)
 	}
 	if h.traceContext {
@@ -258,7 +267,7 @@ func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange)
 		x.QName, x.QType = q.Question[0].Name, q.Question[0].Qtype
 	}
 	if reply == nil {
-		if !h.resolve(r.Context(), q, raw, x) {
+		if !h.resolve(r.Context(), w, q, raw, x) {
 			return
 		}
 		reply = x.Response.Msg
@@ -270,9 +279,16 @@ func (h *handler) serveWire(w http.ResponseWriter, r *http.Request, x *Exchange)
 
 // resolve asks the resolver: with the query's bytes raw when it answers
 // bytes (the RFC 8484 path), else with q (the JSON form passes raw nil).
-// It reports false when the client went away meanwhile: then there is no
-// one to answer.
-func (h *handler) resolve(ctx context.Context, q *dns.Msg, raw []byte, x *Exchange) bool {
+// It reports false when there is nothing more to write: the client was
+// refused by Admit (answered 429 here), or went away meanwhile.
+func (h *handler) resolve(ctx context.Context, w http.ResponseWriter, q *dns.Msg, raw []byte, x *Exchange) bool {
+	if h.admit != nil {
+		if ok, wait := h.admit(x.ClientIP); !ok {
+			h.refuse(w, x, wait)
+			return false
+		}
+		ctx = engine.WithClient(ctx, x.ClientIP)
+	}
 	x.Resolved = true
 	if h.traceContext {
 		ctx = engine.WithTrace(ctx, x.Trace)
@@ -302,6 +318,19 @@ func (h *handler) resolve(ctx context.Context, q *dns.Msg, raw []byte, x *Exchan
 		x.Response.Msg = new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
 	}
 	return true
+}
+
+// refuse answers a client over its limits: 429 with Retry-After in whole
+// seconds, at least 1.
+func (h *handler) refuse(w http.ResponseWriter, x *Exchange, wait time.Duration) {
+	secs := max(1, int((wait+time.Second-1)/time.Second))
+	w.Header()["Retry-After"] = []string{strconv.Itoa(secs)}
+	const problem = "too many requests: this client is over its limits"
+	if x.Format == FormatJSON {
+		h.failJSON(w, x, http.StatusTooManyRequests, problem)
+	} else {
+		h.fail(w, x, http.StatusTooManyRequests, problem)
+	}
 }
 
 // releaseWire returns the buffer of x.Response.Wire to the pool.

@@ -62,7 +62,7 @@ func (h *handler) serveJSON(w http.ResponseWriter, r *http.Request, x *Exchange,
 		return
 	}
 	x.QName, x.QType = q.Question[0].Name, q.Question[0].Qtype
-	if !h.resolve(r.Context(), q, nil, x) {
+	if !h.resolve(r.Context(), w, q, nil, x) {
 		return
 	}
 	reply := x.Response.Msg
