@@ -18,24 +18,27 @@ import (
 )
 
 // Instance is one instantiated module with its engine, answering any
-// number of requests at once. One goroutine, its driver, makes every call
-// into the module: it hands in the events that came since its last call
-// (requests, cancels, socket results) with dohfwd_poll, hands each
-// finished answer to the request waiting for it, and calls again when
-// new events come or the module's deadline passes. Serve, Status and
-// Reconfigure are safe for concurrent use.
+// number of requests at once. Whoever brings an event (a request, a
+// cancel, a socket's result, the module's deadline passing) calls
+// dohfwd_poll with every event pending, unless a call is under way: then
+// that call's goroutine takes the new events too before it lets go. So a
+// request's own goroutine usually runs its poll, no goroutine is woken
+// just to call the module, and under load the events come in batches.
+// Serve, Status and Reconfigure are safe for concurrent use.
 type Instance struct {
-	mod                                 api.Module
-	memory                              linearMemory
-	buffer, poll, status, reconfigure   api.Function
-	network                             engine.Network
-	wake                                chan struct{} // cap 1: events are pending
-	tasks                               chan func()   // calls run by the driver
-	stop, stopped                       chan struct{}
-	inFlight                            atomic.Int64 // requests in progress
-	receiving                           atomic.Int32 // reads the host waits on, for tests
-	answers                             []abi.Answer // the driver's, reused
-	eventsIn, eventsOut, pollOut, reply []byte       // the driver's and put's buffers
+	mod                               api.Module
+	memory                            linearMemory
+	buffer, poll, status, reconfigure api.Function
+	network                           engine.Network
+	inFlight                          atomic.Int64 // requests in progress
+	receiving                         atomic.Int32 // reads the host waits on, for tests
+
+	// calling is held by the goroutine calling into the module; under it:
+	calling  sync.Mutex
+	timer    *time.Timer  // polls at the module's deadline
+	answers  []abi.Answer // reused
+	eventsIn []byte       // the events of the poll under way
+	closed   bool
 
 	mu      sync.Mutex
 	events  []byte           // encoded events for the next poll
@@ -53,7 +56,7 @@ type call struct{ done chan []byte }
 var errClosed = errors.New("edge: instance closed")
 
 // NewInstance instantiates the module, configures it with configYAML (the
-// same YAML as the server's) and starts its driver.
+// same YAML as the server's) and runs its first poll.
 func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance, error) {
 	mc := wazero.NewModuleConfig().
 		WithName(""). // anonymous, so there may be many
@@ -63,10 +66,6 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 		WithStderr(r.opts.Stderr).WithStdout(r.opts.Stderr)
 	in := &Instance{
 		network: r.opts.Network,
-		wake:    make(chan struct{}, 1),
-		tasks:   make(chan func()),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
 		calls:   map[uint32]*call{},
 		sockets: map[uint32]*socket{},
 	}
@@ -113,7 +112,8 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 		mod.Close(ctx)
 		return nil, fmt.Errorf("edge: module config: %s", msg)
 	}
-	go in.drive()
+	in.timer = time.AfterFunc(time.Hour, in.kick)
+	in.kick()
 	return in, nil
 }
 
@@ -149,44 +149,54 @@ func (in *Instance) result(ctx context.Context, n uint32) ([]byte, error) {
 	return append([]byte(nil), b...), err
 }
 
-// event queues e for the next poll and wakes the driver.
+// event queues e for the next poll and sees that one runs.
 func (in *Instance) event(e *abi.Event) {
 	in.mu.Lock()
 	in.events = abi.AppendEvent(in.events, e)
 	in.mu.Unlock()
-	select {
-	case in.wake <- struct{}{}:
-	default:
-	}
+	in.kick()
 }
 
-// drive is the instance's driver: the only goroutine that calls into the
-// module once it is set up.
-func (in *Instance) drive() {
-	defer close(in.stopped)
-	ctx := withInstance(context.Background(), in)
-	timer := time.NewTimer(time.Second)
-	defer timer.Stop()
-	for {
-		select {
-		case <-in.wake:
-		case <-timer.C:
-		case f := <-in.tasks:
-			f()
-		case <-in.stop:
+// pending reports whether events wait for a poll.
+func (in *Instance) pending() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.events) > 0
+}
+
+// kick polls the module until no event is pending, unless another
+// goroutine is calling it: that one polls again for what came meanwhile.
+func (in *Instance) kick() {
+	for in.calling.TryLock() {
+		if in.closed {
+			in.calling.Unlock()
 			return
 		}
-		next, err := in.pollOnce(ctx)
-		if err != nil {
-			in.fail(err)
+		ctx := withInstance(context.Background(), in)
+		for {
+			next, err := in.pollOnce(ctx)
+			if err != nil {
+				in.closed = true
+				in.calling.Unlock()
+				in.fail(err)
+				return
+			}
+			if !in.pending() {
+				in.timer.Reset(max(time.Until(next), 0))
+				break
+			}
+		}
+		in.calling.Unlock()
+		// An event queued after the check above found the lock held.
+		if !in.pending() {
 			return
 		}
-		timer.Reset(max(time.Until(next), 0))
 	}
 }
 
 // pollOnce hands the pending events to the module and the finished
-// answers to their requests, and returns when to call again.
+// answers to their requests, and returns when to call again. The caller
+// holds in.calling.
 func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
 	in.mu.Lock()
 	in.eventsIn, in.events = in.events, in.eventsIn[:0]
@@ -280,25 +290,16 @@ func (in *Instance) err() error {
 	return in.failed
 }
 
-// do runs f on the driver, between polls.
+// do runs f between two polls.
 func (in *Instance) do(ctx context.Context, f func(ctx context.Context) error) error {
-	done := make(chan error, 1)
-	task := func() {
-		if !in.memory.enter() {
-			done <- errClosed
-			return
-		}
-		defer in.memory.leave()
-		done <- f(withInstance(context.Background(), in))
-	}
-	select {
-	case in.tasks <- task:
-	case <-in.stopped:
+	in.calling.Lock()
+	defer in.kick() // events that came while f ran
+	defer in.calling.Unlock()
+	if in.closed || !in.memory.enter() {
 		return cmpErr(in.err(), errClosed)
-	case <-ctx.Done():
-		return ctx.Err()
 	}
-	return <-done
+	defer in.memory.leave()
+	return f(withInstance(ctx, in))
 }
 
 func cmpErr(err, otherwise error) error {
@@ -343,15 +344,12 @@ func (in *Instance) Reconfigure(ctx context.Context, cfgJSON []byte) error {
 // InFlight is the number of requests the instance is answering.
 func (in *Instance) InFlight() int64 { return in.inFlight.Load() }
 
-// Close ends the instance: its driver stops, requests in progress fail,
-// its sockets close.
+// Close ends the instance: requests in progress fail, its sockets close.
 func (in *Instance) Close(ctx context.Context) error {
-	select {
-	case <-in.stop:
-	default:
-		close(in.stop)
-	}
-	<-in.stopped
+	in.calling.Lock()
+	in.closed = true
+	in.timer.Stop()
+	in.calling.Unlock()
 	in.fail(errClosed)
 	return in.mod.Close(ctx)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// socket is one of the module's sockets. The imports (on the driver)
+// socket is one of the module's sockets. The imports (inside a poll)
 // open, send on and close it; a read or a TCP connect runs on a goroutine
 // of its own and comes back as an event, unless the socket was closed
 // meanwhile.
@@ -158,7 +158,7 @@ func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 
 // instantiateSockets provides the "dohfwd" import module: the socket
 // interface of package edge/abi over network. The imports run on the
-// instance's driver, inside dohfwd_poll, and none of them waits.
+// goroutine that polls, inside dohfwd_poll, and none of them waits.
 func instantiateSockets(ctx context.Context, rt wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	b := rt.NewHostModuleBuilder(abi.ImportModule)
