@@ -42,6 +42,24 @@ class Instance {
     this.scheduled = false;
     this.timer = null;
     this.broken = null;
+    this.quietWaiters = []; // resolved when no request is in progress
+  }
+
+  // quiet resolves once no request is in progress. A poll runs in the
+  // context of whichever request's event or timer started it, and the
+  // sockets, reads and timer it sets up belong to that request: Workers
+  // cancel a request's continuations once it has ended. Each request
+  // therefore stays alive (waitUntil) until the instance is quiet.
+  quiet() {
+    if (this.calls.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.quietWaiters.push(resolve));
+  }
+
+  settle() {
+    if (this.calls.size !== 0) return;
+    const waiters = this.quietWaiters;
+    this.quietWaiters = [];
+    for (const resolve of waiters) resolve();
   }
 
   put(b) {
@@ -110,6 +128,7 @@ class Instance {
       this.calls.delete(id);
       if (c) c.resolve(resp);
     }
+    this.settle();
     clearTimeout(this.timer);
     this.timer = setTimeout(() => this.poll(), Math.max(0, deadline - Date.now()));
   }
@@ -121,6 +140,7 @@ class Instance {
     this.sockets.closeAll();
     for (const c of this.calls.values()) c.reject(err);
     this.calls.clear();
+    this.settle();
     if (this.promise === instance) instance = null;
   }
 
@@ -207,7 +227,7 @@ function decodeResponse(b) {
 }
 
 export default {
-  async fetch(request, env) {
+  async fetch(request, env, ctx) {
     const url = new URL(request.url);
     const body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
     const headers = [["Host", url.host]];
@@ -225,7 +245,9 @@ export default {
     }
     const it = await instance;
     it.promise ??= instance;
-    const resp = decodeResponse(await it.serve(req, request.signal ?? null));
+    const answer = it.serve(req, request.signal ?? null);
+    ctx?.waitUntil(it.quiet());
+    const resp = decodeResponse(await answer);
     return new Response(resp.status === 204 || resp.status === 304 ? null : resp.body, {
       status: resp.status,
       headers: resp.headers,

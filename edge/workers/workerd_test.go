@@ -202,6 +202,8 @@ func TestWorkerd(t *testing.T) {
 	plain := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
 	s1 := upstreamtest.Start(t, upstreamtest.Drop())
 	s2 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	s3 := upstreamtest.Start(t, upstreamtest.Drop())
+	s4 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.4"))
 	base := startWorkerd(t, fmt.Sprintf(`scopes:
   - name: plain
     domains: [plain.test]
@@ -209,12 +211,15 @@ func TestWorkerd(t *testing.T) {
   - name: drop
     domains: [drop.test]
     servers: [%q, %q]
+  - name: slow
+    domains: [slow.test]
+    servers: [%q, %q]
 fallback_servers: []
 cache:
   max_entries: 0
 log:
   level: warn
-`, plain, s1, s2))
+`, plain, s1, s2, s3, s4))
 
 	// Several requests in flight at once in the one instance of the
 	// isolate: GETs and POSTs side by side.
@@ -263,6 +268,35 @@ log:
 		}
 		onlyTCP(t, s1)
 		onlyTCP(t, s2)
+	})
+
+	// A slow question (its first server drops) and fast ones side by side:
+	// the fast requests end while the slow one waits, and the slow one
+	// still moves on at its 2 s, though the isolate's timer and sockets
+	// may have been set up while serving the requests that ended.
+	t.Run("slow and fast requests at once", func(t *testing.T) {
+		slow := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			m, err := try("GET", base, "www.slow.test")
+			if err == nil {
+				err = checkA(m, "192.0.2.4")
+			}
+			slow <- err
+		}()
+		all(t, 10, base, func(i int) string { return fmt.Sprintf("fast%d.plain.test", i) }, "192.0.2.1")
+		fast := time.Since(start)
+		if err := <-slow; err != nil {
+			t.Fatalf("the slow question: %v", err)
+		}
+		took := time.Since(start)
+		if took < 1900*time.Millisecond || took > 3500*time.Millisecond {
+			t.Fatalf("the slow question took %v; want its first server's 2 s timeout, then the second's answer", took)
+		}
+		if len(s3.Queries()) != 1 || len(s4.Queries()) != 1 {
+			t.Fatalf("the slow scope's servers read %d and %d queries; want 1 and 1", len(s3.Queries()), len(s4.Queries()))
+		}
+		t.Logf("fast questions done in %v, the slow one in %v", fast, took)
 	})
 
 	t.Run("bad input answered by the module", func(t *testing.T) {
