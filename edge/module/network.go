@@ -43,6 +43,12 @@ type waits struct {
 
 func newWaits() *waits { return &waits{socks: map[uint32]*hostSocket{}} }
 
+// ReusesUDPSockets opts into the engine's UDP socket pool (engine.SocketReuser):
+// a host's socket lives until sock_close, so a clean transaction's socket
+// may serve the next one, under the engine's rules (at least 256 idle to
+// choose from at random, 60 s of life), as natively.
+func (hostNetwork) ReusesUDPSockets() bool { return true }
+
 // hostSocket is one engine socket; fd is the host's.
 type hostSocket struct {
 	w    *waits
