@@ -38,7 +38,8 @@ type waits struct {
 	socks map[uint32]*hostSocket
 	// next is no later than the earliest deadline of a waiting socket
 	// (zero: none known); expire scans only once it has passed.
-	next time.Time
+	next    time.Time
+	waiting int // sockets with a wait in progress
 }
 
 func newWaits() *waits { return &waits{socks: map[uint32]*hostSocket{}} }
@@ -104,6 +105,7 @@ func (n hostNetwork) Open(t engine.Transport, server netip.AddrPort, source neti
 // wait starts a wait on s; the caller holds s.w.mu.
 func (s *hostSocket) wait(b []byte, deadline time.Time) {
 	s.waiting, s.buf, s.deadline = true, b, deadline
+	s.w.waiting++
 	if !deadline.IsZero() && (s.w.next.IsZero() || deadline.Before(s.w.next)) {
 		s.w.next = deadline
 	}
@@ -115,6 +117,7 @@ func (s *hostSocket) end(r result) {
 		return
 	}
 	s.waiting, s.buf = false, nil
+	s.w.waiting--
 	s.done <- r
 }
 
@@ -207,11 +210,11 @@ func (w *waits) deadline() time.Time {
 	return w.next
 }
 
-// waiting is the number of open sockets.
-func (w *waits) open() int {
+// busy reports whether a socket waits (pooled idle sockets do not).
+func (w *waits) busy() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.socks)
+	return w.waiting > 0
 }
 
 func socketError(op string, c uint32) error {

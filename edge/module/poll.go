@@ -26,7 +26,7 @@ var requests = struct {
 // would go unnoticed; the deadline a poll returns is never later than
 // this, so they fire at most this late.
 const (
-	busyPollGap = 100 * time.Millisecond // requests or sockets in progress
+	busyPollGap = 100 * time.Millisecond // requests or socket waits in progress
 	idlePollGap = time.Second            // nothing in progress: the probes' tick
 )
 
@@ -66,7 +66,7 @@ func exportPoll(now int64, n uint32) uint32 {
 	requests.Lock()
 	next := network.deadline()
 	gap := idlePollGap
-	if len(requests.cancel) > 0 || network.open() > 0 {
+	if len(requests.cancel) > 0 || network.busy() {
 		gap = busyPollGap
 	}
 	if next.IsZero() || t.Add(gap).Before(next) {
