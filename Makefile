@@ -28,7 +28,16 @@ TEST_EXTRA :=
 
 -include edge/edge.mk deploy/deploy.mk
 
-.PHONY: all build run test setup lint vet fmt-check unit tagcheck clean
+# Native Go fuzz targets, as package:Target. `make test` runs each for
+# FUZZTIME_SHORT (their seed corpora also run as plain tests in `unit`);
+# `make fuzz FUZZTIME=10m` runs each for longer. A failing input is
+# written to the package's testdata/fuzz/ and fails the target.
+FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./engine:FuzzUpstreamReply ./config:FuzzParse
+FUZZTIME_SHORT ?= 5s
+FUZZTIME ?= 2m
+TEST_EXTRA += fuzz-short
+
+.PHONY: all build run test setup lint vet fmt-check unit tagcheck clean fuzz fuzz-short
 
 all: build
 
@@ -61,6 +70,16 @@ tagcheck:
 	@if [ -x ../shared/tools/tagcheck ]; then ../shared/tools/tagcheck; \
 	elif [ "$${CI:-}" = true ] || [ "$${CI:-}" = 1 ]; then echo "tagcheck: ../shared/tools/tagcheck not present under CI=true: FAIL"; exit 1; \
 	else echo "tagcheck: ../shared/tools/tagcheck not present, skipped (with CI=true this fails)"; fi
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "$(GO) test -run '^$$' -fuzz '^'$$name'$$' -fuzztime $(FUZZTIME) $$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 test: setup lint unit $(TEST_EXTRA) tagcheck
 

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +42,12 @@ type Status struct {
 	Config  string    `json:"config"`
 	Started time.Time `json:"started"`
 	Now     time.Time `json:"now"`
+	// Process figures, for soak tests and leak hunts: goroutines, open
+	// descriptors (-1 where /proc/self/fd cannot be read) and client
+	// connections open (the limits' count; 0 without one).
+	Goroutines  int   `json:"goroutines"`
+	OpenFiles   int   `json:"open_files"`
+	Connections int64 `json:"connections"`
 	engine.Status
 }
 
@@ -50,6 +58,8 @@ type Info struct {
 	// reload.
 	Config  func() string
 	Started time.Time
+	// Connections, if set, counts the client connections open.
+	Connections func() int64
 }
 
 // Handler returns the admin endpoints. gatherer may be nil (no /metrics);
@@ -60,6 +70,10 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 		st := Status{Version: info.Version, Started: info.Started, Now: time.Now(), Status: src.Status()}
 		if info.Config != nil {
 			st.Config = info.Config()
+		}
+		st.Goroutines, st.OpenFiles = runtime.NumGoroutine(), openFiles()
+		if info.Connections != nil {
+			st.Connections = info.Connections()
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
@@ -117,4 +131,13 @@ func ExplainQuery(name, qtype string) (*dns.Msg, error) {
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(name), t)
 	return q, nil
+}
+
+// openFiles counts this process's open descriptors, or -1.
+func openFiles() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents) - 1 // less the directory ReadDir held open
 }

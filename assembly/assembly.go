@@ -24,6 +24,7 @@ import (
 	"github.com/dohfwd/dohfwd/ddr"
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/limits"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
@@ -73,6 +74,9 @@ type Dohfwd struct {
 	Resolver *ddr.Resolver
 	// TrustedProxies are listen.trusted_proxies, parsed.
 	TrustedProxies []netip.Prefix
+	// Limits enforces the limits section per client prefix; nil without
+	// an engine. A SIGHUP reload reconfigures it (Reloaded).
+	Limits *limits.Limiter
 
 	metrics Metrics
 	batch   *telemetry.BatchWriter // nil unless Options.BatchLog
@@ -118,10 +122,12 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 	if o.Metrics != nil {
 		attempts = o.Metrics
 	}
+	d.Limits = limits.New(LimitsConfig(cfg), limits.Options{OnSummary: d.limitSummary})
 	d.Engine, err = engine.New(cfg.EngineConfig(), engine.Options{
-		Network:  o.Network,
-		Observer: telemetry.NewObserver(log, attempts),
-		TCPOnly:  o.TCPOnly,
+		Network:     o.Network,
+		Observer:    telemetry.NewObserver(log, attempts),
+		TCPOnly:     o.TCPOnly,
+		ClientLimit: d.Limits,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -138,6 +144,7 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 		ServerTiming:   cfg.Listen.ServerTiming,
 		TraceContext:   cfg.Listen.TraceContext,
 		Observe:        d.Observe,
+		Admit:          d.Limits.Admit,
 	}
 	if d.setup != nil { // a nil *setup.Handler in the interface would not be nil
 		hopts.Setup = d.setup
@@ -164,10 +171,43 @@ func (d *Dohfwd) Observe(x doh.Exchange) {
 	if d.metrics != nil {
 		d.metrics.ObserveRequest(x.Status, x.Rcode)
 	}
-	if x.Problem != "" {
+	// A client over its limits is summed up by limitSummary, not logged
+	// once per refused query.
+	if x.Problem != "" && x.Status != http.StatusTooManyRequests {
 		d.Log.Debug().Int("status", x.Status).Int("rcode", x.Rcode).Str("problem", x.Problem).
 			Str("client", x.ClientIP.String()).Str("method", x.Method).Msg("bad request")
 	}
+}
+
+// Reloaded takes a reloaded configuration's parts outside the engine:
+// the client limits.
+func (d *Dohfwd) Reloaded(cfg *config.Config) {
+	if d.Limits != nil {
+		d.Limits.Reconfigure(LimitsConfig(cfg))
+	}
+}
+
+// LimitsConfig is the limits section of cfg.
+func LimitsConfig(cfg *config.Config) limits.Config {
+	l := cfg.Limits
+	return limits.Config{
+		ClientQPS: l.ClientQPS, ClientBurst: l.ClientBurst, ClientInFlight: l.ClientInFlight,
+		ClientConnections: l.ClientConnections, Connections: l.Connections,
+		PrefixV4: l.PrefixV4, PrefixV6: l.PrefixV6,
+	}
+}
+
+// limitSummary logs what the client limits refused, at most once per
+// period, in place of one line per refusal.
+func (d *Dohfwd) limitSummary(s limits.Summary) {
+	ev := d.Log.Warn().Dur("period_ms", s.Since)
+	for i, n := range s.Refused {
+		ev = ev.Uint64(limits.Limit(i).String(), n)
+	}
+	if s.Last.IsValid() {
+		ev = ev.Str("last_prefix", s.Last.String())
+	}
+	ev.Msg("client limits refused")
 }
 
 // Reconfigured is told that the backend took a reloaded engine

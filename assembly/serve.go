@@ -64,6 +64,9 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 	met, _ := d.metrics.(*metrics.Metrics)
 	if met != nil {
 		met.CollectEngine(s.Backend)
+		if d.Limits != nil {
+			met.CollectLimits(d.Limits)
+		}
 	}
 	var backend server.Backend = reloading{s.Backend, d}
 	if ex, ok := s.Backend.(admin.Explainer); ok {
@@ -79,6 +82,13 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		Certs:   CertsConfig(d.Config, d.Log),
 		Log:     d.Log,
 		Version: s.Version,
+		// A reload reaches the limits here, after the backend took it.
+		Reloaded: d.Reloaded,
+	}
+	if d.Limits != nil {
+		o.WrapClientListener = d.Limits.Listen
+		o.Admit = d.Limits.Admit
+		o.Connections = d.Limits.Connections
 	}
 	if d.Resolver != nil {
 		// The DoT and plain DNS listeners answer from the same resolver;

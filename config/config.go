@@ -32,6 +32,7 @@ type Config struct {
 	FallbackServers []string            `yaml:"fallback_servers"`
 	Hosts           map[string][]string `yaml:"hosts"`
 	Cache           Cache               `yaml:"cache"`
+	Limits          Limits              `yaml:"limits"`
 	Log             Log                 `yaml:"log"`
 	DDR             DDR                 `yaml:"ddr"`
 	AppleProfile    AppleProfile        `yaml:"apple_profile"`
@@ -141,6 +142,18 @@ type Cache struct {
 	StaleTTL         time.Duration `yaml:"stale_ttl"`          // TTL of stale answers
 	StaleAnswerAfter time.Duration `yaml:"stale_answer_after"` // client response timer; 0 off
 	PrefetchMinHits  int           `yaml:"prefetch_min_hits"`  // 0 turns prefetch off
+}
+
+// Limits bound what one client prefix may take (package limits); 0
+// turns a limit off, and every one is off by default.
+type Limits struct {
+	ClientQPS         float64 `yaml:"client_qps"`         // queries per second per prefix
+	ClientBurst       int     `yaml:"client_burst"`       // queries at once above the rate; 0 = client_qps
+	ClientInFlight    int     `yaml:"client_in_flight"`   // upstream transactions a prefix may hold
+	ClientConnections int     `yaml:"client_connections"` // open connections per prefix
+	Connections       int     `yaml:"connections"`        // open connections in all
+	PrefixV4          int     `yaml:"prefix_v4"`          // how clients group: /24
+	PrefixV6          int     `yaml:"prefix_v6"`          // and /56
 }
 
 // DDR sets what Discovery of Designated Resolvers (RFC 9462) advertises.
@@ -285,8 +298,9 @@ func defaults() *Config {
 		Cache: Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour,
 			StaleMax: 24 * time.Hour, StaleTTL: 30 * time.Second, StaleAnswerAfter: 1800 * time.Millisecond,
 			PrefetchMinHits: 2},
-		Log: Log{Level: "info", Format: "auto"},
-		DDR: DDR{Names: []string{}, Addresses: []string{}},
+		Limits: Limits{PrefixV4: 24, PrefixV6: 56},
+		Log:    Log{Level: "info", Format: "auto"},
+		DDR:    DDR{Names: []string{}, Addresses: []string{}},
 	}
 }
 

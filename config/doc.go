@@ -44,4 +44,9 @@
 // question with a stale answer gets it while its upstream question goes
 // on; prefetch_min_hits (default 2, 0 off) is how often an entry must be
 // asked to be refreshed in the background in the last tenth of its TTL.
+//
+// The limits keys (package limits; all 0 = off by default) bound one client
+// prefix (prefix_v4 /24, prefix_v6 /56): client_qps and client_burst (a
+// token bucket), client_in_flight (upstream transactions), and
+// client_connections; connections bounds all clients together.
 package config

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -150,6 +151,30 @@ func (c *Config) validate(x *keyIndex) error {
 	}
 	if c.Cache.PrefetchMinHits < 0 {
 		bad("cache.prefetch_min_hits", "%d: must not be negative", c.Cache.PrefetchMinHits)
+	}
+
+	if c.Limits.ClientQPS < 0 || math.IsNaN(c.Limits.ClientQPS) || math.IsInf(c.Limits.ClientQPS, 0) {
+		bad("limits.client_qps", "%v: must be a number, not negative", c.Limits.ClientQPS)
+	}
+	for _, l := range []struct {
+		key string
+		n   int
+	}{
+		{"limits.client_burst", c.Limits.ClientBurst}, {"limits.client_in_flight", c.Limits.ClientInFlight},
+		{"limits.client_connections", c.Limits.ClientConnections}, {"limits.connections", c.Limits.Connections},
+	} {
+		if l.n < 0 {
+			bad(l.key, "%d: must not be negative", l.n)
+		}
+	}
+	if c.Limits.ClientBurst > 0 && c.Limits.ClientQPS == 0 {
+		bad("limits.client_burst", "%d: needs limits.client_qps", c.Limits.ClientBurst)
+	}
+	if p := c.Limits.PrefixV4; p < 1 || p > 32 {
+		bad("limits.prefix_v4", "%d: want 1 to 32", p)
+	}
+	if p := c.Limits.PrefixV6; p < 1 || p > 128 {
+		bad("limits.prefix_v6", "%d: want 1 to 128", p)
 	}
 
 	checkNames("ddr.names", c.DDR.Names, engine.ParseHostName, bad)

@@ -219,3 +219,16 @@ func errorReplyTo(q *dns.Msg, rcode int) *dns.Msg {
 	m.RecursionAvailable = true
 	return m
 }
+
+// refusedReply is the answer to a client over its limits: REFUSED with
+// EDE 18 (Prohibited) when it speaks EDNS.
+func refusedReply(q *dns.Msg) *dns.Msg {
+	m := errorReplyTo(q, dns.RcodeRefused)
+	if q.IsEdns0() != nil {
+		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		opt.SetUDPSize(dns.DefaultMsgSize)
+		opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeProhibited, ExtraText: "client over its limits"})
+		m.Extra = append(m.Extra, opt)
+	}
+	return m
+}

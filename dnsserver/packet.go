@@ -53,7 +53,7 @@ func (s *Server) ServePacket(pc net.PacketConn) error {
 		s.inFlight.Add(1)
 		go func() {
 			defer func() { s.inFlight.Add(-1); s.serving.Done() }()
-			s.sendPacket(pc, addr, s.resolve(s.ctx, q), q)
+			s.sendPacket(pc, addr, s.resolve(s.ctx, q, clientOf(addr)), q)
 		}()
 	}
 }

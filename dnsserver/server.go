@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,11 @@ type Server struct {
 	// rules (a failed handshake, a bad length, not a query, a stall), for
 	// logs. It must not block.
 	OnDrop func(peer net.Addr, reason string)
+	// Admit, if set, is asked for each question about to be resolved,
+	// with the client's address; a refused client gets REFUSED with EDE
+	// 18 (Prohibited) and the resolver is not asked. With Admit set the
+	// resolver's context also names the client (engine.WithClient).
+	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
 
 	mu        sync.Mutex
 	limits    Limits
@@ -125,7 +131,13 @@ func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
 // resolve is the one place the server asks its resolver, so that another
 // resolver API can be put in here alone.
-func (s *Server) resolve(ctx context.Context, q *dns.Msg) *dns.Msg {
+func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dns.Msg {
+	if s.Admit != nil {
+		if ok, _ := s.Admit(client); !ok {
+			return refusedReply(q)
+		}
+		ctx = engine.WithClient(ctx, client)
+	}
 	r := s.Resolver.Resolve(ctx, q)
 	if r.Msg == nil { // a Resolver that breaks its contract
 		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
@@ -235,4 +247,18 @@ func (s *Server) ServeStream(ln net.Listener) error {
 		}
 		go st.serve()
 	}
+}
+
+// clientOf is the address of a peer (the client, behind PROXY protocol).
+func clientOf(a net.Addr) netip.Addr {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case nil:
+		return netip.Addr{}
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap.Addr().Unmap()
 }

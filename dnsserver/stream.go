@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -98,6 +99,7 @@ func (st *stream) read() (graceful bool) {
 	}
 	br := bufio.NewReaderSize(st.conn, 2048)
 	var prefix [2]byte
+	var client netip.Addr // the peer, read at the first query
 	for {
 		// Wait for the next query, as long as answers are owed or the
 		// connection is not idle for too long.
@@ -146,11 +148,14 @@ func (st *stream) read() (graceful bool) {
 		case <-st.ctx.Done():
 			return false
 		}
+		if !client.IsValid() {
+			client = clientOf(st.raw.RemoteAddr())
+		}
 		st.open.Add(1)
 		st.s.inFlight.Add(1)
 		go func() {
 			defer func() { st.s.inFlight.Add(-1); <-st.slots; st.open.Done() }()
-			reply := st.s.resolve(st.ctx, q)
+			reply := st.s.resolve(st.ctx, q, client)
 			if st.ctx.Err() == nil && !st.write(reply, q) {
 				st.abort()
 			}

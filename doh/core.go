@@ -90,6 +90,7 @@ type call struct {
 	raw       []byte   // its bytes (in, or the body): for a resolver that takes bytes
 	onDoHPath bool     // the response varies with Accept
 	page      bool     // a setup page, not a DNS exchange: not observed
+	admitted  bool     // Options.Admit let the question through
 
 	in  []byte // the decoded GET query
 	out []byte // the response body
@@ -117,7 +118,7 @@ func (c *call) reset() {
 	c.resp = Response{Header: rh}
 	c.x = Exchange{}
 	c.q, c.raw = nil, nil
-	c.onDoHPath, c.page = false, false
+	c.onDoHPath, c.page, c.admitted = false, false, false
 	c.in, c.out = c.in[:0], c.out[:0]
 }
 
@@ -151,6 +152,7 @@ type Handler struct {
 	trusted   []netip.Prefix
 	observe   func(Exchange)
 	setup     http.Handler
+	admit     func(netip.Addr) (bool, time.Duration)
 	notFound  string
 
 	serverTiming bool
@@ -161,7 +163,7 @@ type Handler struct {
 // proxies, observer, setup pages and operator headers.
 func NewHandler(r Resolver, o Options) *Handler {
 	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
-		serverTiming: o.ServerTiming, traceContext: o.TraceContext}
+		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext}
 	h.wire, _ = r.(WireResolver)
 	if h.wire != nil {
 		h.immediate, _ = r.(ImmediateResolver)
@@ -184,6 +186,8 @@ func (h *Handler) begin(c *call) (done bool) {
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
 	if h.observe != nil {
 		c.x.Start = time.Now()
+	}
+	if h.observe != nil || h.admit != nil {
 		c.x.Peer = r.Peer
 		c.x.ClientIP = r.Peer.Addr()
 		if len(h.trusted) > 0 {
@@ -298,8 +302,16 @@ func (h *Handler) beginJSON(c *call) bool {
 // as it is; the JSON form (and a query the resolver could not read as
 // bytes) goes through Resolve and a dns.Msg.
 func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
-	// A question is about to be resolved: from here on it is the
-	// resolver's. (What decides whether to resolve it at all goes here.)
+	// A question is about to be resolved: Admit decides, once per
+	// request (answer may be called twice: at once, then waiting).
+	if h.admit != nil && !c.admitted {
+		ok, retry := h.admit(c.x.ClientIP)
+		if !ok {
+			h.refuse(c, retry)
+			return true
+		}
+		c.admitted = true
+	}
 	byWire := h.wire != nil && c.raw != nil && c.x.Format == FormatWire
 	var r engine.Response
 	asBytes := false // r.Wire is the reply, in c.out
@@ -317,6 +329,9 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 		asBytes = len(r.Wire) >= headerSize
 	} else {
+		if h.admit != nil {
+			ctx = engine.WithClient(ctx, c.x.ClientIP)
+		}
 		if h.traceContext {
 			ctx = engine.WithTrace(ctx, c.x.Trace)
 		}
@@ -352,6 +367,19 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		h.addOperatorHeaders(c)
 	}
 	return true
+}
+
+// refuse answers a client over its limits: 429 with Retry-After in whole
+// seconds, at least 1. The resolver is not asked.
+func (h *Handler) refuse(c *call, wait time.Duration) {
+	secs := max(1, int((wait+time.Second-1)/time.Second))
+	c.resp.Header.Add("retry-after", itoa(secs))
+	const problem = "too many requests: this client is over its limits"
+	if c.x.Format == FormatJSON {
+		h.failJSON(c, http.StatusTooManyRequests, problem)
+	} else {
+		h.fail(c, http.StatusTooManyRequests, problem)
+	}
 }
 
 // addOperatorHeaders adds what an answer from the resolver carries beside

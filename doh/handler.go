@@ -72,6 +72,12 @@ type Options struct {
 	// request, hands it to the resolver with the question, and answers
 	// with traceresponse (see [RequestTrace]).
 	TraceContext bool
+	// Admit, if set, is asked for each question about to be resolved,
+	// with the client's address; when it refuses, the client gets 429
+	// with Retry-After and the resolver is not asked. With Admit set the
+	// resolver's context also names the client (engine.WithClient), for
+	// its per-client share of transactions.
+	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
 }
 
 // Format is the form of a request.

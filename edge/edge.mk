@@ -3,12 +3,13 @@
 #   make wasm-workers  copies it next to the Workers glue (edge/workers/dohfwd.wasm)
 #   make edge-check    vets the module for wasip1 and prints its size; run by make test
 #   make edge-host     bin/dohfwd-edge: the wazero host (a binary of its own, so dohfwd links no wazero)
+#   make wasm-size     what takes the room in the module: code by Go package (edge/wasmsize)
 # The module's Go tests (edge/host, edge/workers) run with the other Go tests.
 
 WASM       := dist/dohfwd.wasm
 WASM_FLAGS := -buildmode=c-shared -trimpath -ldflags "-s -w"
 
-.PHONY: wasm wasm-workers edge-check edge-host
+.PHONY: wasm wasm-workers edge-check edge-host wasm-size
 
 # Always handed to go build: its cache makes an unchanged module quick.
 wasm:
@@ -18,6 +19,12 @@ wasm:
 
 wasm-workers: wasm
 	cp $(WASM) edge/workers/dohfwd.wasm
+
+# The same module with its name section (no -s -w), which wasmsize reads.
+wasm-size:
+	@mkdir -p dist
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o dist/dohfwd-names.wasm ./edge/module
+	$(GO) run ./edge/wasmsize dist/dohfwd-names.wasm
 
 edge-host:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/dohfwd-edge ./cmd/dohfwd-edge

@@ -50,9 +50,17 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 			}
 			return found{result: ResultUnavailable, reason: ReasonInFlightCeiling}, exchangeResult{}
 		}
+		slot, ok := qn.acquireClient()
+		if !ok {
+			e.inFlight.release()
+			return found{result: ResultUnavailable, reason: ReasonClientInFlight}, exchangeResult{}
+		}
 		sent := time.Now()
 		res := e.exchange(qn.ctx, &tx)
 		e.inFlight.release()
+		if slot != nil {
+			slot.ReleaseTransaction()
+		}
 		rtt := time.Since(sent)
 
 		qn.spent++

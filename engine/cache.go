@@ -70,6 +70,12 @@ func newAnswerCache(conf CacheConfig) *answerCache {
 // other is nil.
 func (c *answerCache) get(k cacheKey, now time.Time) (*entry, bool) {
 	c.clock.observe(now)
+	return c.peek(k, now)
+}
+
+// peek is get without moving the cache's clock: an explanation changes
+// nothing.
+func (c *answerCache) peek(k cacheKey, now time.Time) (*entry, bool) {
 	en, ok := c.entries.GetIfPresent(k)
 	switch {
 	case !ok:

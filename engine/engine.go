@@ -23,6 +23,7 @@ type Engine struct {
 
 	routes   atomic.Pointer[routes]
 	inFlight inFlight
+	clients  ClientLimiter // nil: no per-client share
 	counters counters
 
 	questionIDs atomic.Uint64
@@ -42,6 +43,9 @@ type Options struct {
 	// without UDP (Cloudflare Workers); the attempt, timeout and demotion
 	// rules are unchanged.
 	TCPOnly bool
+	// ClientLimit, if set, bounds each client's transactions in flight
+	// (see WithClient); nil leaves only the ceiling.
+	ClientLimit ClientLimiter
 }
 
 // New returns an engine for cfg.
@@ -52,6 +56,7 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	e := &Engine{
 		network:   opts.Network,
 		observer:  opts.Observer,
+		clients:   opts.ClientLimit,
 		epoch:     time.Now(),
 		upstreams: map[netip.AddrPort]*upstream{},
 	}

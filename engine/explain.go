@@ -179,21 +179,6 @@ func explainedQuery(client *dns.Msg) *clientQuery {
 // truncated reply.
 func (e *Engine) firstTransport() Transport { return e.first }
 
-// peek is get without moving the cache's clock: an explanation changes
-// nothing.
-func (c *answerCache) peek(k cacheKey, now time.Time) (*entry, bool) {
-	en, ok := c.entries.GetIfPresent(k)
-	switch {
-	case !ok:
-		return nil, false
-	case en.live(now):
-		return en, true
-	case c.conf.StaleMax > 0 && now.Sub(en.stored) < en.ttl+c.conf.StaleMax:
-		return en, false
-	}
-	return nil, false
-}
-
 // flying reports whether a question for k is upstream now.
 func (f *flights) flying(k cacheKey) bool {
 	f.mu.Lock()

@@ -46,9 +46,9 @@ const (
 
 // SocketReuser is implemented by a Network whose connected UDP sockets
 // outlive the call that opened them and may serve one transaction after
-// another. Only then does the engine pool them; a Network without it (an
-// edge module, whose host closes sockets per call, or memnet) gets a fresh
-// socket per transaction.
+// another. Only then does the engine pool them: the native network and
+// the edge module's (its host keeps sockets across polls) do; a Network
+// without it (memnet in tests) gets a fresh socket per transaction.
 type SocketReuser interface {
 	ReusesUDPSockets() bool
 }

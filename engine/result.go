@@ -35,9 +35,10 @@ const (
 	ReasonQuestionTimeout        // the question's own budget ran out
 	ReasonTruncated              // TC on the final attempt
 	ReasonStaleTimer             // stale: the client response timer ran out first
+	ReasonClientInFlight         // the client's share of transactions in flight is taken
 )
 
-var reasonNames = [...]string{"", "attempts spent", "in-flight ceiling", "no servers", "question timeout", "truncated on the last attempt", "client response timer"}
+var reasonNames = [...]string{"", "attempts spent", "in-flight ceiling", "no servers", "question timeout", "truncated on the last attempt", "client response timer", "client in-flight limit"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
@@ -56,6 +57,8 @@ func (r Reason) ede() (code uint16, text string) {
 		return dns.ExtendedErrorCodeNoReachableAuthority, "no servers"
 	case ReasonQuestionTimeout:
 		return dns.ExtendedErrorCodeNoReachableAuthority, "question timeout"
+	case ReasonClientInFlight:
+		return dns.ExtendedErrorCodeProhibited, "client in-flight limit"
 	}
 	return dns.ExtendedErrorCodeNoReachableAuthority, ""
 }
@@ -64,9 +67,15 @@ func (r Reason) ede() (code uint16, text string) {
 // question: its question echoed, RA set, and an EDE option saying why.
 // Its EXTRA-TEXT names each attempt in order (server, transport, outcome)
 // unless hideServers, within the size the client can take.
+// A client over its own limit is REFUSED (EDE 18, Prohibited): nothing is
+// wrong with the servers.
 func unavailableReply(q *dns.Msg, r Reason, t *tried, hideServers bool) *dns.Msg {
 	m := new(dns.Msg)
-	m.SetRcode(q, dns.RcodeServerFailure)
+	rcode := dns.RcodeServerFailure
+	if r == ReasonClientInFlight {
+		rcode = dns.RcodeRefused
+	}
+	m.SetRcode(q, rcode)
 	m.RecursionAvailable = true
 	code, text := r.ede()
 	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}

@@ -231,6 +231,10 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 		r.outcome = OutcomeRcode
 	}
 	if r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain {
+		// Bytes after the last record are dropped: kept, they would sit
+		// between the records and the OPT written for the client, and
+		// the client could not read its answer (found by FuzzUpstreamReply).
+		m = m[:w.end]
 		r.reply = append(make([]byte, 0, len(m)+optRRLen), m...)
 	}
 	return r, true

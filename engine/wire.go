@@ -36,6 +36,7 @@ type walkedReply struct {
 	optData  []byte
 	optTTL   uint32
 	optClass uint16
+	end      int // where the last record ends: bytes past it are not the message's
 }
 
 // skipName returns the offset just past the name at off, or -1 when it
@@ -129,6 +130,7 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 		}
 	}
 	w.optLast = w.optStart >= 0 && w.optEnd == off
+	w.end = off
 	w.facts.rcode = w.rcode
 	return w, true
 }

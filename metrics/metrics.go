@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/limits"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
@@ -194,4 +195,33 @@ func (c latencyCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(descAttemptLatency, n, h.Sum, buckets, server)
 	}
+}
+
+// CollectLimits exports the per-client limits' refusals, the open
+// connections and the size of the per-prefix table at scrape time.
+func (m *Metrics) CollectLimits(l *limits.Limiter) {
+	m.Registry.MustRegister(limitsCollector{l})
+}
+
+type limitsCollector struct{ l *limits.Limiter }
+
+var (
+	descLimitRefusals = prometheus.NewDesc("dohfwd_limit_refusals_total",
+		"Queries or connections refused by a per-client or total limit (limits.*), by limit.", []string{"limit"}, nil)
+	descConnections   = prometheus.NewDesc("dohfwd_connections_open", "Client connections open on the DoH, DoT and DNS/TCP listeners.", nil, nil)
+	descLimitPrefixes = prometheus.NewDesc("dohfwd_limit_prefixes", "Client prefixes the limits keep state for (bounded).", nil, nil)
+)
+
+func (limitsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descLimitRefusals
+	ch <- descConnections
+	ch <- descLimitPrefixes
+}
+
+func (c limitsCollector) Collect(ch chan<- prometheus.Metric) {
+	for i, v := range c.l.Refused() {
+		ch <- prometheus.MustNewConstMetric(descLimitRefusals, prometheus.CounterValue, float64(v), limits.Limit(i).String())
+	}
+	ch <- prometheus.MustNewConstMetric(descConnections, prometheus.GaugeValue, float64(c.l.Connections()))
+	ch <- prometheus.MustNewConstMetric(descLimitPrefixes, prometheus.GaugeValue, float64(c.l.Prefixes()))
 }

@@ -3,13 +3,15 @@
 #   1. requests per second through `dohfwd-edge` (the module under wazero)
 #      against `dohfwd serve`, same upstream (nsd on loopback), same load;
 #   2. the latency each adds per request (one client, one stream);
-#   3. per-request latency of the module under workerd (TCP upstream).
+#   3. per-request latency of the module under workerd (TCP upstream);
+#   4. the memory of `dohfwd-edge` with 4 096 questions in flight (a silent
+#      upstream holds them), beside `dohfwd serve` under the same load.
 # The cache is off, so every request goes upstream through the engine.
-# Two loads: the same name repeated (where `dohfwd serve` shares one
-# upstream question among concurrent identical ones, which one-at-a-time
-# instances never can), and distinct names (no sharing: the fair figure).
+# Two loads: the same name repeated (where one engine shares one upstream
+# question among concurrent identical ones: serve, and the edge host's one
+# instance), and distinct names (no sharing).
 # Usage: scripts/bench-edge.sh [REQUESTS]   (default 20000)
-# Env: INSTANCES (16); BASELINE=path/to/another/dohfwd also measures its
+# Env: INSTANCES (1: one engine for the host); BASELINE=path/to/another/dohfwd-edge also measures it
 # `edge` in the same run (before/after figures); PROFILE_DIR=dir writes a
 # CPU profile of the edge process there (go tool pprof dohfwd-edge edge.pprof).
 set -euo pipefail
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
 N=${1:-20000}
-INSTANCES=${INSTANCES:-16}
+INSTANCES=${INSTANCES:-1}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -44,11 +46,11 @@ wasm=dist/dohfwd.wasm
 dnsport=$(freeport)
 start_bench_nsd "$dnsport"
 
-config() { # https port
+config() { # https port [upstream port]
 	cat <<YAML
 listen: {https: "127.0.0.1:$1", admin: ""}
 scopes:
-  - {name: bench, default_route: true, servers: ["127.0.0.1:$dnsport"]}
+  - {name: bench, default_route: true, servers: ["127.0.0.1:${2:-$dnsport}"]}
 fallback_servers: []
 cache: {max_entries: 0}
 log: {level: error}
@@ -64,7 +66,7 @@ DOHFWD_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/edge.pprof} "$work/dohfwd-edge" --
 edgepid=$!
 pids+=($edgepid)
 if [ -n "${BASELINE:-}" ]; then
-	"$BASELINE" edge --config "$work/base.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/base.log" &
+	"$BASELINE" --config "$work/base.yaml" --module "${BASELINE_MODULE:-$wasm}" --instances "${BASELINE_INSTANCES:-16}" 2>"$work/base.log" &
 	pids+=($!)
 	waitport "$baseport"
 fi
@@ -139,4 +141,33 @@ if [ -n "$wdport" ]; then
 	printf '  workerd (TCP upstream, HTTP/1.1, no TLS): %8.0f us/request, %s req/s (%s ok)\n' "$w_lat" "$(echo "$w_out" | rps_of)" "$(echo "$w_out" | ok)"
 	printf '  workerd / dohfwd serve latency:  x%.2f\n' "$(echo "$w_lat / $s_lat" | bc -l)"
 fi
+# Memory with 4 096 questions in flight: a UDP port that never answers
+# holds every question for its attempts (3 x 2 s); h2load keeps 64 x 64
+# streams open; the resident set is read 3 s in, when all have arrived.
+silent=$(freeport)
+python3 -c "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('127.0.0.1',$silent)); time.sleep(3600)" &
+pids+=($!)
+inflight() { # name binary-and-args...
+	local name=$1 port; shift
+	port=$(freeport)
+	config "$port" "$silent" >"$work/$name-silent.yaml"
+	"$@" --config "$work/$name-silent.yaml" 2>"$work/$name-silent.log" &
+	local pid=$!
+	pids+=($pid)
+	waitport "$port"
+	local before
+	before=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+	h2load -n 4096 -c 64 -m 64 -H 'accept: application/dns-message' -i <({ echo "https://127.0.0.1:$port$(head -1 "$work/paths")"; sed -n '2,4096p' "$work/paths"; }) >"$work/$name-silent.h2load" 2>&1 &
+	local h2=$!
+	sleep 3
+	local during
+	during=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+	wait $h2 || true
+	printf '  %-22s %6.1f MiB resident idle, %6.1f MiB with 4096 in flight (+%.1f)\n' "$name:" "$(echo "$before/1024" | bc -l)" "$(echo "$during/1024" | bc -l)" "$(echo "($during-$before)/1024" | bc -l)"
+	kill "$pid"
+}
+echo "memory: 4096 questions in flight to a silent upstream"
+inflight "dohfwd serve" "$work/dohfwd" serve
+inflight "dohfwd edge" "$work/dohfwd-edge" --module "$wasm" --instances "$INSTANCES"
+
 echo "module: $(stat -c %s $wasm) bytes raw, $(gzip -9c $wasm | wc -c) bytes gzipped"

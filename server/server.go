@@ -76,6 +76,20 @@ type Options struct {
 	Signals <-chan os.Signal
 	// OnListen, when set, is told each listener's bound address.
 	OnListen func(name string, addr net.Addr)
+
+	// WrapClientListener, when set, wraps every listener of client
+	// connections (HTTPS, HTTP, DoT, DNS over TCP) after PROXY protocol,
+	// for the connection limits (limits.Limiter.Listen).
+	WrapClientListener func(net.Listener) net.Listener
+	// Admit, when set, is asked for each DoT and plain DNS question
+	// (dnsserver.Server.Admit); the DoH handler carries its own.
+	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
+	// Reloaded, when set, is told of each configuration a SIGHUP reload
+	// applied, after the backend took it.
+	Reloaded func(*config.Config)
+	// Connections, when set, counts the client connections open, for
+	// /status.
+	Connections func() int64
 }
 
 // httpServer is what Run needs of a listener's server: *http.Server (the
@@ -200,7 +214,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 	if cfg.Listen.HTTPS != "" {
 		// The port is held before ACME starts, so a TLS-ALPN-01 validation
 		// always reaches this listener and never a stand-in of certmagic's.
-		ln, err := listenDoH(cfg, log, "listen.https", cfg.Listen.HTTPS)
+		ln, err := listenDoH(o, "listen.https", cfg.Listen.HTTPS)
 		if err != nil {
 			return fail(err)
 		}
@@ -223,7 +237,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		out[len(out)-1].srv = srv
 	}
 	if cfg.Listen.HTTP != "" {
-		ln, err := listenDoH(cfg, log, "listen.http", cfg.Listen.HTTP)
+		ln, err := listenDoH(o, "listen.http", cfg.Listen.HTTP)
 		if err != nil {
 			return fail(err)
 		}
@@ -241,7 +255,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		}
 		h := admin.Handler(o.Backend, gatherer(o.Metrics), admin.Info{
 			Version: o.Version, Started: time.Now(),
-			Config: func() string { return current.Load().Source },
+			Config: func() string { return current.Load().Source }, Connections: o.Connections,
 		})
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -254,13 +268,22 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 // listenDoH binds a DoH listener (HTTPS, plaintext, DoT). It is the one
 // place listeners for client traffic are made: with listen.proxy_protocol
 // set, their connections from those balancers must carry a PROXY header,
-// and the client address in it is the connection's RemoteAddr.
-func listenDoH(cfg *config.Config, log zerolog.Logger, key, addr string) (net.Listener, error) {
+// and the client address in it is the connection's RemoteAddr, which the
+// connection limits (o.WrapClientListener) then count.
+func listenDoH(o Options, key, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
 	}
-	return proxied.Listen(ln, ProxyOptions(cfg, log)), nil
+	return o.wrapClients(proxied.Listen(ln, ProxyOptions(o.Config, o.Log))), nil
+}
+
+// wrapClients applies WrapClientListener, if any.
+func (o Options) wrapClients(ln net.Listener) net.Listener {
+	if o.WrapClientListener == nil {
+		return ln
+	}
+	return o.WrapClientListener(ln)
 }
 
 // ProxyOptions are the PROXY protocol settings of cfg for proxied.Listen:
@@ -305,6 +328,9 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 		return
 	}
 	current.Store(next)
+	if o.Reloaded != nil {
+		o.Reloaded(next)
+	}
 	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP || next.Listen.DoT != old.Listen.DoT ||
 		next.Listen.DNS != old.Listen.DNS || !reflect.DeepEqual(next.DDR, old.DDR) ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||

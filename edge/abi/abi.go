@@ -1,8 +1,32 @@
 // Package abi is the contract between dohfwd's WebAssembly module and its
-// hosts: the names of the imports and exports, the socket error codes, and
-// the byte layout of a DoH request and response as they cross the module's
-// memory. The module (edge/module), the wazero host (edge/host) and the
-// JavaScript glue (edge/workers: worker.mjs, sockets.mjs) all follow it.
+// hosts: the names of the imports and exports, the socket error codes, the
+// events a host hands in, and the byte layout of a DoH request and response
+// as they cross the module's memory. The module (edge/module), the wazero
+// host (edge/host) and the JavaScript glue (edge/workers: worker.mjs,
+// sockets.mjs) all follow it.
+//
+// # The module never waits in an import
+//
+// One instance holds one engine and answers many requests at once, as the
+// native server does: its goroutines run as natively, and only its socket
+// layer differs. The host drives it with one export, dohfwd_poll, called
+// with a batch of events (requests, cancels, socket results). The module
+// applies them, runs its goroutines until every one of them waits on the
+// host (or on a timer), and returns the answers finished meanwhile and the
+// next deadline: the time by which the host must call dohfwd_poll again,
+// events or not. Between calls no module code runs.
+//
+// A goroutine that needs the network calls an import, and none of them
+// waits: sock_open opens (a TCP connect goes on in the host and ends with
+// an EventConnected), sock_send writes (a failure the host learns later is
+// reported by the next EventRead of that socket), sock_recv names a socket
+// the module waits on (one read, of at most max bytes, answered by an
+// EventRead when the socket is readable, fails, or its deadline passes)
+// and sock_close releases it (a read or connect still pending is dropped:
+// no event follows for a closed socket). The module keeps the deadlines
+// too: a read or connect still unanswered at its deadline fails with
+// engine.ErrTimeout at the first dohfwd_poll after it, so a host that only
+// calls back at the deadline it was given needs no timers of its own.
 //
 // Strings and byte slices cross as length-prefixed fields: a little-endian
 // uint32 length, then the bytes. A request is the fields
@@ -13,13 +37,14 @@
 //
 //	body, then header name/value pairs.
 //
-// Socket imports return 0 for success, an engine.ErrorClass value (1..7),
-// or Cancelled.
+// Socket imports return 0 for success or an engine.ErrorClass value (1..7);
+// so do the Code fields of socket events.
 package abi
 
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/telemetry"
@@ -28,11 +53,18 @@ import (
 // ImportModule is the Wasm import module of the socket interface.
 const ImportModule = "dohfwd"
 
-// The socket imports (see edge/module/network.go for their signatures).
+// The socket imports. None of them waits (see the package comment).
 const (
-	ImportOpen  = "sock_open"
-	ImportSend  = "sock_send"
-	ImportRecv  = "sock_recv"
+	// (transport, addr ptr, addr_len, src ptr, src_len u32, deadline_unix_ns i64, fd_out ptr) -> code.
+	// Addresses are text: "ip:port", the source "ip" or empty. For TCP the
+	// connect goes on after the call and ends with an EventConnected.
+	ImportOpen = "sock_open"
+	// (fd, buf ptr, len u32) -> code: writes the whole of buf.
+	ImportSend = "sock_send"
+	// (fd, max u32, deadline_unix_ns i64) -> code: the module waits for one
+	// read of at most max bytes, answered by an EventRead.
+	ImportRecv = "sock_recv"
+	// (fd u32) -> code.
 	ImportClose = "sock_close"
 )
 
@@ -44,7 +76,9 @@ const (
 const (
 	ExportBuffer = "dohfwd_buffer" // (n u32) -> ptr u32
 	ExportInit   = "dohfwd_init"   // (len, flags u32) -> errlen u32: config YAML in; 0, or the error text's length
-	ExportServe  = "dohfwd_serve"  // (len u32) -> len u32: a Request in, a Response out
+	// (now_unix_ns i64, len u32) -> len u32: events in (AppendEvent), a
+	// poll result out (ParsePollResult).
+	ExportPoll   = "dohfwd_poll"
 	ExportStatus = "dohfwd_status" // () -> len u32: a Status as JSON
 	// (len u32) -> errlen u32: an engine.Config as JSON in (a reload); 0, or the error text's length
 	ExportReconfigure = "dohfwd_reconfigure"
@@ -63,24 +97,117 @@ var ForwardedHeaders = []string{
 	"Accept", "Content-Type", "Content-Length", "X-Forwarded-For", "Forwarded", "User-Agent",
 }
 
-// Cancelled is the code a socket import returns when the request it
-// serves has gone (the client disconnected) before or while it waited. It
-// is not an engine.ErrorClass: the module first cancels the request's
-// context, then hands the engine a closed socket, so the engine counts the
-// transaction cancelled and charges nothing to the server, as it does
-// natively when the client goes away.
-const Cancelled = 8
-
 // Transport codes for sock_open.
 const (
 	TransportUDP = 0
 	TransportTCP = 1
 )
 
-// RecvInfoSize is the size of the record sock_recv fills: the byte count
-// (uint32), the peer's port (uint16), two bytes of padding, and the peer's
-// address as 16 bytes (IPv4 mapped into IPv6).
-const RecvInfoSize = 24
+// Event kinds: what a host hands in with dohfwd_poll.
+const (
+	// EventRequest: a DoH request. ID is the host's number for it (the
+	// answer comes back under it); Data is an encoded Request.
+	EventRequest = 1
+	// EventCancel: the client of request ID went away. Its question ends
+	// as natively (cancelled, not charged to the server); its answer
+	// still comes back, for the host to drop.
+	EventCancel = 2
+	// EventConnected: the TCP connect of socket ID ended; Code is 0 or
+	// its failure.
+	EventConnected = 3
+	// EventRead: the read the module asked for on socket ID ended: Code 0
+	// and Data (at most max bytes) from From, or its failure (a timeout
+	// included).
+	EventRead = 4
+)
+
+// EventHeaderSize is the fixed part of an event: kind, id, code
+// (uint32 each), the peer's port (uint16), two bytes of padding, the
+// peer's address as 16 bytes (IPv4 mapped into IPv6), and the length of
+// Data (uint32), which follows.
+const EventHeaderSize = 36
+
+// PollHeaderSize is the fixed part of a poll result: the next deadline
+// (int64 Unix nanoseconds, 0 for none), then the finished answers, each a
+// uint32 request ID and a field (an encoded Response).
+const PollHeaderSize = 8
+
+// Event is one input of dohfwd_poll.
+type Event struct {
+	Kind uint32
+	ID   uint32 // request ID or socket fd
+	Code uint32 // 0 or an engine.ErrorClass
+	From netip.AddrPort
+	Data []byte
+}
+
+// AppendEvent appends e's encoding to b.
+func AppendEvent(b []byte, e *Event) []byte {
+	b = binary.LittleEndian.AppendUint32(b, e.Kind)
+	b = binary.LittleEndian.AppendUint32(b, e.ID)
+	b = binary.LittleEndian.AppendUint32(b, e.Code)
+	b = binary.LittleEndian.AppendUint16(b, e.From.Port())
+	b = append(b, 0, 0)
+	var a16 [16]byte
+	if e.From.Addr().IsValid() {
+		a16 = e.From.Addr().As16()
+	}
+	b = append(b, a16[:]...)
+	return appendField(b, e.Data)
+}
+
+// ParseEvent decodes the first event of b and returns the rest. Data
+// aliases b.
+func ParseEvent(b []byte) (e Event, rest []byte, err error) {
+	if len(b) < EventHeaderSize {
+		return e, nil, errShort
+	}
+	e.Kind = binary.LittleEndian.Uint32(b)
+	e.ID = binary.LittleEndian.Uint32(b[4:])
+	e.Code = binary.LittleEndian.Uint32(b[8:])
+	port := binary.LittleEndian.Uint16(b[12:])
+	e.From = netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[16:32])).Unmap(), port)
+	e.Data, rest, err = nextField(b[32:])
+	return e, rest, err
+}
+
+// Answer is a finished request in a poll result.
+type Answer struct {
+	ID       uint32
+	Response []byte // an encoded Response
+}
+
+// AppendPollHeader starts a poll result with the next deadline.
+func AppendPollHeader(b []byte, deadline int64) []byte {
+	return binary.LittleEndian.AppendUint64(b, uint64(deadline))
+}
+
+// AppendAnswer appends a finished request to a poll result.
+func AppendAnswer(b []byte, id uint32, response []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, id)
+	return appendField(b, response)
+}
+
+// ParsePollResult decodes a poll result; the responses alias b.
+func ParsePollResult(b []byte, answers []Answer) (deadline int64, _ []Answer, err error) {
+	if len(b) < PollHeaderSize {
+		return 0, answers, errShort
+	}
+	deadline = int64(binary.LittleEndian.Uint64(b))
+	b = b[PollHeaderSize:]
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return deadline, answers, errShort
+		}
+		id := binary.LittleEndian.Uint32(b)
+		var resp []byte
+		if resp, b, err = nextField(b[4:]); err != nil {
+			return deadline, answers, err
+		}
+		answers = append(answers, Answer{ID: id, Response: resp})
+	}
+	return deadline, answers, nil
+}
 
 // Status is what dohfwd_status returns, as JSON: the instance's engine
 // status (its fields at the top level, as engine.Status marshals) and the

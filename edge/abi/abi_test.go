@@ -38,17 +38,21 @@ func glue(t *testing.T) string {
 func TestWorkersGlueFollowsTheABI(t *testing.T) {
 	js := glue(t)
 	want := map[string]int{
-		"InitTCPOnly":    InitTCPOnly,
-		"Cancelled":      Cancelled,
-		"TransportTCP":   TransportTCP,
-		"RecvInfoSize":   RecvInfoSize,
-		"ErrOther":       int(engine.ErrOther),
-		"ErrTimeout":     int(engine.ErrTimeout),
-		"ErrRefused":     int(engine.ErrRefused),
-		"ErrUnreachable": int(engine.ErrUnreachable),
-		"ErrReset":       int(engine.ErrReset),
-		"ErrClosed":      int(engine.ErrClosed),
-		"ErrLocal":       int(engine.ErrLocal),
+		"InitTCPOnly":     InitTCPOnly,
+		"TransportTCP":    TransportTCP,
+		"EventRequest":    EventRequest,
+		"EventCancel":     EventCancel,
+		"EventConnected":  EventConnected,
+		"EventRead":       EventRead,
+		"EventHeaderSize": EventHeaderSize,
+		"PollHeaderSize":  PollHeaderSize,
+		"ErrOther":        int(engine.ErrOther),
+		"ErrTimeout":      int(engine.ErrTimeout),
+		"ErrRefused":      int(engine.ErrRefused),
+		"ErrUnreachable":  int(engine.ErrUnreachable),
+		"ErrReset":        int(engine.ErrReset),
+		"ErrClosed":       int(engine.ErrClosed),
+		"ErrLocal":        int(engine.ErrLocal),
 	}
 	consts := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^(?:export )?const (\w+) = (\d+);`).FindAllStringSubmatch(js, -1) {
@@ -64,10 +68,17 @@ func TestWorkersGlueFollowsTheABI(t *testing.T) {
 			t.Errorf("the glue has %s = %d; the Go side %d", name, got, v)
 		}
 	}
-	exports := []string{ExportBuffer, ExportInit, ExportServe, ExportStatus, ExportReconfigure}
-	for _, m := range regexp.MustCompile(`"(dohfwd_\w+)"`).FindAllStringSubmatch(js, -1) {
+	exports := []string{ExportBuffer, ExportInit, ExportPoll, ExportStatus, ExportReconfigure}
+	called := map[string]bool{}
+	for _, m := range regexp.MustCompile(`exports\.(dohfwd_\w+)`).FindAllStringSubmatch(js, -1) {
+		called[m[1]] = true
 		if !slices.Contains(exports, m[1]) {
 			t.Errorf("the glue calls export %q, which package abi does not name", m[1])
+		}
+	}
+	for _, name := range []string{ExportBuffer, ExportInit, ExportPoll} {
+		if !called[name] {
+			t.Errorf("the glue never calls %s", name)
 		}
 	}
 	imports := []string{ImportOpen, ImportSend, ImportRecv, ImportClose}

@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"encoding/base64"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
@@ -16,16 +18,15 @@ ns  IN A   127.0.0.1
 www IN A   192.0.2.80
 `
 
-// BenchmarkPoolServe runs DoH GET requests straight into a pool of 16
-// instances from as many goroutines, against nsd on loopback (cache off),
-// without HTTP in the way: the cost of the module, wazero and the pool.
-// It reports the linear memory each instance ended with, which must stay
-// flat under load (growing memory is copied whole by wazero).
+// BenchmarkPoolServe runs DoH GET requests straight into one instance
+// from 64 goroutines per core, against nsd on loopback (cache off),
+// without HTTP in the way: the cost of the module, wazero and the polling.
+// It reports the linear memory the instance ended with.
 //
 //	go test ./edge/host -run '^$' -bench PoolServe -cpuprofile cpu.prof
 func BenchmarkPoolServe(b *testing.B) {
 	addr := upstreamtest.StartNSD(b, upstreamtest.Zone{Origin: "bench.test.", Text: benchZone})
-	const size = 16
+	const size = 1
 	ctx := context.Background()
 	pool, err := NewPool(ctx, testRuntime(b), []byte(`scopes:
   - {name: bench, default_route: true, servers: ["`+addr+`"]}
@@ -45,7 +46,7 @@ log: {level: error}
 		Remote:  "127.0.0.1:1",
 		Headers: [][2]string{{"Host", "bench"}, {"Accept", "application/dns-message"}},
 	})
-	b.SetParallelism(size) // size goroutines per GOMAXPROCS: the pool is the limit
+	b.SetParallelism(benchParallelism())
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		// Cancellable, as an HTTP request's context is: the socket
@@ -71,4 +72,12 @@ log: {level: error}
 		pages = max(pages, in.mod.Memory().Size()/65536)
 	}
 	b.ReportMetric(float64(pages)*64/1024, "MiB-memory/instance")
+}
+
+// benchParallelism is 64 goroutines per core, or EDGE_BENCH_STREAMS.
+func benchParallelism() int {
+	if n, err := strconv.Atoi(os.Getenv("EDGE_BENCH_STREAMS")); err == nil && n > 0 {
+		return n
+	}
+	return 64
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/pprof"
 
 	"go.yaml.in/yaml/v3"
@@ -17,10 +16,10 @@ import (
 	"github.com/dohfwd/dohfwd/metrics"
 )
 
-// DefaultInstances is the pool size: each instance answers one question at
-// a time and waits on the network most of that time, so more instances
-// than cores pay off.
-func DefaultInstances() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
+// DefaultInstances is the pool size: one instance, one engine, answering
+// every request at once, so that cache, coalescing and demotion marks are
+// the host's, as in dohfwd serve. More instances split that state.
+func DefaultInstances() int { return 1 }
 
 // Main is the dohfwd-edge command (cmd/dohfwd-edge): it loads the
 // configuration (the file, or the embedded default), starts a pool of
@@ -31,7 +30,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration `FILE` (default: the embedded default)")
 	modPath := fs.String("module", filepath.Join("dist", "dohfwd.wasm"), "the WebAssembly `FILE` built by make wasm")
-	instances := fs.Int("instances", DefaultInstances(), "module instances, each serving one request at a time")
+	instances := fs.Int("instances", DefaultInstances(), "module instances, each with its own engine (more split the cache and demotion marks)")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "compilation cache `DIR` (\"\" compiles in memory)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -3,10 +3,9 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
@@ -14,35 +13,20 @@ import (
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
-// Pool is a fixed set of instances; a call borrows one and gives it back,
-// so each instance serves one call at a time and the pool size bounds the
-// questions in flight.
+// Pool is the host's module instances: one by default, which holds the one
+// engine, so every request shares its cache, coalescing and demotion
+// marks. A request goes to the instance with the fewest in progress; an
+// instance that traps is replaced.
 //
 // Pool is the server's Backend (package server): Status, Counters and
 // InFlight add up the instances, and Reconfigure reaches every instance.
-// A status read never takes instances away from requests: it asks the
-// instances that are free at that moment, and each busy one answers when
-// its call ends, so its part lags by at most that call. Only Reconfigure
-// borrows every instance at once and so waits for the calls in flight.
 type Pool struct {
 	rt     *Runtime
 	config []byte // the YAML each new instance starts from
-	free   chan *Instance
-	// asked counts status reads; an instance whose snapshot is older
-	// refreshes it when its call ends.
-	asked atomic.Uint64
 
 	mu       sync.Mutex
 	all      []*Instance
-	snaps    map[*Instance]snapshot // each instance's last status
-	reloaded []byte                 // the engine.Config JSON of the last reload, for replacements
-	busy     int64                  // calls in flight
-}
-
-// snapshot is an instance's status as of status read number asked.
-type snapshot struct {
-	status abi.Status
-	asked  uint64
+	reloaded []byte // the engine.Config JSON of the last reload, for replacements
 }
 
 // NewPool starts size instances configured with configYAML.
@@ -50,7 +34,7 @@ func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Po
 	if size < 1 {
 		return nil, fmt.Errorf("edge: pool size %d: want at least 1", size)
 	}
-	p := &Pool{rt: rt, config: configYAML, free: make(chan *Instance, size), snaps: map[*Instance]snapshot{}}
+	p := &Pool{rt: rt, config: configYAML}
 	for range size {
 		in, err := rt.NewInstance(ctx, configYAML)
 		if err != nil {
@@ -58,123 +42,99 @@ func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Po
 			return nil, err
 		}
 		p.all = append(p.all, in)
-		p.free <- in
 	}
 	return p, nil
 }
 
-// Serve runs one encoded request on a free instance, waiting for one
-// while ctx lasts. An instance whose call failed (a trap) is replaced.
+// pick returns the instance with the fewest requests in progress.
+func (p *Pool) pick() *Instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *Instance
+	for _, in := range p.all {
+		if best == nil || in.InFlight() < best.InFlight() {
+			best = in
+		}
+	}
+	return best
+}
+
+// Serve runs one encoded request. An instance whose module failed (a
+// trap) is replaced; the requests it held fail.
 func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
-	var in *Instance
-	select {
-	case in = <-p.free:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	in := p.pick()
+	if in == nil {
+		return nil, errClosed
 	}
-	p.mu.Lock()
-	p.busy++
-	p.mu.Unlock()
-	// The module is not interrupted midway: ctx reaches only its socket
-	// imports, which end the question when the client goes.
 	out, err := in.Serve(ctx, req)
-	if err != nil {
-		in = p.replace(context.WithoutCancel(ctx), in)
-	}
-	if in != nil && p.stale(in) {
-		p.refresh(context.WithoutCancel(ctx), in)
-	}
-	p.mu.Lock()
-	p.busy--
-	p.mu.Unlock()
-	if in != nil {
-		p.free <- in
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errClosed) {
+		p.replace(context.WithoutCancel(ctx), in)
 	}
 	return out, err
 }
 
-// stale reports whether a status read has been asked for since in's
-// snapshot.
-func (p *Pool) stale(in *Instance) bool {
-	asked := p.asked.Load()
-	if asked == 0 {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s, ok := p.snaps[in]
-	return !ok || s.asked < asked
-}
-
-// refresh reads the status of in, which the caller holds.
-func (p *Pool) refresh(ctx context.Context, in *Instance) error {
-	asked := p.asked.Load()
-	b, err := in.Status(ctx)
-	if err != nil {
-		return err
-	}
-	var st abi.Status
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("edge: status: %w", err)
-	}
-	p.mu.Lock()
-	if _, ok := p.snaps[in]; ok || slices.Contains(p.all, in) {
-		p.snaps[in] = snapshot{status: st, asked: asked}
-	}
-	p.mu.Unlock()
-	return nil
-}
-
 // replace closes a broken instance and starts a fresh one in its place;
-// nil when that fails, and the pool is one smaller.
-func (p *Pool) replace(ctx context.Context, old *Instance) *Instance {
-	old.Close(ctx)
-	fresh, err := p.rt.NewInstance(ctx, p.config)
+// when that fails the pool is one smaller.
+func (p *Pool) replace(ctx context.Context, old *Instance) {
 	p.mu.Lock()
+	i := -1
+	for j, x := range p.all {
+		if x == old {
+			i = j
+		}
+	}
+	if i < 0 { // replaced already
+		p.mu.Unlock()
+		return
+	}
+	p.all = append(p.all[:i], p.all[i+1:]...)
 	reloaded := p.reloaded
 	p.mu.Unlock()
+	old.Close(ctx)
+	fresh, err := p.rt.NewInstance(ctx, p.config)
 	if err == nil && reloaded != nil {
 		err = fresh.Reconfigure(ctx, reloaded)
 	}
+	if err != nil {
+		if fresh != nil {
+			fresh.Close(ctx)
+		}
+		return
+	}
+	p.mu.Lock()
+	p.all = append(p.all, fresh)
+	p.mu.Unlock()
+}
+
+func (p *Pool) instances() []*Instance {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.snaps, old)
-	for i, x := range p.all {
-		if x == old {
-			if err != nil {
-				p.all = append(p.all[:i], p.all[i+1:]...)
-				return nil
+	return append([]*Instance(nil), p.all...)
+}
+
+// snapshots returns each instance's status. An instance answers between
+// two polls, so a read waits for no question.
+func (p *Pool) snapshots(ctx context.Context) ([]abi.Status, error) {
+	var out []abi.Status
+	var firstErr error
+	for _, in := range p.instances() {
+		b, err := in.Status(ctx)
+		var st abi.Status
+		if err == nil {
+			err = json.Unmarshal(b, &st)
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("edge: status: %w", err)
 			}
-			p.all[i] = fresh
+			continue
 		}
+		out = append(out, st)
 	}
-	return fresh
+	return out, firstErr
 }
 
-// holdAll borrows every instance; release gives them back.
-func (p *Pool) holdAll(ctx context.Context) (held []*Instance, release func(), err error) {
-	p.mu.Lock()
-	n := len(p.all)
-	p.mu.Unlock()
-	release = func() {
-		for _, in := range held {
-			p.free <- in
-		}
-	}
-	for range n {
-		select {
-		case in := <-p.free:
-			held = append(held, in)
-		case <-ctx.Done():
-			release()
-			return nil, func() {}, ctx.Err()
-		}
-	}
-	return held, release, nil
-}
-
-// Statuses returns each instance's engine status without waiting for the
-// calls in flight (see snapshots).
+// Statuses returns each instance's engine status.
 func (p *Pool) Statuses(ctx context.Context) ([]engine.Status, error) {
 	all, err := p.snapshots(ctx)
 	out := make([]engine.Status, len(all))
@@ -201,39 +161,6 @@ func (p *Pool) AttemptLatency() map[string]telemetry.Histogram {
 	return out
 }
 
-// snapshots returns each instance's status without waiting for the calls
-// in flight: the instances free now are asked at once (each borrowed for
-// that one status call); a busy instance contributes the status it gave
-// when its last call ended.
-func (p *Pool) snapshots(ctx context.Context) ([]abi.Status, error) {
-	p.asked.Add(1)
-	var firstErr error
-	for range len(p.free) {
-		var in *Instance
-		select {
-		case in = <-p.free:
-		default:
-		}
-		if in == nil {
-			break
-		}
-		err := p.refresh(ctx, in)
-		p.free <- in
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]abi.Status, 0, len(p.all))
-	for _, in := range p.all {
-		if s, ok := p.snaps[in]; ok {
-			out = append(out, s.status)
-		}
-	}
-	return out, firstErr
-}
-
 // statusTimeout bounds how long the admin endpoints wait for an instance.
 const statusTimeout = 10 * time.Second
 
@@ -248,12 +175,13 @@ func (p *Pool) Status() engine.Status {
 // Counters adds up the instances' counters.
 func (p *Pool) Counters() engine.Counters { return p.Status().Counters }
 
-// InFlight is the number of calls into instances under way: each is at
-// most one upstream transaction.
+// InFlight is the number of requests the instances are answering.
 func (p *Pool) InFlight() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.busy
+	var n int64
+	for _, in := range p.instances() {
+		n += in.InFlight()
+	}
+	return n
 }
 
 // Reconfigure hands every instance the reloaded configuration. An instance
@@ -265,12 +193,7 @@ func (p *Pool) Reconfigure(cfg engine.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
-	held, release, err := p.holdAll(ctx)
-	if err != nil {
-		return fmt.Errorf("edge: reconfigure: %w", err)
-	}
-	defer release()
-	for _, in := range held {
+	for _, in := range p.instances() {
 		if err := in.Reconfigure(ctx, b); err != nil {
 			return err
 		}
@@ -284,9 +207,10 @@ func (p *Pool) Reconfigure(cfg engine.Config) error {
 // Close ends every instance.
 func (p *Pool) Close(ctx context.Context) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, in := range p.all {
+	all := p.all
+	p.all = nil
+	p.mu.Unlock()
+	for _, in := range all {
 		in.Close(ctx)
 	}
-	p.all = nil
 }

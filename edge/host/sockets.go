@@ -2,9 +2,9 @@ package host
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -14,45 +14,26 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// sockets is one instance's table of open sockets; the fd the module sees
-// is an index into it plus one. Only the instance's own call touches it.
-type sockets struct {
-	open []engine.Socket
+// socket is one of the module's sockets. The imports (inside a poll)
+// open, send on and close it; a read or a TCP connect runs on a goroutine
+// of its own and comes back as an event, unless the socket was closed
+// meanwhile.
+type socket struct {
+	fd      uint32
+	mu      sync.Mutex
+	sock    engine.Socket // nil while a TCP connect is under way
+	reading bool          // a read is under way
+	closed  bool
 }
 
-func (s *sockets) add(sock engine.Socket) uint32 {
-	for i, x := range s.open {
-		if x == nil {
-			s.open[i] = sock
-			return uint32(i + 1)
-		}
-	}
-	s.open = append(s.open, sock)
-	return uint32(len(s.open))
-}
-
-func (s *sockets) get(fd uint32) engine.Socket {
-	if fd == 0 || int(fd) > len(s.open) {
-		return nil
-	}
-	return s.open[fd-1]
-}
-
-func (s *sockets) remove(fd uint32) engine.Socket {
-	sock := s.get(fd)
+// close closes s; a read under way ends, and its result is dropped.
+func (s *socket) close() {
+	s.mu.Lock()
+	sock := s.sock
+	s.closed = true
+	s.mu.Unlock()
 	if sock != nil {
-		s.open[fd-1] = nil
-	}
-	return sock
-}
-
-// closeAll closes what a call left open (a module that trapped midway).
-func (s *sockets) closeAll() {
-	for i, x := range s.open {
-		if x != nil {
-			x.Close()
-			s.open[i] = nil
-		}
+		sock.Close()
 	}
 }
 
@@ -67,77 +48,13 @@ func instanceOf(ctx context.Context) *Instance {
 	return in
 }
 
-// errCancelled is abi.Cancelled inside the host: the request a socket
-// import serves is done.
-var errCancelled = errors.New("edge: request cancelled")
-
-// classOf is the code an import returns for err: abi.Cancelled, or its
-// engine.ErrorClass.
-func classOf(err error) uint64 {
-	if err == errCancelled {
-		return abi.Cancelled
-	}
+// classOf is the code of err: its engine.ErrorClass.
+func classOf(err error) uint32 {
 	var se *engine.SocketError
 	if errors.As(err, &se) && se.Class != 0 {
-		return uint64(se.Class)
+		return uint32(se.Class)
 	}
-	return uint64(engine.ErrOther)
-}
-
-// done reports whether the request the instance's running call serves
-// is over; req is nil outside a Serve call.
-func done(req context.Context) bool { return req != nil && req.Err() != nil }
-
-// open is network.Open that gives up when req is done. A TCP connect may
-// wait until its deadline, so it runs aside and whoever does not take the
-// socket closes it; a UDP open does not wait.
-func open(req context.Context, network engine.Network, t engine.Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (engine.Socket, error) {
-	if done(req) {
-		return nil, errCancelled
-	}
-	if req == nil || req.Done() == nil || t == engine.UDP {
-		return network.Open(t, server, source, deadline)
-	}
-	type opened struct {
-		sock engine.Socket
-		err  error
-	}
-	handoff := make(chan opened) // unbuffered: the socket has one owner
-	go func() {
-		sock, err := network.Open(t, server, source, deadline)
-		select {
-		case handoff <- opened{sock, err}:
-		case <-req.Done():
-			if sock != nil {
-				sock.Close()
-			}
-		}
-	}()
-	select {
-	case o := <-handoff:
-		return o.sock, o.err
-	case <-req.Done():
-		return nil, errCancelled
-	}
-}
-
-// receive is sock.Receive that also ends when req is done: the socket is
-// closed under it, as the native engine closes a transaction's socket
-// when its client goes.
-func receive(req context.Context, sock engine.Socket, b []byte, deadline time.Time) (int, netip.AddrPort, error) {
-	if done(req) {
-		return 0, netip.AddrPort{}, errCancelled
-	}
-	if req == nil || req.Done() == nil {
-		return sock.Receive(b, deadline)
-	}
-	stop := context.AfterFunc(req, func() { sock.Close() })
-	n, from, err := sock.Receive(b, deadline)
-	stop()
-	if err != nil && done(req) {
-		err = errCancelled
-	}
-	return n, from, err
+	return uint32(engine.ErrOther)
 }
 
 func deadlineOf(ns uint64) time.Time {
@@ -147,28 +64,119 @@ func deadlineOf(ns uint64) time.Time {
 	return time.Unix(0, int64(ns))
 }
 
+// add registers a new socket and returns it.
+func (in *Instance) add(sock engine.Socket) *socket {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.nextFD++
+	for in.nextFD == 0 || in.sockets[in.nextFD] != nil {
+		in.nextFD++
+	}
+	s := &socket{fd: in.nextFD, sock: sock}
+	in.sockets[s.fd] = s
+	return s
+}
+
+func (in *Instance) socket(fd uint32) *socket {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.sockets[fd]
+}
+
+// open is sock_open: UDP at once, TCP connecting on a goroutine of its own.
+func (in *Instance) open(t engine.Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (uint32, uint32) {
+	if t == engine.UDP {
+		sock, err := in.network.Open(t, server, source, deadline)
+		if err != nil {
+			return 0, classOf(err)
+		}
+		return in.add(sock).fd, 0
+	}
+	s := in.add(nil)
+	go func() {
+		sock, err := in.network.Open(t, server, source, deadline)
+		s.mu.Lock()
+		closed := s.closed
+		if !closed && err == nil {
+			s.sock = sock
+		}
+		s.mu.Unlock()
+		if closed {
+			if sock != nil {
+				sock.Close()
+			}
+			return
+		}
+		e := abi.Event{Kind: abi.EventConnected, ID: s.fd}
+		if err != nil {
+			e.Code = classOf(err)
+		}
+		in.event(&e)
+	}()
+	return s.fd, 0
+}
+
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// read is sock_recv: one read of at most max bytes on a goroutine of its
+// own, its result an event. A read already under way answers this wait too.
+func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
+	s.mu.Lock()
+	sock := s.sock
+	if s.closed || sock == nil {
+		s.mu.Unlock()
+		return uint32(engine.ErrClosed)
+	}
+	if s.reading {
+		s.mu.Unlock()
+		return 0
+	}
+	s.reading = true
+	s.mu.Unlock()
+	in.receiving.Add(1)
+	go func() {
+		defer in.receiving.Add(-1)
+		bp := readBuffers.Get().(*[]byte)
+		defer readBuffers.Put(bp)
+		b := (*bp)[:min(int(max), len(*bp))]
+		n, from, err := sock.Receive(b, deadline)
+		s.mu.Lock()
+		s.reading = false
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		e := abi.Event{Kind: abi.EventRead, ID: s.fd, From: from, Data: b[:n]}
+		if err != nil {
+			e.Code, e.Data = classOf(err), nil
+		}
+		in.event(&e)
+	}()
+	return 0
+}
+
 // instantiateSockets provides the "dohfwd" import module: the socket
-// interface of package edge/abi over network.
-func instantiateSockets(ctx context.Context, rt wazero.Runtime, network engine.Network) error {
+// interface of package edge/abi over network. The imports run on the
+// goroutine that polls, inside dohfwd_poll, and none of them waits.
+func instantiateSockets(ctx context.Context, rt wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	b := rt.NewHostModuleBuilder(abi.ImportModule)
+	other := uint64(engine.ErrOther)
 
-	// Each import returns 0, an engine.ErrorClass, or abi.Cancelled once
-	// the request the call serves is done.
-
-	// sock_open(transport, addr, addr_len, src, src_len, deadline, fd_out) -> class
+	// sock_open(transport, addr, addr_len, src, src_len, deadline, fd_out) -> code
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 		in := instanceOf(ctx)
 		mem := mod.Memory()
 		addrText, ok1 := mem.Read(api.DecodeU32(stack[1]), api.DecodeU32(stack[2]))
 		srcText, ok2 := mem.Read(api.DecodeU32(stack[3]), api.DecodeU32(stack[4]))
 		if in == nil || !ok1 || !ok2 {
-			stack[0] = uint64(engine.ErrOther)
+			stack[0] = other
 			return
 		}
 		server, err := netip.ParseAddrPort(string(addrText))
 		if err != nil {
-			stack[0] = uint64(engine.ErrOther)
+			stack[0] = other
 			return
 		}
 		var source netip.Addr
@@ -182,89 +190,84 @@ func instantiateSockets(ctx context.Context, rt wazero.Runtime, network engine.N
 		if api.DecodeU32(stack[0]) == abi.TransportTCP {
 			t = engine.TCP
 		}
-		sock, err := open(in.request, network, t, server, source, deadlineOf(stack[5]))
-		if err != nil {
-			stack[0] = classOf(err)
+		fd, code := in.open(t, server, source, deadlineOf(stack[5]))
+		if code != 0 {
+			stack[0] = uint64(code)
 			return
 		}
-		if !mem.WriteUint32Le(api.DecodeU32(stack[6]), in.sockets.add(sock)) {
-			sock.Close()
-			stack[0] = uint64(engine.ErrOther)
+		if !mem.WriteUint32Le(api.DecodeU32(stack[6]), fd) {
+			in.close(fd)
+			stack[0] = other
 			return
 		}
 		stack[0] = 0
 	}), []api.ValueType{i32, i32, i32, i32, i32, i64, i32}, []api.ValueType{i32}).Export(abi.ImportOpen)
 
-	// sock_send(fd, buf, len) -> class
+	// sock_send(fd, buf, len) -> code
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 		in := instanceOf(ctx)
 		data, ok := mod.Memory().Read(api.DecodeU32(stack[1]), api.DecodeU32(stack[2]))
-		var sock engine.Socket
+		var s *socket
 		if in != nil {
-			sock = in.sockets.get(api.DecodeU32(stack[0]))
+			s = in.socket(api.DecodeU32(stack[0]))
 		}
-		if sock == nil || !ok {
-			stack[0] = uint64(engine.ErrOther)
+		if s == nil || !ok {
+			stack[0] = other
 			return
 		}
-		if done(in.request) {
-			stack[0] = abi.Cancelled
+		s.mu.Lock()
+		sock := s.sock
+		s.mu.Unlock()
+		if sock == nil {
+			stack[0] = uint64(engine.ErrClosed)
 			return
 		}
+		// A datagram, or a query on a fresh TCP connection: the kernel
+		// takes it at once.
 		if err := sock.Send(data); err != nil {
-			stack[0] = classOf(err)
+			stack[0] = uint64(classOf(err))
 			return
 		}
 		stack[0] = 0
 	}), []api.ValueType{i32, i32, i32}, []api.ValueType{i32}).Export(abi.ImportSend)
 
-	// sock_recv(fd, buf, len, deadline, info) -> class; info is
-	// abi.RecvInfoSize bytes: n, port, padding, 16-byte address.
+	// sock_recv(fd, max, deadline) -> code: the module waits on fd.
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 		in := instanceOf(ctx)
-		mem := mod.Memory()
-		data, ok1 := mem.Read(api.DecodeU32(stack[1]), api.DecodeU32(stack[2]))
-		info, ok2 := mem.Read(api.DecodeU32(stack[4]), abi.RecvInfoSize)
-		var sock engine.Socket
+		var s *socket
 		if in != nil {
-			sock = in.sockets.get(api.DecodeU32(stack[0]))
+			s = in.socket(api.DecodeU32(stack[0]))
 		}
-		if sock == nil || !ok1 || !ok2 {
-			stack[0] = uint64(engine.ErrOther)
+		if s == nil {
+			stack[0] = other
 			return
 		}
-		// The module is blocked in this call, so reading straight into
-		// its memory is safe.
-		in.receiving.Add(1)
-		n, from, err := receive(in.request, sock, data, deadlineOf(stack[3]))
-		in.receiving.Add(-1)
-		if err != nil {
-			stack[0] = classOf(err)
-			return
-		}
-		binary.LittleEndian.PutUint32(info[0:], uint32(n))
-		binary.LittleEndian.PutUint16(info[4:], from.Port())
-		binary.LittleEndian.PutUint16(info[6:], 0)
-		a16 := from.Addr().As16()
-		copy(info[8:24], a16[:])
-		stack[0] = 0
-	}), []api.ValueType{i32, i32, i32, i64, i32}, []api.ValueType{i32}).Export(abi.ImportRecv)
+		stack[0] = uint64(in.read(s, api.DecodeU32(stack[1]), deadlineOf(stack[2])))
+	}), []api.ValueType{i32, i32, i64}, []api.ValueType{i32}).Export(abi.ImportRecv)
 
-	// sock_close(fd) -> class
+	// sock_close(fd) -> code
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 		in := instanceOf(ctx)
-		var sock engine.Socket
-		if in != nil {
-			sock = in.sockets.remove(api.DecodeU32(stack[0]))
-		}
-		if sock == nil {
-			stack[0] = uint64(engine.ErrOther)
+		if in == nil || !in.close(api.DecodeU32(stack[0])) {
+			stack[0] = other
 			return
 		}
-		sock.Close()
 		stack[0] = 0
 	}), []api.ValueType{i32}, []api.ValueType{i32}).Export(abi.ImportClose)
 
 	_, err := b.Instantiate(ctx)
 	return err
+}
+
+// close is sock_close.
+func (in *Instance) close(fd uint32) bool {
+	in.mu.Lock()
+	s := in.sockets[fd]
+	delete(in.sockets, fd)
+	in.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.close()
+	return true
 }

@@ -15,11 +15,11 @@ import (
 // JSON on the module's stderr (the host's log). Instead of Prometheus the
 // instance tallies attempt latencies, which its host reads with the
 // status (abi.Status) and exports.
-func assemble(cfg *config.Config, tcpOnly bool, latency *telemetry.LatencyTally) (*assembly.Dohfwd, error) {
+func assemble(cfg *config.Config, tcpOnly bool, latency *telemetry.LatencyTally, network hostNetwork) (*assembly.Dohfwd, error) {
 	return assembly.New(cfg, assembly.Options{
 		LogTo:     os.Stderr,
 		LogFormat: "json",
-		Network:   hostNetwork{},
+		Network:   network,
 		TCPOnly:   tcpOnly,
 		Metrics:   latency,
 	})

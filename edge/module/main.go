@@ -4,13 +4,15 @@
 // (GOOS=wasip1 GOARCH=wasm, -buildmode=c-shared): the engine and the DoH
 // request handling, unchanged, behind a few exports. Its only way to the
 // network is the socket interface its host imports (network.go); the
-// layout of what crosses the boundary is package edge/abi.
+// contract and the layout of what crosses the boundary is package
+// edge/abi.
 //
 // The host calls _initialize, then dohfwd_init once with the same YAML the
-// server reads, then dohfwd_serve once per DoH request. An instance runs
-// one call at a time: a blocking socket import stops the whole instance,
-// so hosts get concurrency from several instances. Each instance has its
-// own engine, so demotion marks and the cache live per instance.
+// server reads, then dohfwd_poll with the requests and socket events as
+// they come (poll.go). One instance has one engine and answers any number
+// of requests at once, as the native server does: each request is a
+// goroutine, and no import waits, so the module's goroutines run while
+// the host is inside dohfwd_poll and wait for its events in between.
 package main
 
 import (
@@ -39,9 +41,8 @@ var (
 	eng     *engine.Engine
 	handler http.Handler
 	latency = telemetry.NewLatencyTally()
-	// cancelRequest cancels the context of the request being served; the
-	// socket interface calls it when the host reports the client gone.
-	cancelRequest context.CancelFunc
+	// network is the engine's sockets: waits the host's events end.
+	network = newWaits()
 )
 
 //go:wasmexport dohfwd_buffer
@@ -76,29 +77,12 @@ func setup(yaml []byte, flags uint32) error {
 	// No timer or prefetch runs here: nothing may run once a host call
 	// returns (see inModule).
 	cfg.Cache.StaleAnswerAfter, cfg.Cache.PrefetchMinHits = 0, 0
-	d, err := assemble(cfg, flags&abi.InitTCPOnly != 0, latency)
+	d, err := assemble(cfg, flags&abi.InitTCPOnly != 0, latency, hostNetwork{network})
 	if err != nil {
 		return err
 	}
 	dohfwd, eng, handler = d, d.Engine, d.Handler
 	return nil
-}
-
-//go:wasmexport dohfwd_serve
-func exportServe(n uint32) uint32 {
-	req, err := abi.ParseRequest(bytes.Clone(buf[:n]))
-	var resp abi.Response
-	switch {
-	case err != nil:
-		resp = abi.Response{Status: http.StatusBadRequest, Body: []byte(err.Error())}
-	case handler == nil:
-		resp = abi.Response{Status: http.StatusServiceUnavailable, Body: []byte("dohfwd_init was not called")}
-	default:
-		resp = serve(&req)
-	}
-	out := abi.AppendResponse(buf[:0], &resp)
-	buf = out[:cap(out)]
-	return uint32(len(out))
 }
 
 // inModule is c as the module runs it. The module runs only inside the
@@ -139,8 +123,9 @@ func exportStatus() uint32 {
 	return setResult(b)
 }
 
-// serve runs the DoH handler on a request built from the host's data.
-func serve(r *abi.Request) abi.Response {
+// serve runs the DoH handler on a request built from the host's data,
+// under ctx, which ends when the host reports the client gone.
+func serve(ctx context.Context, r *abi.Request) abi.Response {
 	u, err := url.ParseRequestURI(r.Target)
 	if err != nil {
 		return abi.Response{Status: http.StatusBadRequest, Body: []byte("bad request target")}
@@ -164,11 +149,6 @@ func serve(r *abi.Request) abi.Response {
 		}
 		hr.Header.Add(h[0], h[1])
 	}
-	// The request's context ends when the host reports its client gone
-	// (abi.Cancelled), so the engine ends the question as it does natively.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancelRequest = cancel
-	defer func() { cancel(); cancelRequest = nil }()
 	hr = hr.WithContext(ctx)
 	w := &responseWriter{header: http.Header{}}
 	handler.ServeHTTP(w, hr)

@@ -3,8 +3,8 @@
 package main
 
 import (
-	"encoding/binary"
 	"net/netip"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -12,12 +12,9 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// The socket interface the host provides. Addresses cross as text
-// ("ip:port", source "ip" or empty); deadlines as Unix nanoseconds, 0 for
-// none. Each returns 0, an engine.ErrorClass, or abi.Cancelled when the
-// request's client has gone. A call blocks the whole
-// instance until it returns, which is why a host runs one call at a time
-// per instance.
+// The socket interface the host provides (package abi). None of these
+// waits: a goroutine that must wait for the network parks on its socket's
+// channel, and the host's events (dohfwd_poll) wake it.
 
 //go:wasmimport dohfwd sock_open
 func sockOpen(transport uint32, addr unsafe.Pointer, addrLen uint32, src unsafe.Pointer, srcLen uint32, deadline int64, fd unsafe.Pointer) uint32
@@ -26,37 +23,102 @@ func sockOpen(transport uint32, addr unsafe.Pointer, addrLen uint32, src unsafe.
 func sockSend(fd uint32, b unsafe.Pointer, n uint32) uint32
 
 //go:wasmimport dohfwd sock_recv
-func sockRecv(fd uint32, b unsafe.Pointer, n uint32, deadline int64, info unsafe.Pointer) uint32
+func sockRecv(fd uint32, max uint32, deadline int64) uint32
 
 //go:wasmimport dohfwd sock_close
 func sockClose(fd uint32) uint32
 
 // hostNetwork is the engine's Network inside the module: every socket
-// lives in the host.
-type hostNetwork struct{}
+// lives in the host, and every wait is a goroutine parked until an event.
+type hostNetwork struct{ w *waits }
 
-func (hostNetwork) Open(t engine.Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (engine.Socket, error) {
+// waits is the module's sockets that wait for the host, by fd.
+type waits struct {
+	mu    sync.Mutex
+	socks map[uint32]*hostSocket
+	// next is no later than the earliest deadline of a waiting socket
+	// (zero: none known); expire scans only once it has passed.
+	next    time.Time
+	waiting int // sockets with a wait in progress
+}
+
+func newWaits() *waits { return &waits{socks: map[uint32]*hostSocket{}} }
+
+// ReusesUDPSockets opts into the engine's UDP socket pool (engine.SocketReuser):
+// a host's socket lives until sock_close, so a clean transaction's socket
+// may serve the next one, under the engine's rules (at least 256 idle to
+// choose from at random, 60 s of life), as natively.
+func (hostNetwork) ReusesUDPSockets() bool { return true }
+
+// hostSocket is one engine socket; fd is the host's.
+type hostSocket struct {
+	w    *waits
+	fd   uint32
+	peer netip.AddrPort
+	// Under w.mu: the wait in progress (a connect or a read into buf),
+	// its deadline, and whether the socket is closed.
+	waiting  bool
+	buf      []byte
+	deadline time.Time
+	closed   bool
+	done     chan result // the end of a wait; buffered, one at a time
+}
+
+// result ends a wait: n bytes from from, or code (an engine.ErrorClass).
+type result struct {
+	n    int
+	from netip.AddrPort
+	code uint32
+}
+
+func (n hostNetwork) Open(t engine.Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (engine.Socket, error) {
 	var addrBuf, srcBuf [64]byte
 	addr := server.AppendTo(addrBuf[:0])
 	var src []byte
 	if source.IsValid() {
 		src = source.AppendTo(srcBuf[:0])
 	}
+	op := "open"
+	if t == engine.TCP {
+		op = "connect"
+	}
 	var fd uint32
 	if c := sockOpen(uint32(t), bytesPtr(addr), uint32(len(addr)), bytesPtr(src), uint32(len(src)), unixNanos(deadline), unsafe.Pointer(&fd)); c != 0 {
-		op := "open"
-		if t == engine.TCP {
-			op = "connect"
-		}
 		return nil, socketError(op, c)
 	}
-	return &hostSocket{fd: fd, peer: server}, nil
+	s := &hostSocket{w: n.w, fd: fd, peer: server, done: make(chan result, 1)}
+	n.w.mu.Lock()
+	n.w.socks[fd] = s
+	if t == engine.TCP {
+		s.wait(nil, deadline) // the connect goes on in the host
+	}
+	n.w.mu.Unlock()
+	if t == engine.TCP {
+		if r := <-s.done; r.code != 0 {
+			s.Close()
+			return nil, socketError(op, r.code)
+		}
+	}
+	return s, nil
 }
 
-type hostSocket struct {
-	fd     uint32
-	peer   netip.AddrPort
-	closed bool
+// wait starts a wait on s; the caller holds s.w.mu.
+func (s *hostSocket) wait(b []byte, deadline time.Time) {
+	s.waiting, s.buf, s.deadline = true, b, deadline
+	s.w.waiting++
+	if !deadline.IsZero() && (s.w.next.IsZero() || deadline.Before(s.w.next)) {
+		s.w.next = deadline
+	}
+}
+
+// end ends s's wait with r; the caller holds s.w.mu.
+func (s *hostSocket) end(r result) {
+	if !s.waiting {
+		return
+	}
+	s.waiting, s.buf = false, nil
+	s.w.waiting--
+	s.done <- r
 }
 
 func (s *hostSocket) Send(b []byte) error {
@@ -67,39 +129,95 @@ func (s *hostSocket) Send(b []byte) error {
 }
 
 func (s *hostSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort, error) {
-	var info [abi.RecvInfoSize]byte
-	if c := sockRecv(s.fd, bytesPtr(b), uint32(len(b)), unixNanos(deadline), unsafe.Pointer(&info)); c != 0 {
-		return 0, s.peer, socketError("receive", c)
+	s.w.mu.Lock()
+	if s.closed {
+		s.w.mu.Unlock()
+		return 0, s.peer, socketError("receive", uint32(engine.ErrClosed))
 	}
-	n := int(binary.LittleEndian.Uint32(info[0:]))
-	port := binary.LittleEndian.Uint16(info[4:])
-	from := netip.AddrPortFrom(netip.AddrFrom16([16]byte(info[8:24])).Unmap(), port)
-	return min(n, len(b)), from, nil
+	s.wait(b, deadline)
+	s.w.mu.Unlock()
+	if c := sockRecv(s.fd, uint32(len(b)), unixNanos(deadline)); c != 0 {
+		s.w.mu.Lock()
+		s.end(result{code: c})
+		s.w.mu.Unlock()
+	}
+	r := <-s.done
+	if r.code != 0 {
+		return 0, s.peer, socketError("receive", r.code)
+	}
+	return r.n, r.from, nil
 }
 
+// Close releases the host's socket and ends a wait on it (the engine
+// closes a socket under its Receive when the question's client goes).
 func (s *hostSocket) Close() error {
+	s.w.mu.Lock()
 	if s.closed {
+		s.w.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	delete(s.w.socks, s.fd)
+	s.end(result{code: uint32(engine.ErrClosed)})
+	s.w.mu.Unlock()
 	if c := sockClose(s.fd); c != 0 {
 		return socketError("close", c)
 	}
 	return nil
 }
 
-// socketError is the engine's error for an import's code c. For
-// abi.Cancelled the request's context is cancelled first, so the engine
-// finds ctx.Err() set and counts the transaction cancelled, not charged
-// to the server, exactly as when a native client goes away and its socket
-// is closed under it.
-func socketError(op string, c uint32) error {
-	if c == abi.Cancelled {
-		if cancelRequest != nil {
-			cancelRequest()
-		}
-		return &engine.SocketError{Op: op, Class: engine.ErrClosed}
+// deliver ends the wait the host's event answers; events for sockets
+// closed meanwhile, or not waiting (a read the module already timed out),
+// are dropped.
+func (w *waits) deliver(e *abi.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.socks[e.ID]
+	if s == nil || !s.waiting {
+		return
 	}
+	n := copy(s.buf, e.Data)
+	s.end(result{n: n, from: e.From, code: e.Code})
+}
+
+// expire ends with a timeout every wait whose deadline is not after now,
+// and reports whether it ended any.
+func (w *waits) expire(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.next.IsZero() || now.Before(w.next) {
+		return false
+	}
+	ended := false
+	w.next = time.Time{}
+	for _, s := range w.socks {
+		switch {
+		case !s.waiting || s.deadline.IsZero():
+		case !now.Before(s.deadline):
+			s.end(result{code: uint32(engine.ErrTimeout)})
+			ended = true
+		case w.next.IsZero() || s.deadline.Before(w.next):
+			w.next = s.deadline
+		}
+	}
+	return ended
+}
+
+// deadline is the earliest deadline of a waiting socket (zero: none).
+func (w *waits) deadline() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next
+}
+
+// busy reports whether a socket waits (pooled idle sockets do not).
+func (w *waits) busy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiting > 0
+}
+
+func socketError(op string, c uint32) error {
 	return &engine.SocketError{Op: op, Class: engine.ErrorClass(c)}
 }
 

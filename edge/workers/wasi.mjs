@@ -1,10 +1,11 @@
 // A small WASI (preview 1) shim for a Go wasip1 reactor on Workers.
 //
 // Only what the Go runtime needs at run time is real: clocks, random bytes,
-// stdout/stderr to the console, and poll_oneoff for sleeping, which is
-// asynchronous and therefore wrapped in WebAssembly.Suspending (JSPI): the
-// module's stack is suspended while the timer runs. Every other call
-// answers ENOSYS, and there are no preopened directories.
+// stdout/stderr to the console. Nothing here waits: the module never sleeps
+// inside an export (package edge/abi), so poll_oneoff, which the Go runtime
+// calls only when every goroutine sleeps, answers at once that its
+// earliest clock is due. Every other call answers ENOSYS, and there are no
+// preopened directories.
 
 const ESUCCESS = 0;
 const EBADF = 8;
@@ -94,9 +95,9 @@ export function createWasi({ args = ["dohfwd"], env = {}, log = console } = {}) 
       v.setUint32(nwrittenPtr, n, true);
       return ESUCCESS;
     },
-    // Only clock subscriptions are supported: sleep until the earliest.
-    poll_oneoff: new WebAssembly.Suspending(async (inPtr, outPtr, nsubs, neventsPtr) => {
-      let v = view();
+    // Only clock subscriptions are supported: the earliest is reported due.
+    poll_oneoff(inPtr, outPtr, nsubs, neventsPtr) {
+      const v = view();
       let wait = Infinity;
       let first = -1;
       for (let i = 0; i < nsubs; i++) {
@@ -112,8 +113,6 @@ export function createWasi({ args = ["dohfwd"], env = {}, log = console } = {}) 
         }
       }
       if (first < 0) return EINVAL;
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      v = view();
       const s = inPtr + first * 48;
       const e = outPtr;
       v.setBigUint64(e, v.getBigUint64(s, true), true); // userdata
@@ -121,7 +120,7 @@ export function createWasi({ args = ["dohfwd"], env = {}, log = console } = {}) 
       v.setUint8(e + 10, EVENTTYPE_CLOCK);
       v.setUint32(neventsPtr, 1, true);
       return ESUCCESS;
-    }),
+    },
     sched_yield: () => ESUCCESS,
     proc_exit(code) {
       throw new ProcExit(code);

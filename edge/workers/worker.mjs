@@ -3,71 +3,182 @@
 // configuration YAML from the DOHFWD_CONFIG binding and TCP as the only
 // upstream transport.
 //
-// An instance runs one call at a time: the module is single-threaded and
-// its stack is suspended (JSPI) while it waits for a socket or a timer, so
-// calls are queued on a promise chain. Concurrency comes from the platform
-// running many isolates (each with its own instance) side by side; engine
-// state (demotion marks, cache) is per instance, as on the wazero host.
+// One instance per isolate answers every request the isolate gets, all at
+// once, through the asynchronous ABI of package edge/abi: requests,
+// cancels and socket results are events handed in with dohfwd_poll, which
+// returns the finished answers and the time to call it again. Nothing
+// waits inside the module, so no JSPI: a poll is an ordinary call, and the
+// waiting is promises (sockets.mjs) and one timer. The engine state
+// (cache, coalescing, demotion marks) is the isolate's.
 
 import wasmModule from "./dohfwd.wasm";
 import { createWasi, ProcExit } from "./wasi.mjs";
 import { createSockets } from "./sockets.mjs";
 
-// abi.InitTCPOnly; edge/abi checks these constants against package abi.
+// abi.InitTCPOnly, the event kinds and sizes; edge/abi checks these
+// constants against package abi.
 const InitTCPOnly = 1;
+const EventRequest = 1;
+const EventCancel = 2;
+const EventHeaderSize = 36;
+const PollHeaderSize = 8;
 
 // abi.ForwardedHeaders: the request headers the DoH handling reads; the rest stay here.
 const FORWARDED = ["accept", "content-type", "content-length", "x-forwarded-for", "forwarded", "user-agent"];
 
-let instance = null; // { call(name, ...args), put(bytes), result(n) } once set up
-let queue = Promise.resolve();
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+let instance = null; // a promise of the isolate's instance
+
+// Instance drives one module instance: the only caller of its exports.
+class Instance {
+  constructor(exports, sockets) {
+    this.exports = exports;
+    this.sockets = sockets;
+    this.events = []; // encoded events for the next poll
+    this.calls = new Map(); // request ID -> { resolve, reject }
+    this.nextId = 1;
+    this.scheduled = false;
+    this.timer = null;
+    this.broken = null;
+    this.quietWaiters = []; // resolved when no request is in progress
+  }
+
+  // quiet resolves once no request is in progress. A poll runs in the
+  // context of whichever request's event or timer started it, and the
+  // sockets, reads and timer it sets up belong to that request: Workers
+  // cancel a request's continuations once it has ended. Each request
+  // therefore stays alive (waitUntil) until the instance is quiet.
+  quiet() {
+    if (this.calls.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.quietWaiters.push(resolve));
+  }
+
+  settle() {
+    if (this.calls.size !== 0) return;
+    const waiters = this.quietWaiters;
+    this.quietWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
+
+  put(b) {
+    const ptr = this.exports.dohfwd_buffer(b.length) >>> 0;
+    new Uint8Array(this.exports.memory.buffer, ptr, b.length).set(b);
+  }
+
+  view(n) {
+    const ptr = this.exports.dohfwd_buffer(0) >>> 0;
+    return new Uint8Array(this.exports.memory.buffer, ptr, n >>> 0);
+  }
+
+  // event queues one event (abi.AppendEvent) and a poll to hand it in.
+  event(kind, id, code, data) {
+    const b = new Uint8Array(EventHeaderSize + (data ? data.length : 0));
+    const v = new DataView(b.buffer);
+    v.setUint32(0, kind, true);
+    v.setUint32(4, id, true);
+    v.setUint32(8, code, true);
+    // The peer's port and address stay zero: over TCP the engine reads
+    // only the stream.
+    v.setUint32(32, data ? data.length : 0, true);
+    if (data) b.set(data, EventHeaderSize);
+    this.events.push(b);
+    this.schedule();
+  }
+
+  schedule() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    queueMicrotask(() => {
+      this.scheduled = false;
+      this.poll();
+    });
+  }
+
+  // poll hands the events in, the answers out, and sets the timer for
+  // the module's next deadline.
+  poll() {
+    if (this.broken) return;
+    const events = this.events;
+    this.events = [];
+    const input = new Uint8Array(events.reduce((n, e) => n + e.length, 0));
+    let off = 0;
+    for (const e of events) {
+      input.set(e, off);
+      off += e.length;
+    }
+    let out;
+    try {
+      this.put(input);
+      const n = this.exports.dohfwd_poll(BigInt(Date.now()) * 1000000n, input.length);
+      out = this.view(n).slice();
+    } catch (err) {
+      return this.fail(err instanceof ProcExit ? new Error(err.message) : err);
+    }
+    const v = new DataView(out.buffer);
+    const deadline = Number(v.getBigInt64(0, true) / 1000000n);
+    off = PollHeaderSize;
+    while (off < out.length) {
+      const id = v.getUint32(off, true);
+      const len = v.getUint32(off + 4, true);
+      const resp = out.subarray(off + 8, off + 8 + len);
+      off += 8 + len;
+      const c = this.calls.get(id);
+      this.calls.delete(id);
+      if (c) c.resolve(resp);
+    }
+    this.settle();
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.poll(), Math.max(0, deadline - Date.now()));
+  }
+
+  // fail ends every request with err; the next request starts a new instance.
+  fail(err) {
+    this.broken = err;
+    clearTimeout(this.timer);
+    this.sockets.closeAll();
+    for (const c of this.calls.values()) c.reject(err);
+    this.calls.clear();
+    this.settle();
+    if (this.promise === instance) instance = null;
+  }
+
+  // serve hands one encoded request in and resolves to its encoded
+  // response; a signal that aborts tells the module its client went away.
+  serve(req, signal) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.calls.set(id, { resolve, reject });
+      this.event(EventRequest, id, 0, req);
+      signal?.addEventListener("abort", () => {
+        if (this.calls.has(id)) this.event(EventCancel, id, 0, null);
+      }, { once: true });
+    });
+  }
+}
 
 async function setup(env) {
   const wasi = createWasi({ log: console });
-  let exports;
-  const sockets = createSockets(() => exports.memory);
+  let it = null;
+  let exports = null;
+  const sockets = createSockets(() => exports.memory, (kind, fd, code, _peer, data) => it.event(kind, fd, code, data));
   const inst = await WebAssembly.instantiate(wasmModule, {
     wasi_snapshot_preview1: wasi.imports(wasmModule),
     dohfwd: sockets.imports,
   });
   exports = inst.exports;
   wasi.setMemory(exports.memory);
-  const promising = {};
-  for (const name of ["_initialize", "dohfwd_buffer", "dohfwd_init", "dohfwd_serve", "dohfwd_status"]) {
-    promising[name] = WebAssembly.promising(exports[name]);
-  }
-  const it = {
-    call: (name, ...args) => promising[name](...args),
-    async put(b) {
-      const ptr = (await it.call("dohfwd_buffer", b.length)) >>> 0;
-      new Uint8Array(exports.memory.buffer, ptr, b.length).set(b);
-    },
-    async result(n) {
-      const ptr = (await it.call("dohfwd_buffer", 0)) >>> 0;
-      return new Uint8Array(exports.memory.buffer, ptr, n >>> 0).slice();
-    },
-    closeAll: sockets.closeAll,
-    setSignal: sockets.setSignal,
-  };
-  await it.call("_initialize");
-  const yaml = new TextEncoder().encode(env.DOHFWD_CONFIG || "");
-  await it.put(yaml);
-  const errLen = await it.call("dohfwd_init", yaml.length, InitTCPOnly);
+  it = new Instance(exports, sockets);
+  exports._initialize();
+  const yaml = enc.encode(env.DOHFWD_CONFIG || "");
+  it.put(yaml);
+  const errLen = exports.dohfwd_init(yaml.length, InitTCPOnly);
   if (errLen !== 0) {
-    throw new Error("dohfwd config: " + new TextDecoder().decode(await it.result(errLen)));
+    throw new Error("dohfwd config: " + dec.decode(it.view(errLen)));
   }
   return it;
 }
-
-// serialise runs f after every call queued before it.
-function serialise(f) {
-  const run = queue.then(f, f);
-  queue = run.catch(() => {});
-  return run;
-}
-
-const enc = new TextEncoder();
-const dec = new TextDecoder();
 
 function appendField(parts, v) {
   const b = typeof v === "string" ? enc.encode(v) : v;
@@ -116,7 +227,7 @@ function decodeResponse(b) {
 }
 
 export default {
-  async fetch(request, env) {
+  async fetch(request, env, ctx) {
     const url = new URL(request.url);
     const body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
     const headers = [["Host", url.host]];
@@ -128,25 +239,15 @@ export default {
     const remote = ip ? (ip.includes(":") ? `[${ip}]:0` : `${ip}:0`) : "[::]:0";
     const req = encodeRequest(request.method, url.pathname + url.search, remote, body, headers);
 
-    const out = await serialise(async () => {
-      try {
-        instance ??= await setup(env);
-        // The socket imports give up (abi.Cancelled) once the client has
-        // gone, so the module's engine cancels the question as natively.
-        instance.setSignal(request.signal ?? null);
-        await instance.put(req);
-        const n = await instance.call("dohfwd_serve", req.length);
-        return await instance.result(n);
-      } catch (err) {
-        // A trapped or exited instance is replaced on the next request.
-        if (instance) instance.closeAll();
-        instance = null;
-        throw err instanceof ProcExit ? new Error(err.message) : err;
-      } finally {
-        instance?.setSignal(null);
-      }
-    });
-    const resp = decodeResponse(out);
+    if (!instance) {
+      instance = setup(env);
+      instance.catch(() => { instance = null; });
+    }
+    const it = await instance;
+    it.promise ??= instance;
+    const answer = it.serve(req, request.signal ?? null);
+    ctx?.waitUntil(it.quiet());
+    const resp = decodeResponse(await answer);
     return new Response(resp.status === 204 || resp.status === 304 ? null : resp.body, {
       status: resp.status,
       headers: resp.headers,

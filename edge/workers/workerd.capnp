@@ -26,7 +26,7 @@ const dohfwd :Workerd.Worker = (
   ],
   compatibilityDate = "2025-09-01",
   # request.signal aborts when the client goes away: the module then
-  # cancels the question (abi.Cancelled).
+  # cancels the question (abi.EventCancel).
   compatibilityFlags = ["enable_request_signal"],
   globalOutbound = "local",
 );

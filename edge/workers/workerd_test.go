@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,8 +103,8 @@ func startWorkerd(t *testing.T, configYAML string) string {
 	return "http://" + addr
 }
 
-func ask(t *testing.T, method, base, name string) (*dns.Msg, time.Duration) {
-	t.Helper()
+// try asks name with RFC 8484 GET or POST and returns the answer.
+func try(method, base, name string) (*dns.Msg, error) {
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
 	q.Id = 0
@@ -116,32 +117,73 @@ func ask(t *testing.T, method, base, name string) (*dns.Msg, time.Duration) {
 		req, _ = http.NewRequest("POST", base+"/dns-query", bytes.NewReader(wire))
 		req.Header.Set("Content-Type", "application/dns-message")
 	}
-	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	took := time.Since(start)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/dns-message" {
-		t.Fatalf("%s %s: HTTP %d %q: %s", method, name, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		return nil, fmt.Errorf("%s %s: HTTP %d %q: %s", method, name, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
 	m := new(dns.Msg)
 	if err := m.Unpack(body); err != nil {
-		t.Fatalf("not a DNS message: %v", err)
+		return nil, fmt.Errorf("not a DNS message: %w", err)
 	}
-	return m, took
+	return m, nil
+}
+
+func ask(t *testing.T, method, base, name string) (*dns.Msg, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	m, err := try(method, base, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, time.Since(start)
+}
+
+func checkA(m *dns.Msg, ip string) error {
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+		return fmt.Errorf("want one answer, got\n%v", m)
+	}
+	if a, ok := m.Answer[0].(*dns.A); !ok || a.A.String() != ip {
+		return fmt.Errorf("want A %s, got %v", ip, m.Answer[0])
+	}
+	return nil
 }
 
 func wantA(t *testing.T, m *dns.Msg, ip string) {
 	t.Helper()
-	if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
-		t.Fatalf("want one answer, got\n%v", m)
+	if err := checkA(m, ip); err != nil {
+		t.Fatal(err)
 	}
-	if a, ok := m.Answer[0].(*dns.A); !ok || a.A.String() != ip {
-		t.Fatalf("want A %s, got %v", ip, m.Answer[0])
+}
+
+// all asks n questions at once, the i-th for name(i) with GET or POST in
+// turn, each expecting A ip, and returns how long they took together.
+func all(t *testing.T, n int, base string, name func(i int) string, ip string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			m, err := try([]string{"GET", "POST"}[i%2], base, name(i))
+			if err == nil {
+				err = checkA(m, ip)
+			}
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", name(i), err)
+			}
+		})
 	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 func onlyTCP(t *testing.T, s *upstreamtest.Server) {
@@ -160,6 +202,8 @@ func TestWorkerd(t *testing.T) {
 	plain := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
 	s1 := upstreamtest.Start(t, upstreamtest.Drop())
 	s2 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	s3 := upstreamtest.Start(t, upstreamtest.Drop())
+	s4 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.4"))
 	base := startWorkerd(t, fmt.Sprintf(`scopes:
   - name: plain
     domains: [plain.test]
@@ -167,13 +211,18 @@ func TestWorkerd(t *testing.T) {
   - name: drop
     domains: [drop.test]
     servers: [%q, %q]
+  - name: slow
+    domains: [slow.test]
+    servers: [%q, %q]
 fallback_servers: []
 cache:
   max_entries: 0
 log:
   level: warn
-`, plain, s1, s2))
+`, plain, s1, s2, s3, s4))
 
+	// Several requests in flight at once in the one instance of the
+	// isolate: GETs and POSTs side by side.
 	t.Run("GET and POST over TCP", func(t *testing.T) {
 		m, took := ask(t, "GET", base, "www.plain.test")
 		wantA(t, m, "192.0.2.1")
@@ -181,36 +230,73 @@ log:
 		m, took = ask(t, "POST", base, "mail.plain.test")
 		wantA(t, m, "192.0.2.1")
 		t.Logf("POST: %v", took)
-		if n := len(plain.Queries()); n != 2 {
-			t.Fatalf("upstream read %d queries, want 2", n)
+		took = all(t, 20, base, func(i int) string { return fmt.Sprintf("n%d.plain.test", i) }, "192.0.2.1")
+		t.Logf("20 GETs and POSTs at once: %v", took)
+		if n := len(plain.Queries()); n != 22 {
+			t.Fatalf("upstream read %d queries, want 22", n)
 		}
 		onlyTCP(t, plain)
 	})
 
 	// engine-servers.server-choice-rule, engine-servers.transaction-timeout:
 	// the dropping first server costs the 2 s timeout, then the second
-	// answers; the next question goes to the second server first
-	// (engine-servers.healthy-first-then-demoted).
+	// answers, for each of several questions in flight at once; the
+	// questions after them go to the second server first
+	// (engine-servers.healthy-first-then-demoted): the isolate's one
+	// engine keeps the mark for every request.
 	t.Run("dropping first server moves on after 2 s", func(t *testing.T) {
-		m, took := ask(t, "GET", base, "one.drop.test")
-		wantA(t, m, "192.0.2.2")
+		const n = 5
+		took := all(t, n, base, func(i int) string { return fmt.Sprintf("one%d.drop.test", i) }, "192.0.2.2")
 		q1, q2 := s1.Queries(), s2.Queries()
-		if len(q1) != 1 || len(q2) != 1 {
-			t.Fatalf("first server read %d queries, second %d; want 1 and 1", len(q1), len(q2))
+		if len(q1) != n || len(q2) != n {
+			t.Fatalf("first server read %d queries, second %d; want %d and %d", len(q1), len(q2), n, n)
 		}
-		gap := q2[0].At.Sub(q1[0].At)
-		if gap < 1900*time.Millisecond || gap > 3500*time.Millisecond {
-			t.Fatalf("second server asked %v after the first; want the 2 s transaction timeout", gap)
+		for i := range q2 {
+			gap := q2[i].At.Sub(q1[0].At)
+			if gap < 1900*time.Millisecond || gap > 3500*time.Millisecond {
+				t.Fatalf("second server asked %v after the first; want the 2 s transaction timeout", gap)
+			}
 		}
-		t.Logf("moved to the second server after %v; the question took %v", gap, took)
+		t.Logf("%d questions at once moved to the second server after %v; all answered in %v", n, q2[0].At.Sub(q1[0].At), took)
 
-		m, _ = ask(t, "POST", base, "two.drop.test")
-		wantA(t, m, "192.0.2.2")
-		if len(s1.Queries()) != 1 || len(s2.Queries()) != 2 {
-			t.Fatalf("after demotion: first server read %d, second %d; want 1 and 2", len(s1.Queries()), len(s2.Queries()))
+		took = all(t, n, base, func(i int) string { return fmt.Sprintf("two%d.drop.test", i) }, "192.0.2.2")
+		if len(s1.Queries()) != n || len(s2.Queries()) != 2*n {
+			t.Fatalf("after demotion: first server read %d, second %d; want %d and %d", len(s1.Queries()), len(s2.Queries()), n, 2*n)
+		}
+		if took > time.Second {
+			t.Fatalf("questions after the demotion took %v; none should wait for the dropping server", took)
 		}
 		onlyTCP(t, s1)
 		onlyTCP(t, s2)
+	})
+
+	// A slow question (its first server drops) and fast ones side by side:
+	// the fast requests end while the slow one waits, and the slow one
+	// still moves on at its 2 s, though the isolate's timer and sockets
+	// may have been set up while serving the requests that ended.
+	t.Run("slow and fast requests at once", func(t *testing.T) {
+		slow := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			m, err := try("GET", base, "www.slow.test")
+			if err == nil {
+				err = checkA(m, "192.0.2.4")
+			}
+			slow <- err
+		}()
+		all(t, 10, base, func(i int) string { return fmt.Sprintf("fast%d.plain.test", i) }, "192.0.2.1")
+		fast := time.Since(start)
+		if err := <-slow; err != nil {
+			t.Fatalf("the slow question: %v", err)
+		}
+		took := time.Since(start)
+		if took < 1900*time.Millisecond || took > 3500*time.Millisecond {
+			t.Fatalf("the slow question took %v; want its first server's 2 s timeout, then the second's answer", took)
+		}
+		if len(s3.Queries()) != 1 || len(s4.Queries()) != 1 {
+			t.Fatalf("the slow scope's servers read %d and %d queries; want 1 and 1", len(s3.Queries()), len(s4.Queries()))
+		}
+		t.Logf("fast questions done in %v, the slow one in %v", fast, took)
 	})
 
 	t.Run("bad input answered by the module", func(t *testing.T) {

@@ -1,0 +1,355 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// Instance is one instantiated module with its engine, answering any
+// number of requests at once. Whoever brings an event (a request, a
+// cancel, a socket's result, the module's deadline passing) calls
+// dohfwd_poll with every event pending, unless a call is under way: then
+// that call's goroutine takes the new events too before it lets go. So a
+// request's own goroutine usually runs its poll, no goroutine is woken
+// just to call the module, and under load the events come in batches.
+// Serve, Status and Reconfigure are safe for concurrent use.
+type Instance struct {
+	mod                               api.Module
+	memory                            linearMemory
+	buffer, poll, status, reconfigure api.Function
+	network                           engine.Network
+	inFlight                          atomic.Int64 // requests in progress
+	receiving                         atomic.Int32 // reads the host waits on, for tests
+
+	// calling is held by the goroutine calling into the module; under it:
+	calling  sync.Mutex
+	timer    *time.Timer  // polls at the module's deadline
+	answers  []abi.Answer // reused
+	eventsIn []byte       // the events of the poll under way
+	closed   bool
+
+	mu      sync.Mutex
+	events  []byte           // encoded events for the next poll
+	calls   map[uint32]*call // requests in progress by ID
+	nextID  uint32
+	sockets map[uint32]*socket // open sockets by fd
+	nextFD  uint32
+	failed  error // the module trapped or the instance was closed
+}
+
+// call is one request waiting for its answer.
+type call struct{ done chan []byte }
+
+// errClosed is what a call into a closed instance returns.
+var errClosed = errors.New("edge: instance closed")
+
+// NewInstance instantiates the module, configures it with configYAML (the
+// same YAML as the server's) and runs its first poll.
+func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance, error) {
+	mc := wazero.NewModuleConfig().
+		WithName(""). // anonymous, so there may be many
+		WithStartFunctions("_initialize").
+		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithRandSource(rand.Reader).
+		WithStderr(r.opts.Stderr).WithStdout(r.opts.Stderr)
+	in := &Instance{
+		network: r.opts.Network,
+		calls:   map[uint32]*call{},
+		sockets: map[uint32]*socket{},
+	}
+	ctx = withInstance(ctx, in)
+	// The instance's memory is reserved address space that grows in place
+	// (memory_unix.go), not wazero's slice that grows by copying.
+	alloc := experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+		in.memory = newLinearMemory(max)
+		return in.memory
+	})
+	mod, err := r.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), r.compiled, mc)
+	if err != nil {
+		return nil, fmt.Errorf("edge: instantiate: %w", err)
+	}
+	if in.memory == nil {
+		mod.Close(ctx)
+		return nil, errors.New("edge: module has no memory")
+	}
+	in.mod = mod
+	in.buffer = mod.ExportedFunction(abi.ExportBuffer)
+	in.poll = mod.ExportedFunction(abi.ExportPoll)
+	in.status = mod.ExportedFunction(abi.ExportStatus)
+	in.reconfigure = mod.ExportedFunction(abi.ExportReconfigure)
+	initFn := mod.ExportedFunction(abi.ExportInit)
+	if in.buffer == nil || in.poll == nil || in.status == nil || in.reconfigure == nil || initFn == nil {
+		mod.Close(ctx)
+		return nil, errors.New("edge: module lacks the dohfwd exports")
+	}
+	if err := in.put(ctx, configYAML); err != nil {
+		mod.Close(ctx)
+		return nil, err
+	}
+	var flags uint64
+	if r.opts.TCPOnly {
+		flags |= abi.InitTCPOnly
+	}
+	res, err := initFn.Call(ctx, uint64(len(configYAML)), flags)
+	if err != nil {
+		mod.Close(ctx)
+		return nil, fmt.Errorf("edge: init: %w", err)
+	}
+	if n := uint32(res[0]); n != 0 {
+		msg, _ := in.result(ctx, n)
+		mod.Close(ctx)
+		return nil, fmt.Errorf("edge: module config: %s", msg)
+	}
+	in.timer = time.AfterFunc(time.Hour, in.kick)
+	in.kick()
+	return in, nil
+}
+
+// put writes b into the module's buffer.
+func (in *Instance) put(ctx context.Context, b []byte) error {
+	res, err := in.buffer.Call(ctx, uint64(len(b)))
+	if err != nil {
+		return fmt.Errorf("edge: buffer: %w", err)
+	}
+	if !in.mod.Memory().Write(uint32(res[0]), b) {
+		return errors.New("edge: buffer out of range")
+	}
+	return nil
+}
+
+// view returns the n bytes of the last result, in the module's memory:
+// valid until the next call.
+func (in *Instance) view(ctx context.Context, n uint32) ([]byte, error) {
+	res, err := in.buffer.Call(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("edge: buffer: %w", err)
+	}
+	b, ok := in.mod.Memory().Read(uint32(res[0]), n)
+	if !ok {
+		return nil, errors.New("edge: result out of range")
+	}
+	return b, nil
+}
+
+// result copies the n bytes of the last result out of the module.
+func (in *Instance) result(ctx context.Context, n uint32) ([]byte, error) {
+	b, err := in.view(ctx, n)
+	return append([]byte(nil), b...), err
+}
+
+// event queues e for the next poll and sees that one runs.
+func (in *Instance) event(e *abi.Event) {
+	in.mu.Lock()
+	in.events = abi.AppendEvent(in.events, e)
+	in.mu.Unlock()
+	in.kick()
+}
+
+// pending reports whether events wait for a poll.
+func (in *Instance) pending() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.events) > 0
+}
+
+// kick polls the module until no event is pending, unless another
+// goroutine is calling it: that one polls again for what came meanwhile.
+func (in *Instance) kick() {
+	for in.calling.TryLock() {
+		if in.closed {
+			in.calling.Unlock()
+			return
+		}
+		ctx := withInstance(context.Background(), in)
+		for {
+			next, err := in.pollOnce(ctx)
+			if err != nil {
+				in.closed = true
+				in.calling.Unlock()
+				in.fail(err)
+				return
+			}
+			if !in.pending() {
+				in.timer.Reset(max(time.Until(next), 0))
+				break
+			}
+		}
+		in.calling.Unlock()
+		// An event queued after the check above found the lock held.
+		if !in.pending() {
+			return
+		}
+	}
+}
+
+// pollOnce hands the pending events to the module and the finished
+// answers to their requests, and returns when to call again. The caller
+// holds in.calling.
+func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
+	in.mu.Lock()
+	in.eventsIn, in.events = in.events, in.eventsIn[:0]
+	in.mu.Unlock()
+	if !in.memory.enter() {
+		return time.Time{}, errClosed
+	}
+	defer in.memory.leave()
+	if err := in.put(ctx, in.eventsIn); err != nil {
+		return time.Time{}, err
+	}
+	res, err := in.poll.Call(ctx, api.EncodeI64(time.Now().UnixNano()), uint64(len(in.eventsIn)))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("edge: poll: %w", err)
+	}
+	out, err := in.view(ctx, uint32(res[0]))
+	if err != nil {
+		return time.Time{}, err
+	}
+	deadline, answers, err := abi.ParsePollResult(out, in.answers[:0])
+	in.answers = answers
+	if err != nil {
+		return time.Time{}, fmt.Errorf("edge: poll result: %w", err)
+	}
+	for _, a := range answers {
+		in.mu.Lock()
+		c := in.calls[a.ID]
+		delete(in.calls, a.ID)
+		in.mu.Unlock()
+		if c != nil {
+			c.done <- append([]byte(nil), a.Response...)
+		}
+	}
+	return time.Unix(0, deadline), nil
+}
+
+// fail ends every request in progress with err and closes the sockets;
+// the instance takes no more calls.
+func (in *Instance) fail(err error) {
+	in.mu.Lock()
+	if in.failed == nil {
+		in.failed = err
+	}
+	calls := in.calls
+	in.calls = map[uint32]*call{}
+	socks := in.sockets
+	in.sockets = map[uint32]*socket{}
+	in.mu.Unlock()
+	for _, c := range calls {
+		close(c.done)
+	}
+	for _, s := range socks {
+		s.close()
+	}
+}
+
+// Serve hands one encoded abi.Request to the module and returns the
+// encoded abi.Response. When ctx ends first (the client went away) the
+// module is told, and its engine ends the question as the native one
+// does: cancelled, not charged to the server.
+func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
+	c := &call{done: make(chan []byte, 1)}
+	in.mu.Lock()
+	if in.failed != nil {
+		err := in.failed
+		in.mu.Unlock()
+		return nil, err
+	}
+	in.nextID++
+	id := in.nextID
+	in.calls[id] = c
+	in.mu.Unlock()
+	in.inFlight.Add(1)
+	defer in.inFlight.Add(-1)
+	in.event(&abi.Event{Kind: abi.EventRequest, ID: id, Data: req})
+	select {
+	case out, ok := <-c.done:
+		if !ok {
+			return nil, in.err()
+		}
+		return out, nil
+	case <-ctx.Done():
+		in.event(&abi.Event{Kind: abi.EventCancel, ID: id})
+		return nil, ctx.Err()
+	}
+}
+
+func (in *Instance) err() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.failed
+}
+
+// do runs f between two polls.
+func (in *Instance) do(ctx context.Context, f func(ctx context.Context) error) error {
+	in.calling.Lock()
+	defer in.kick() // events that came while f ran
+	defer in.calling.Unlock()
+	if in.closed || !in.memory.enter() {
+		return cmpErr(in.err(), errClosed)
+	}
+	defer in.memory.leave()
+	return f(withInstance(ctx, in))
+}
+
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// Status returns the instance's engine status as JSON.
+func (in *Instance) Status(ctx context.Context) ([]byte, error) {
+	var out []byte
+	err := in.do(ctx, func(ctx context.Context) error {
+		res, err := in.status.Call(ctx)
+		if err != nil {
+			return fmt.Errorf("edge: status: %w", err)
+		}
+		out, err = in.result(ctx, uint32(res[0]))
+		return err
+	})
+	return out, err
+}
+
+// Reconfigure hands the instance's engine a new configuration as JSON.
+func (in *Instance) Reconfigure(ctx context.Context, cfgJSON []byte) error {
+	return in.do(ctx, func(ctx context.Context) error {
+		if err := in.put(ctx, cfgJSON); err != nil {
+			return err
+		}
+		res, err := in.reconfigure.Call(ctx, uint64(len(cfgJSON)))
+		if err != nil {
+			return fmt.Errorf("edge: reconfigure: %w", err)
+		}
+		if n := uint32(res[0]); n != 0 {
+			msg, _ := in.result(ctx, n)
+			return fmt.Errorf("edge: reconfigure: %s", msg)
+		}
+		return nil
+	})
+}
+
+// InFlight is the number of requests the instance is answering.
+func (in *Instance) InFlight() int64 { return in.inFlight.Load() }
+
+// Close ends the instance: requests in progress fail, its sockets close.
+func (in *Instance) Close(ctx context.Context) error {
+	in.calling.Lock()
+	in.closed = true
+	in.timer.Stop()
+	in.calling.Unlock()
+	in.fail(errClosed)
+	return in.mod.Close(ctx)
+}

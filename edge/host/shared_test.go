@@ -1,0 +1,160 @@
+package host
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+)
+
+// These tests prove the point of the asynchronous ABI: one instance holds
+// one engine and answers many questions at once, so the engine's state is
+// the host's: what one request learns, every other one uses.
+
+// ask sends one RFC 8484 GET for name straight to the pool (no HTTP in the
+// way) and returns the answer.
+func ask(ctx context.Context, p *Pool, name string) (*dns.Msg, error) {
+	wire, err := query(name, dns.TypeA).Pack()
+	if err != nil {
+		return nil, err
+	}
+	req := abi.AppendRequest(nil, &abi.Request{
+		Method:  "GET",
+		Target:  "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire),
+		Remote:  "127.0.0.1:1",
+		Headers: [][2]string{{"Host", "test"}, {"Accept", "application/dns-message"}},
+	})
+	out, err := p.Serve(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := abi.ParseResponse(out)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Status != 200 {
+		return nil, fmt.Errorf("HTTP %d: %s", resp.Status, resp.Body)
+	}
+	m := new(dns.Msg)
+	return m, m.Unpack(resp.Body)
+}
+
+// askAll asks every name at once and fails t on any error or answer other
+// than ip.
+func askAll(t *testing.T, p *Pool, names []string, ip string) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names))
+	for _, name := range names {
+		wg.Go(func() {
+			m, err := ask(ctx, p, name)
+			if err == nil && (m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != ip) {
+				err = fmt.Errorf("%s: want A %s, got\n%v", name, ip, m)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// 1 000 questions in flight at once through one instance: the upstream
+// holds every reply for 1.5 s (less than the 2 s transaction timeout), so
+// all 1 000 were waiting upstream at the same time, and all are answered
+// by their first attempt.
+func TestWazeroThousandQuestionsInOneInstance(t *testing.T) {
+	t.Parallel()
+	const n, hold = 1000, 1500 * time.Millisecond
+	up := upstreamtest.Start(t, upstreamtest.Delay(hold, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
+	e := startEdge(t, edgeConfig(up), 1)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("q%d.example.org", i)
+	}
+	took := askAll(t, e.pool, names, "192.0.2.1")
+	qs := up.Queries()
+	if len(qs) != n {
+		t.Fatalf("upstream read %d queries, want %d (one attempt each)", len(qs), n)
+	}
+	first, last := qs[0].At, qs[0].At
+	for _, q := range qs {
+		if q.At.Before(first) {
+			first = q.At
+		}
+		if q.At.After(last) {
+			last = q.At
+		}
+	}
+	if spread := last.Sub(first); spread >= hold {
+		t.Fatalf("the queries reached the upstream over %v; with every reply held %v, want all %d in flight at once", spread, hold, n)
+	}
+	st := e.status(t)
+	if st.Counters.Attempts["answer"] != n || st.Counters.Attempts["timeout"] != 0 || st.InFlight != 0 {
+		t.Fatalf("attempts %v, in flight %d: want %d answers, no timeout, nothing left in flight", st.Counters.Attempts, st.InFlight, n)
+	}
+	t.Logf("%d questions through one instance in %v (every reply held %v upstream; queries sent within %v)", n, took, hold, last.Sub(first))
+}
+
+// engine-servers.healthy-first-then-demoted across requests: a dead first
+// server costs one question its 2 s timeout and is demoted for every
+// request the host serves, so the 50 concurrent questions after it go to
+// the second server first and none of them waits. (With an engine per
+// instance, each instance paid its own timeout.)
+func TestWazeroDeadServerDemotedOnceForAll(t *testing.T) {
+	t.Parallel()
+	dead := upstreamtest.Start(t, upstreamtest.Drop())
+	good := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	e := startEdge(t, edgeConfig(dead, good), 1)
+
+	if took := askAll(t, e.pool, []string{"first.example.org"}, "192.0.2.2"); took < 1900*time.Millisecond {
+		t.Fatalf("the first question took %v; want the dead server's 2 s timeout", took)
+	}
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = fmt.Sprintf("after%d.example.org", i)
+	}
+	took := askAll(t, e.pool, names, "192.0.2.2")
+	if took >= time.Second {
+		t.Fatalf("50 questions after the demotion took %v; want none of them to wait for the dead server", took)
+	}
+	if n := len(dead.Queries()); n != 1 {
+		t.Fatalf("the dead server was asked %d times; want once, by the first question", n)
+	}
+	c := e.status(t).Counters
+	if c.UpstreamFailed != 1 || c.Attempts["timeout"] != 1 {
+		t.Fatalf("upstream_failed %d, attempts %v: want one timeout for all requests", c.UpstreamFailed, c.Attempts)
+	}
+	t.Logf("50 questions after the demotion answered in %v", took)
+}
+
+// Coalescing across requests: 100 concurrent identical questions, while
+// the upstream holds its reply, make one upstream query.
+func TestWazeroIdenticalQuestionsShareOneQuery(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Delay(500*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.3")))
+	e := startEdge(t, edgeConfig(up), 1)
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = "same.example.org"
+	}
+	askAll(t, e.pool, names, "192.0.2.3")
+	if n := len(up.Queries()); n != 1 {
+		t.Fatalf("the upstream read %d queries for 100 identical questions; want 1", n)
+	}
+}

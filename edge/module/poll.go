@@ -1,0 +1,131 @@
+//go:build wasip1
+
+package main
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"time"
+
+	"github.com/dohfwd/dohfwd/edge/abi"
+)
+
+// requests is the requests in progress: their cancels by the host's ID,
+// and the answers finished since the last poll.
+var requests = struct {
+	sync.Mutex
+	cancel  map[uint32]context.CancelFunc
+	answers []byte // abi.AppendAnswer records
+}{cancel: map[uint32]context.CancelFunc{}}
+
+// Until the host calls again, only the goroutines' timers that are not a
+// socket's deadline (a coalesced question's budget, the probe ticker)
+// would go unnoticed; the deadline a poll returns is never later than
+// this, so they fire at most this late.
+const (
+	busyPollGap = 100 * time.Millisecond // requests or socket waits in progress
+	idlePollGap = time.Second            // nothing in progress: the probes' tick
+)
+
+// maxRounds bounds one dohfwd_poll's run of the scheduler; a module still
+// busy after it asks to be called again at once (deadline now).
+const maxRounds = 10000
+
+//go:wasmexport dohfwd_poll
+func exportPoll(now int64, n uint32) uint32 {
+	in := buf[:n]
+	for len(in) > 0 {
+		e, rest, err := abi.ParseEvent(in)
+		if err != nil {
+			break // a host bug: the rest is lost, as a cut message is
+		}
+		in = rest
+		switch e.Kind {
+		case abi.EventRequest:
+			start(e.ID, e.Data)
+		case abi.EventCancel:
+			requests.Lock()
+			cancel := requests.cancel[e.ID]
+			requests.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		case abi.EventConnected, abi.EventRead:
+			network.deliver(&e)
+		}
+	}
+	t := time.Unix(0, now)
+	idle := runUntilIdle()
+	for network.expire(t) {
+		idle = runUntilIdle()
+	}
+
+	requests.Lock()
+	next := network.deadline()
+	gap := idlePollGap
+	if len(requests.cancel) > 0 || network.busy() {
+		gap = busyPollGap
+	}
+	if next.IsZero() || t.Add(gap).Before(next) {
+		next = t.Add(gap)
+	}
+	if !idle {
+		next = t
+	}
+	out := abi.AppendPollHeader(buf[:0], next.UnixNano())
+	out = append(out, requests.answers...)
+	requests.answers = requests.answers[:0]
+	requests.Unlock()
+	buf = out[:cap(out)]
+	return uint32(len(out))
+}
+
+// start runs one request on its own goroutine; its answer joins the next
+// poll result.
+func start(id uint32, data []byte) {
+	req, err := abi.ParseRequest(append([]byte(nil), data...))
+	ctx, cancel := context.WithCancel(context.Background())
+	requests.Lock()
+	requests.cancel[id] = cancel
+	requests.Unlock()
+	go func() {
+		var resp abi.Response
+		switch {
+		case err != nil:
+			resp = abi.Response{Status: http.StatusBadRequest, Body: []byte(err.Error())}
+		case handler == nil:
+			resp = abi.Response{Status: http.StatusServiceUnavailable, Body: []byte("dohfwd_init was not called")}
+		default:
+			resp = serve(ctx, &req)
+		}
+		cancel()
+		enc := abi.AppendResponse(nil, &resp)
+		requests.Lock()
+		delete(requests.cancel, id)
+		requests.answers = abi.AppendAnswer(requests.answers, id, enc)
+		requests.Unlock()
+	}()
+}
+
+// runnable reads the scheduler's count of goroutines ready to run.
+var runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+
+// runUntilIdle lets every other goroutine run until each waits (on a
+// socket, a channel, a timer not yet due), and reports whether that
+// happened within maxRounds. runtime.Gosched puts this goroutine at the
+// back of the run queue, behind every goroutine that is ready (the
+// scheduler runs due timers first); when it runs again with none ready,
+// all of them wait.
+func runUntilIdle() bool {
+	for range maxRounds {
+		runtime.Gosched()
+		metrics.Read(runnable)
+		if runnable[0].Value.Kind() == metrics.KindUint64 && runnable[0].Value.Uint64() == 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,84 @@
+package limits
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// dialFrom opens a loopback connection from src to ln.
+func dialFrom(t *testing.T, src string, ln net.Listener) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedByServer reports whether the server closed c (EOF or reset) rather
+// than keeping it open.
+func closedByServer(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err := c.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return err != nil
+}
+
+// Connections per client (/32 here, so two loopback addresses are two
+// clients) and in total, over real loopback TCP; a closed connection
+// gives its slot back.
+func TestListenerCountsConnections(t *testing.T) {
+	l := New(Config{ClientConnections: 2, Connections: 3, PrefixV4: 32}, Options{})
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := l.Listen(raw)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+			go io.Copy(io.Discard, c) // the server reads: a refused one ends
+		}
+	}()
+	a1, a2 := dialFrom(t, "127.0.0.1", raw), dialFrom(t, "127.0.0.1", raw)
+	s1, s2 := <-accepted, <-accepted
+	a3 := dialFrom(t, "127.0.0.1", raw)
+	if !closedByServer(a3) {
+		t.Fatal("third connection of one client kept open")
+	}
+	b1 := dialFrom(t, "127.0.0.2", raw)
+	<-accepted
+	b2 := dialFrom(t, "127.0.0.2", raw)
+	if !closedByServer(b2) {
+		t.Fatal("fourth connection in all kept open")
+	}
+	if closedByServer(a1) || closedByServer(a2) || closedByServer(b1) {
+		t.Fatal("an admitted connection was closed")
+	}
+	if n := l.Connections(); n != 3 {
+		t.Fatalf("%d connections counted, want 3", n)
+	}
+	s1.Close()
+	s2.Close()
+	a4 := dialFrom(t, "127.0.0.1", raw)
+	<-accepted
+	if closedByServer(a4) {
+		t.Fatal("a connection after two closed was refused")
+	}
+	r := l.Refused()
+	if r[LimitClientConnections] != 1 || r[LimitConnections] != 1 {
+		t.Fatalf("refusals %v, want one client_connections and one connections", r)
+	}
+}
