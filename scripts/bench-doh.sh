@@ -360,9 +360,11 @@ printf 'one stream, median us/request: cache off distinct  dohfwd %s  dnsdist %s
 	"$lat_miss_d" "$lat_miss_s" "$(echo "if ($lat_miss_s > 0) $lat_miss_d / $lat_miss_s else 0" | bc -l)"
 printf '                               cache on, one name  dohfwd %s  dnsdist %s  ratio %.2f\n' \
 	"$lat_hit_d" "$lat_hit_s" "$(echo "if ($lat_hit_s > 0) $lat_hit_d / $lat_hit_s else 0" | bc -l)"
-printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
-	"$LOG_LEVEL" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
-	"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/dohfwd-info.log" || true)"
+if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
+	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
+		"$LOG_LEVEL" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
+		"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/dohfwd-info.log" || true)"
+fi
 echo
 echo "file descriptors at rest after the runs:"
 for name in dohfwd-cache dohfwd-nocache dohfwd-info; do
