@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/ddr"
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/dohfwd/dohfwd/metrics"
@@ -127,3 +129,22 @@ const wantRequests = `
 # TYPE dohfwd_doh_requests_total counter
 dohfwd_doh_requests_total{rcode="NOERROR",status="200"} 1
 `
+
+// The DoH handler's resolver (the engine behind DDR) answers bytes and
+// can answer cache hits at once: the HTTP/2 server then answers them on
+// the connection's goroutine. A wrapper added between them that drops
+// either interface would silently send every cache hit through a
+// goroutine (and Resolve's unpack and pack).
+func TestDoHResolverAnswersBytesAndAtOnce(t *testing.T) {
+	var r any = (*ddr.Resolver)(nil)
+	if _, ok := r.(doh.WireResolver); !ok {
+		t.Error("ddr.Resolver is not a doh.WireResolver")
+	}
+	if _, ok := r.(doh.ImmediateResolver); !ok {
+		t.Error("ddr.Resolver is not a doh.ImmediateResolver")
+	}
+	var e any = (*engine.Engine)(nil)
+	if _, ok := e.(doh.ImmediateResolver); !ok {
+		t.Error("engine.Engine is not a doh.ImmediateResolver")
+	}
+}
