@@ -253,6 +253,15 @@ func (h *Handler) beginWire(c *call) bool {
 		h.fail(c, http.StatusMethodNotAllowed, "method not allowed: use GET or POST")
 		return true
 	}
+	if h.wire != nil {
+		// An ordinary query goes to the resolver as bytes without a
+		// dns.Msg; c.q is unpacked only if something needs it (query).
+		if name, qtype, ok := plainQuery(raw); ok {
+			c.x.QName, c.x.QType = name, qtype
+			c.q, c.raw = nil, raw
+			return false
+		}
+	}
 	q, reply, status, problem := checkQuery(raw)
 	if status != http.StatusOK {
 		h.fail(c, status, problem)
@@ -338,10 +347,10 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		if byWire {
 			r = h.wire.ResolveWire(ctx, c.raw, c.out[:0])
 			if asBytes = len(r.Wire) >= headerSize; !asBytes && ctx.Err() == nil {
-				r = h.resolver.Resolve(ctx, c.q) // the resolver could not read the bytes
+				r = h.resolver.Resolve(ctx, c.query()) // the resolver could not read the bytes
 			}
 		} else {
-			r = h.resolver.Resolve(ctx, c.q)
+			r = h.resolver.Resolve(ctx, c.query())
 		}
 		if ctx.Err() != nil {
 			r.Wire = nil
@@ -354,7 +363,7 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		h.writeWireBytes(c, r.Wire, r.Rcode, cacheControlValue(r.TTL, r.Cacheable))
 	} else {
 		if r.Msg == nil { // a Resolver that breaks its contract
-			c.x.Response.Msg = new(dns.Msg).SetRcode(c.q, dns.RcodeServerFailure)
+			c.x.Response.Msg = new(dns.Msg).SetRcode(c.query(), dns.RcodeServerFailure)
 		}
 		c.x.Response.Wire = nil
 		if c.x.Format == FormatJSON {
@@ -367,6 +376,19 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		h.addOperatorHeaders(c)
 	}
 	return true
+}
+
+// query is the request's query unpacked: c.q, unpacked from c.raw on
+// first use when begin took the bytes alone (plainQuery passed them, so
+// they unpack).
+func (c *call) query() *dns.Msg {
+	if c.q == nil && c.raw != nil {
+		q := new(dns.Msg)
+		if err := q.Unpack(c.raw); err == nil {
+			c.q = q
+		}
+	}
+	return c.q
 }
 
 // refuse answers a client over its limits: 429 with Retry-After in whole
@@ -416,7 +438,7 @@ func (h *Handler) finish(c *call) {
 // writeWire packs reply for the client: the client's ID, compressed,
 // padded when the query was.
 func (h *Handler) writeWire(c *call, reply *dns.Msg) {
-	wire, err := packReply(reply, c.q, c.out[:0])
+	wire, err := packReply(reply, c.query(), c.out[:0])
 	if err != nil {
 		h.fail(c, http.StatusInternalServerError, "cannot pack the answer: "+err.Error())
 		return

@@ -23,6 +23,16 @@ func FuzzCheckQuery(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x0C, 0, 1, 0, 1})
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		q, reply, status, problem := checkQuery(raw)
+		// The byte-level reading passes only what checkQuery passes as it
+		// is, with the same question.
+		if name, qtype, ok := plainQuery(raw); ok {
+			if status != http.StatusOK || reply != nil || q == nil || len(q.Question) != 1 {
+				t.Fatalf("plainQuery passed what checkQuery answers %d %q", status, problem)
+			}
+			if qs := q.Question[0]; qs.Name != name || qs.Qtype != qtype {
+				t.Fatalf("plainQuery read %q/%d, checkQuery %q/%d", name, qtype, qs.Name, qs.Qtype)
+			}
+		}
 		switch {
 		case status != http.StatusOK:
 			if problem == "" || reply != nil {

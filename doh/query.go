@@ -219,3 +219,92 @@ func opcodeName(op int) string {
 	}
 	return strconv.Itoa(op)
 }
+
+// plainQuery reports whether raw is a query that checkQuery would pass
+// as it is, read from the bytes alone: QR clear, opcode QUERY, one
+// question whose name is plain (uncompressed labels of letters, digits,
+// '-' and '_'), no answer or authority records, and at most one record
+// beside it, an OPT of EDNS version 0 whose options fill its data, ending
+// the message. It returns the question's name in presentation form and
+// its type. Anything else takes checkQuery's unpacking path, which knows
+// every error answer; so the RFC 8484 path reads an ordinary query
+// without building a dns.Msg.
+func plainQuery(raw []byte) (name string, qtype uint16, ok bool) {
+	if len(raw) < headerSize || raw[2]&(flagQR|0x78) != 0 || // QR, opcode
+		raw[4] != 0 || raw[5] != 1 || raw[6]|raw[7]|raw[8]|raw[9] != 0 || raw[10] != 0 || raw[11] > 1 {
+		return "", 0, false
+	}
+	off, chars := headerSize, 0
+	for {
+		if off >= len(raw) {
+			return "", 0, false
+		}
+		n := int(raw[off])
+		if n == 0 {
+			break
+		}
+		if n > 63 || off+1+n > len(raw) {
+			return "", 0, false
+		}
+		for _, c := range raw[off+1 : off+1+n] {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return "", 0, false
+			}
+		}
+		chars += n + 1
+		off += 1 + n
+	}
+	nameEnd := off + 1
+	if nameEnd-headerSize > 255 || nameEnd+4 > len(raw) {
+		return "", 0, false
+	}
+	qtype = uint16(raw[nameEnd])<<8 | uint16(raw[nameEnd+1])
+	switch qtype {
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
+		return "", 0, false
+	}
+	off = nameEnd + 4
+	if raw[11] == 1 && !plainOPT(raw[off:]) || raw[11] == 0 && off != len(raw) {
+		return "", 0, false
+	}
+	if chars == 0 {
+		return ".", qtype, true
+	}
+	var b strings.Builder
+	b.Grow(chars)
+	for off := headerSize; raw[off] != 0; off += 1 + int(raw[off]) {
+		b.Write(raw[off+1 : off+1+int(raw[off])])
+		b.WriteByte('.')
+	}
+	return b.String(), qtype, true
+}
+
+// plainOPT reports whether rr is exactly one OPT record owned by the root,
+// of EDNS version 0, whose options (cookie and padding) fill its data.
+func plainOPT(rr []byte) bool {
+	// name (1) type (2) class (2) ttl (4) rdlength (2)
+	if len(rr) < 11 || rr[0] != 0 || rr[1] != 0 || rr[2] != byte(dns.TypeOPT) || rr[6] != 0 {
+		return false
+	}
+	rdlen := int(rr[9])<<8 | int(rr[10])
+	data := rr[11:]
+	if len(data) != rdlen {
+		return false
+	}
+	for len(data) > 0 {
+		if len(data) < 4 {
+			return false
+		}
+		// Cookie and Padding only: miekg/dns reads these whatever they
+		// hold; others (ECS …) may be refused there, so checkQuery decides.
+		if data[0] != 0 || data[1] != 10 && data[1] != 12 {
+			return false
+		}
+		n := 4 + (int(data[2])<<8 | int(data[3]))
+		if n > len(data) {
+			return false
+		}
+		data = data[n:]
+	}
+	return true
+}
