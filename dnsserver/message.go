@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 const (
@@ -13,7 +15,7 @@ const (
 	flagQR     = 0x80 // in byte 2 of the header
 	// PaddingBlock is the block length answers to padded queries are
 	// padded to (RFC 8467, section 4.1).
-	PaddingBlock = 468
+	PaddingBlock = engine.PaddingBlock
 	// maxMessageSize is the largest DNS message a stream can frame.
 	maxMessageSize = 65535
 )
@@ -34,19 +36,19 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, err error) {
 	q = new(dns.Msg)
 	unpackErr := q.Unpack(raw)
 	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
-		return q, errorReply(q, raw, dns.RcodeNotImplemented), nil
+		return q, engine.ErrorReply(q, raw, dns.RcodeNotImplemented), nil
 	}
 	if qd := binary.BigEndian.Uint16(raw[4:]); qd != 1 {
-		return q, errorReply(nil, raw, dns.RcodeFormatError), nil
+		return q, engine.ErrorReply(nil, raw, dns.RcodeFormatError), nil
 	}
 	if len(q.Question) != 1 {
 		return nil, nil, errNotDNS // the question itself is unreadable
 	}
 	if unpackErr != nil {
-		return q, errorReply(q, raw, dns.RcodeFormatError), nil
+		return q, engine.ErrorReply(q, raw, dns.RcodeFormatError), nil
 	}
 	if rcode := queryProblem(q); rcode != dns.RcodeSuccess {
-		return q, errorReply(q, raw, rcode), nil
+		return q, engine.ErrorReply(q, raw, rcode), nil
 	}
 	return q, nil, nil
 }
@@ -78,26 +80,6 @@ func queryProblem(q *dns.Msg) int {
 	return dns.RcodeSuccess
 }
 
-// errorReply is the DNS error answer to a query: its ID, opcode, RD and CD
-// bits, its question when it has one, and an OPT record when it had one.
-func errorReply(q *dns.Msg, raw []byte, rcode int) *dns.Msg {
-	m := new(dns.Msg)
-	m.Id = binary.BigEndian.Uint16(raw)
-	m.Response = true
-	m.Opcode = int(raw[2]>>3) & 0xF
-	m.RecursionDesired = raw[2]&0x01 != 0
-	m.RecursionAvailable = true
-	m.CheckingDisabled = raw[3]&0x10 != 0
-	m.Rcode = rcode
-	if q != nil && len(q.Question) == 1 {
-		m.Question = q.Question
-	}
-	if q != nil && q.IsEdns0() != nil || rcode > 0xF {
-		m.SetEdns0(dns.DefaultMsgSize, false)
-	}
-	return m
-}
-
 // packReply packs reply for the client without changing it: the query's
 // ID, compressed, padded to a multiple of PaddingBlock when the query was
 // padded, and cut to fit limit bytes (UDP) with TC set; limit 0 is no
@@ -108,9 +90,9 @@ func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
 	if q != nil {
 		m.Id = q.Id
 	}
-	padded := q != nil && wantsPadding(q)
-	if padded {
-		withPadding(&m)
+	var pad *dns.EDNS0_PADDING
+	if q != nil && engine.WantsPadding(q) {
+		pad = engine.AddPadding(&m)
 	}
 	// PackBuffer reuses a buffer only up to its length: hand it all.
 	wire, err := m.PackBuffer(buf[:cap(buf)])
@@ -126,79 +108,17 @@ func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if padded {
-		n := paddingLen(len(wire))
+	if pad != nil {
+		n := engine.PaddingLen(len(wire))
 		if limit > 0 && len(wire)+n > limit {
 			n = 0 // padding never costs an answer
 		}
 		if n > 0 {
-			setPadding(&m, n)
+			pad.Padding = engine.PaddingBytes(n)
 			return m.PackBuffer(wire[:cap(wire)])
 		}
 	}
 	return wire, nil
-}
-
-// wantsPadding reports whether a query carries an EDNS(0) Padding option
-// (RFC 7830): only then is the answer padded (RFC 8467, section 4).
-func wantsPadding(q *dns.Msg) bool {
-	if o := q.IsEdns0(); o != nil {
-		for _, e := range o.Option {
-			if e.Option() == dns.EDNS0PADDING {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// withPadding gives m, a shallow copy the caller owns, an OPT record of
-// its own with an empty Padding option, keeping the reply's OPT header and
-// its other options.
-func withPadding(m *dns.Msg) {
-	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-	opt.SetUDPSize(dns.DefaultMsgSize)
-	extra := make([]dns.RR, 0, len(m.Extra)+1)
-	for _, rr := range m.Extra {
-		if old, ok := rr.(*dns.OPT); ok {
-			opt.Hdr.Class, opt.Hdr.Ttl = old.Hdr.Class, old.Hdr.Ttl
-			for _, e := range old.Option {
-				if e.Option() != dns.EDNS0PADDING {
-					opt.Option = append(opt.Option, e)
-				}
-			}
-			continue
-		}
-		extra = append(extra, rr)
-	}
-	opt.Option = append(opt.Option, &dns.EDNS0_PADDING{})
-	m.Extra = append(extra, opt)
-}
-
-// zeros is the padding: RFC 7830 asks for zero octets.
-var zeros [PaddingBlock]byte
-
-// setPadding sets the Padding option withPadding added to n zero bytes.
-func setPadding(m *dns.Msg, n int) {
-	for _, rr := range m.Extra {
-		if opt, ok := rr.(*dns.OPT); ok {
-			for _, e := range opt.Option {
-				if p, ok := e.(*dns.EDNS0_PADDING); ok {
-					p.Padding = zeros[:n]
-				}
-			}
-		}
-	}
-}
-
-// paddingLen is how many padding bytes take a message of size bytes (its
-// empty Padding option included) to the next multiple of PaddingBlock.
-func paddingLen(size int) int {
-	n := (PaddingBlock - size%PaddingBlock) % PaddingBlock
-	if size+n > maxMessageSize {
-		return 0
-	}
-	return n
 }
 
 // udpLimit is the largest answer a UDP client takes: its EDNS payload size,

@@ -2,7 +2,6 @@ package doh
 
 import (
 	"context"
-	"encoding/binary"
 	"net/http"
 	"net/netip"
 	"time"
@@ -131,12 +130,9 @@ func packReply(reply, q *dns.Msg, buf []byte) ([]byte, error) {
 	m.Compress = true
 	if q != nil {
 		m.Id = q.Id
-		if wantsPadding(q) {
+		if engine.WantsPadding(q) {
 			return packPadded(&m, buf)
 		}
 	}
 	return m.PackBuffer(buf)
 }
-
-// messageID reads a wire message's ID.
-func messageID(b []byte) uint16 { return binary.BigEndian.Uint16(b) }

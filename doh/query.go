@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 var (
@@ -137,7 +139,7 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
 	err := q.Unpack(raw)
 	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
 		// The header says what it is; answer it even if the rest is odd.
-		return q, errorReply(q, raw, dns.RcodeNotImplemented), http.StatusOK,
+		return q, engine.ErrorReply(q, raw, dns.RcodeNotImplemented), http.StatusOK,
 			"opcode " + opcodeName(op) + " is not implemented"
 	}
 	if qd := int(raw[4])<<8 | int(raw[5]); qd != 1 {
@@ -146,7 +148,7 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
 	if err != nil {
 		if len(q.Question) == 1 {
 			// Header and question read: the rest is malformed.
-			return q, errorReply(q, raw, dns.RcodeFormatError), http.StatusOK,
+			return q, engine.ErrorReply(q, raw, dns.RcodeFormatError), http.StatusOK,
 				"malformed DNS message: " + err.Error()
 		}
 		return nil, nil, http.StatusBadRequest, "undecodable DNS message: " + err.Error()
@@ -155,7 +157,7 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
 		return nil, nil, http.StatusBadRequest, "undecodable DNS message: the question is missing"
 	}
 	if rcode, why := queryProblem(q); rcode != dns.RcodeSuccess {
-		return q, errorReply(q, raw, rcode), http.StatusOK, why
+		return q, engine.ErrorReply(q, raw, rcode), http.StatusOK, why
 	}
 	return q, nil, http.StatusOK, ""
 }
@@ -190,27 +192,6 @@ func queryProblem(q *dns.Msg) (rcode int, why string) {
 		return dns.RcodeBadVers, "EDNS version " + strconv.Itoa(int(o.Version())) + " is not supported"
 	}
 	return dns.RcodeSuccess, ""
-}
-
-// errorReply is the DNS error answer to a query: the query's ID, opcode,
-// RD and CD bits and question when it has one, and an OPT record when the
-// query had one (BADVERS needs it).
-func errorReply(q *dns.Msg, raw []byte, rcode int) *dns.Msg {
-	m := new(dns.Msg)
-	m.Id = messageID(raw)
-	m.Response = true
-	m.Opcode = int(raw[2]>>3) & 0xF
-	m.RecursionDesired = raw[2]&0x01 != 0
-	m.RecursionAvailable = true
-	m.CheckingDisabled = raw[3]&0x10 != 0
-	m.Rcode = rcode
-	if q != nil && len(q.Question) == 1 {
-		m.Question = q.Question
-	}
-	if q != nil && q.IsEdns0() != nil || rcode > 0xF {
-		m.SetEdns0(dns.DefaultMsgSize, false)
-	}
-	return m
 }
 
 func opcodeName(op int) string {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 func TestClientIP(t *testing.T) {
@@ -99,8 +101,8 @@ func TestPaddingLen(t *testing.T) {
 	for _, tc := range []struct{ size, want int }{
 		{1, 467}, {468, 0}, {469, 467}, {936, 0}, {65530, 0}, {65000, 52},
 	} {
-		if got := paddingLen(tc.size); got != tc.want || (got != 0 && (tc.size+got)%PaddingBlock != 0) {
-			t.Errorf("paddingLen(%d) = %d, want %d", tc.size, got, tc.want)
+		if got := engine.PaddingLen(tc.size); got != tc.want || (got != 0 && (tc.size+got)%PaddingBlock != 0) {
+			t.Errorf("engine.PaddingLen(%d) = %d, want %d", tc.size, got, tc.want)
 		}
 	}
 }

@@ -363,24 +363,13 @@ func padOPT(dst []byte, start int) []byte {
 	if !ok || !w.optLast {
 		return dst
 	}
-	size := len(dst) - start + 4
-	n := (PaddingBlock - size%PaddingBlock) % PaddingBlock
-	if size+n > dns.MaxMsgSize {
-		n = 0
-	}
+	n := PaddingLen(len(dst) - start + 4)
 	rdlen := start + w.optStart + optRRLen - 2
 	binary.BigEndian.PutUint16(dst[rdlen:], binary.BigEndian.Uint16(dst[rdlen:])+uint16(4+n))
 	dst = binary.BigEndian.AppendUint16(dst, dns.EDNS0PADDING)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(n))
 	return append(dst, zeros[:n]...)
 }
-
-// PaddingBlock is the block length padded replies are a multiple of (RFC
-// 8467 §4.1, the recommended block length for responses).
-const PaddingBlock = 468
-
-// zeros is the padding: RFC 7830 asks for zero octets.
-var zeros [PaddingBlock]byte
 
 // replyRcode is the rcode of a wire reply, extended bits included.
 func replyRcode(m []byte) int {
