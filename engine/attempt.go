@@ -14,7 +14,7 @@ const maxStackServers = 16
 // transaction's result carrying the reply.
 func (qn *question) ask(name string) (found, exchangeResult) {
 	e, cfg := qn.e, qn.cfg
-	bp, err := packQuery(qn.client, name, cfg.ForwardECS)
+	bp, err := packQuery(&qn.client, name, cfg.ForwardECS)
 	if err != nil {
 		// Nothing can be sent for a name that does not pack; no server
 		// is at fault.

@@ -21,7 +21,9 @@ type flights struct {
 
 // flight is one shared upstream question.
 type flight struct {
-	done chan struct{} // closed when the fields below are set
+	// done is closed when the fields below are set. It is made when the
+	// first follower joins (under flights.mu): most flights have none.
+	done chan struct{}
 
 	entry *entry // the answer or NXDOMAIN; nil otherwise
 	// result and reason are the result when entry is nil (unavailable).
@@ -48,6 +50,9 @@ func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[k]; fl != nil {
+		if fl.done == nil {
+			fl.done = make(chan struct{})
+		}
 		if tr != nil {
 			fl.served = append(fl.served, tr)
 		}
@@ -56,9 +61,20 @@ func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
 	if f.m == nil {
 		f.m = map[cacheKey]*flight{}
 	}
-	fl := &flight{done: make(chan struct{}), leader: tr}
+	fl := &flight{leader: tr}
 	f.m[k] = fl
 	return fl, true
+}
+
+// awaited makes fl's done channel for a waiter that did not join it as a
+// follower: a question whose detached copy leads it (raceStale). Call it
+// before the flight can land.
+func (f *flights) awaited(fl *flight) {
+	f.mu.Lock()
+	if fl.done == nil {
+		fl.done = make(chan struct{})
+	}
+	f.mu.Unlock()
 }
 
 // land ends the flight for k: later questions start a new one (or find the
@@ -68,8 +84,11 @@ func (f *flights) land(k cacheKey, fl *flight) {
 	if f.m[k] == fl {
 		delete(f.m, k)
 	}
+	done := fl.done
 	f.mu.Unlock()
-	close(fl.done)
+	if done != nil {
+		close(done)
+	}
 }
 
 // abandons reports whether a leader's result is its own and not the

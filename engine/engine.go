@@ -171,28 +171,26 @@ func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
 // records, kept packed and copied out with the client's ID.
 func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Response {
 	start := time.Now()
-	var parsed clientQuery // on the stack: the question does not outlive the call
-	cq := &parsed
-	if !cq.parse(query) {
-		// Not readable without unpacking (a compressed question name):
-		// rare enough to go through miekg/dns.
-		var ok bool
-		if cq, ok = unpackedQuery(query); !ok {
-			return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
-		}
-	}
 	rt := e.routes.Load() // one configuration for the whole question
 	qn := question{
 		e:      e,
 		ctx:    ctx,
 		cfg:    rt.cfg,
 		routes: rt,
-		client: cq,
 		id:     e.questionIDs.Add(1),
-		scope:  rt.route(cq.name),
 		start:  start,
 		trace:  TraceFrom(ctx),
 	}
+	if !qn.client.parse(query) {
+		// Not readable without unpacking (a compressed question name):
+		// rare enough to go through miekg/dns.
+		cq, ok := unpackedQuery(query)
+		if !ok {
+			return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+		}
+		qn.client = *cq
+	}
+	qn.scope = rt.route(qn.client.name)
 	qn.setBudget(start)
 	return qn.respond(dst, qn.resolve())
 }
@@ -205,7 +203,7 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 //
 //go:noinline
 func (qn *question) respond(dst []byte, f found) Response {
-	e, cq := qn.e, qn.client
+	e, cq := qn.e, &qn.client
 	resp := Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit, Shared: f.shared,
 		Question: qn.id, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
 	resp.Wire = qn.writeReply(dst, f)
@@ -231,7 +229,7 @@ func (qn *question) respond(dst []byte, f found) Response {
 
 // writeReply appends the client's reply for f to dst.
 func (qn *question) writeReply(dst []byte, f found) []byte {
-	cq := qn.client
+	cq := &qn.client
 	switch {
 	case f.en != nil:
 		return qn.appendEntry(dst, f, cq.qname)
@@ -252,9 +250,9 @@ func (qn *question) writeReply(dst []byte, f found) []byte {
 // for a stale answer; qname as for appendReply.
 func (qn *question) appendEntry(dst []byte, f found, qname []byte) []byte {
 	if f.result == ResultStale {
-		return f.en.appendStale(dst, qn.client, qname, qn.cfg.Cache.StaleTTL)
+		return f.en.appendStale(dst, &qn.client, qname, qn.cfg.Cache.StaleTTL)
 	}
-	return f.en.appendReply(dst, qn.client, qname, f.at)
+	return f.en.appendReply(dst, &qn.client, qname, f.at)
 }
 
 // unpackedQuery reads a query through miekg/dns, for the few that
@@ -289,7 +287,7 @@ type question struct {
 	e      *Engine
 	ctx    context.Context
 	cfg    *Config
-	client *clientQuery
+	client clientQuery // by value: the question's own copy, on its stack
 	id     uint64
 	scope  *scope
 	routes *routes   // the configuration the question started with

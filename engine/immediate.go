@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -19,42 +20,47 @@ import (
 // way. trace, when not nil, is the client's trace for the question event.
 func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace) (Response, bool) {
 	start := time.Now()
-	var parsed clientQuery // on the stack, as in ResolveWire
-	cq := &parsed
-	if !cq.parse(query) {
-		return Response{}, false
-	}
 	rt := e.routes.Load()
 	qn := question{
 		e:      e,
 		ctx:    context.Background(), // answered now: nothing to cancel
 		cfg:    rt.cfg,
 		routes: rt,
-		client: cq,
-		scope:  rt.route(cq.name),
 		start:  start,
 		trace:  trace,
 	}
+	// Most questions asked here miss: their name is read into a pooled
+	// buffer, and made a string of its own only when it is answered.
+	buf := nameBuffers.Get().(*[maxNameText]byte)
+	defer nameBuffers.Put(buf)
+	if !qn.client.parseInto(query, buf) {
+		return Response{}, false
+	}
+	qn.scope = rt.route(qn.client.name)
 	f, ok := qn.immediate()
 	if !ok {
 		return Response{}, false
 	}
+	qn.client.own()
 	qn.id = e.questionIDs.Add(1)
 	return qn.respond(dst, f), true
 }
+
+// nameBuffers hold the names ResolveWireImmediate borrows.
+var nameBuffers = sync.Pool{New: func() any { return new([maxNameText]byte) }}
 
 // immediate is resolve without the network: a local answer or a live
 // cache entry for the name as asked, or false.
 func (qn *question) immediate() (found, bool) {
 	rt, asked := qn.routes, qn.client.name
-	if m := rt.local.answer(qn.client, asked); m != nil {
+	if m := rt.local.answer(&qn.client, asked); m != nil {
 		return found{msg: m, result: ResultLocal}, true
 	}
 	if len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dns.CountLabel(asked) == 1 ||
 		rt.cfg.ForwardECS && qn.client.ecs {
 		return found{}, false
 	}
-	r, _, ok := qn.cached(keyFor(qn.client, asked))
+	r, _, ok := qn.cached(keyFor(&qn.client, asked))
 	if !ok {
 		return found{}, false
 	}

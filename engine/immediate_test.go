@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -61,5 +63,50 @@ func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
 	}
 	if n := len(srv.Queries()); n != 1 {
 		t.Errorf("upstream read %d queries, want 1", n)
+	}
+}
+
+// TestResolveWireImmediateNamesOutliveTheCall: ResolveWireImmediate reads
+// a question's name into a buffer it reuses, so a name that is kept (the
+// question event of an answer, a local answer, a miss) must be its own:
+// each event names its own question after later calls reused the buffer.
+func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
+	t.Parallel()
+	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 300 IN A 192.0.2.1"))
+	log := new(eventLog)
+	e, err := engine.New(engine.Config{
+		FallbackServers: []string{srv.String()},
+		Cache:           engine.CacheConfig{MaxEntries: 1000},
+		Hosts:           map[string][]string{"box.home.": {"192.0.2.9"}},
+	}, engine.Options{Network: engine.NativeNetwork{}, Observer: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	names := []string{"first.example.", "second.example.", "box.home.", "third.example."}
+	for _, n := range names[:2] {
+		e.ResolveWire(context.Background(), wireQuery(t, queryFor(n, dns.TypeA)), nil)
+	}
+	log.mu.Lock()
+	log.questions = nil
+	log.mu.Unlock()
+	for _, n := range names {
+		_, ok := e.ResolveWireImmediate(wireQuery(t, queryFor(n, dns.TypeA)), nil, nil)
+		if want := n != "third.example."; ok != want {
+			t.Fatalf("%s answered at once: %v, want %v", n, ok, want)
+		}
+	}
+	// Later misses reuse the buffer many times over.
+	for i := range 100 {
+		e.ResolveWireImmediate(wireQuery(t, queryFor(fmt.Sprintf("miss%03d.example.", i), dns.TypeA)), nil, nil)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var got []string
+	for _, ev := range log.questions {
+		got = append(got, ev.QName)
+	}
+	if want := names[:3]; !slices.Equal(got, want) {
+		t.Errorf("question events name %q, want %q", got, want)
 	}
 }

@@ -38,7 +38,7 @@ func (qn *question) prefetch(key cacheKey) {
 		return
 	}
 	e := qn.e
-	cq := &clientQuery{rd: true, cd: key.cd, do: key.do, opt: true, name: key.name, qtype: key.qtype, qclass: key.qclass}
+	cq := clientQuery{rd: true, cd: key.cd, do: key.do, opt: true, name: key.name, qtype: key.qtype, qclass: key.qclass}
 	p := &question{e: e, ctx: context.Background(), cfg: qn.cfg, routes: rt, client: cq,
 		id: e.questionIDs.Add(1), scope: qn.scope, start: time.Now(), background: true}
 	p.setBudget(p.start)

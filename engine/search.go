@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -90,7 +91,7 @@ func (qn *question) viaCandidate(f found, asked, candidate string) found {
 // without spending an attempt; failures share the question's attempts.
 func (qn *question) resolve() found {
 	rt, asked := qn.routes, qn.client.name
-	if m := rt.local.answer(qn.client, asked); m != nil {
+	if m := rt.local.answer(&qn.client, asked); m != nil {
 		return found{msg: m, result: ResultLocal}
 	}
 	// Before the ceiling is looked at, and not a refusal.
@@ -122,7 +123,7 @@ func (qn *question) resolve() found {
 func (qn *question) lookup(name string, searched bool) found {
 	rt := qn.routes
 	if searched {
-		if m := rt.local.answer(qn.client, name); m != nil {
+		if m := rt.local.answer(&qn.client, name); m != nil {
 			return found{msg: m, result: ResultLocal}
 		}
 	}
@@ -130,7 +131,7 @@ func (qn *question) lookup(name string, searched bool) found {
 		r, _ := qn.askUpstream(name, searched)
 		return r
 	}
-	key := keyFor(qn.client, name)
+	key := keyFor(&qn.client, name)
 	for {
 		r, stale, ok := qn.cached(key)
 		if ok {
@@ -169,6 +170,10 @@ func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
 		return found{}, qn.staleEntry(en, live), false
 	}
 	if c.conf.PrefetchMinHits > 0 && en.prefetchDue(now, c.conf.PrefetchMinHits) {
+		if qn.client.borrowed { // the prefetch keeps the key
+			qn.client.own()
+			key.name = strings.Clone(key.name)
+		}
 		qn.prefetch(key)
 	}
 	return found{en: en, at: now, result: ResultLocal, cacheHit: true}, nil, true

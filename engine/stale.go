@@ -62,7 +62,7 @@ func (qn *question) noServers(asked string) found {
 	r := found{result: ResultUnavailable, reason: ReasonNoServers}
 	rt := qn.routes
 	if rt.cache != nil && !(rt.cfg.ForwardECS && qn.client.ecs) {
-		r = qn.orStale(r, qn.staleEntry(rt.cache.get(keyFor(qn.client, asked), qn.start)))
+		r = qn.orStale(r, qn.staleEntry(rt.cache.get(keyFor(&qn.client, asked), qn.start)))
 	}
 	return r
 }
@@ -96,6 +96,7 @@ func (qn *question) withStale(name string, key cacheKey, fl *flight, leads, sear
 // false when the flight was abandoned: ask again.
 func (qn *question) raceStale(name string, key cacheKey, fl *flight, leads, searched bool, stale *entry) (found, bool) {
 	if leads {
+		qn.routes.flights.awaited(fl)
 		d := qn.detached()
 		go d.lead(name, key, fl, searched)
 	}
@@ -113,10 +114,10 @@ func (qn *question) raceStale(name string, key cacheKey, fl *flight, leads, sear
 // no reference to the client's query bytes, which the caller may reuse
 // once it is answered. Events keep qn's id.
 func (qn *question) detached() *question {
-	cq := *qn.client
+	cq := qn.client
 	cq.raw, cq.qname = nil, nil
 	d := &question{e: qn.e, ctx: context.WithoutCancel(qn.ctx), cfg: qn.cfg, routes: qn.routes,
-		client: &cq, id: qn.id, scope: qn.scope, start: qn.start, trace: qn.trace}
+		client: cq, id: qn.id, scope: qn.scope, start: qn.start, trace: qn.trace}
 	d.setBudget(qn.start)
 	return d
 }

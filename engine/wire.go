@@ -2,6 +2,8 @@ package engine
 
 import (
 	"encoding/binary"
+	"strings"
+	"unsafe"
 
 	"github.com/miekg/dns"
 )
@@ -216,6 +218,17 @@ type clientQuery struct {
 	padded bool // an EDNS Padding option (RFC 7830)
 	ecs    bool // an EDNS Client Subnet option
 	msg    *dns.Msg
+	// borrowed says name lies in a pooled buffer that goes back when the
+	// call that parsed it returns (ResolveWireImmediate): whatever keeps
+	// the name calls own first.
+	borrowed bool
+}
+
+// own makes cq's name a string of its own, if it was borrowed.
+func (cq *clientQuery) own() {
+	if cq.borrowed {
+		cq.name, cq.borrowed = strings.Clone(cq.name), false
+	}
 }
 
 // parseQuery reads a query the front end has checked (QR clear, opcode
@@ -230,7 +243,11 @@ func parseQuery(raw []byte) (*clientQuery, bool) {
 }
 
 // parse is parseQuery into cq, which the caller may keep on its stack.
-func (cq *clientQuery) parse(raw []byte) bool {
+func (cq *clientQuery) parse(raw []byte) bool { return cq.parseInto(raw, nil) }
+
+// parseInto is parse that writes a name without escapes into buf, when
+// buf is not nil, and borrows it from there instead of allocating.
+func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 	if len(raw) < headerLen || binary.BigEndian.Uint16(raw[offQDCount:]) != 1 {
 		return false
 	}
@@ -247,11 +264,18 @@ func (cq *clientQuery) parse(raw []byte) bool {
 		qtype:  binary.BigEndian.Uint16(raw[qe-4:]),
 		qclass: binary.BigEndian.Uint16(raw[qe-2:]),
 	}
-	name, ok := nameString(cq.qname)
-	if !ok {
-		return false
+	if buf != nil {
+		if n, simple := appendName(buf[:0], cq.qname); simple {
+			cq.name, cq.borrowed = unsafe.String(&buf[0], len(n)), true
+		}
 	}
-	cq.name = name
+	if !cq.borrowed {
+		name, ok := nameString(cq.qname)
+		if !ok {
+			return false
+		}
+		cq.name = name
+	}
 	off := qe
 	counts := int(binary.BigEndian.Uint16(raw[offANCount:])) + int(binary.BigEndian.Uint16(raw[offNSCount:])) +
 		int(binary.BigEndian.Uint16(raw[offARCount:]))
@@ -285,12 +309,28 @@ func (cq *clientQuery) parse(raw []byte) bool {
 	return true
 }
 
+// maxNameText bounds the presentation form of a wire name without escapes:
+// 255 bytes of wire name and a final dot.
+const maxNameText = 256
+
 // nameString is the presentation form of an uncompressed wire name, as
 // miekg/dns writes it (so events and routes see the same text).
 func nameString(wire []byte) (string, bool) {
-	var buf [256]byte
-	out := buf[:0]
-	simple := true
+	var buf [maxNameText]byte
+	out, simple := appendName(buf[:0], wire)
+	if !simple {
+		// Escapes: let miekg/dns write them.
+		name, _, err := dns.UnpackDomainName(wire, 0)
+		return name, err == nil
+	}
+	return string(out), true
+}
+
+// appendName appends the presentation form of an uncompressed wire name
+// to dst ("." for the root), and reports false, having appended only
+// part of it, when a label needs escapes.
+func appendName(dst, wire []byte) ([]byte, bool) {
+	start := len(dst)
 	for off := 0; off < len(wire); {
 		l := int(wire[off])
 		if l == 0 {
@@ -298,21 +338,16 @@ func nameString(wire []byte) (string, bool) {
 		}
 		for _, c := range wire[off+1 : off+1+l] {
 			if c <= ' ' || c >= 0x7f || c == '.' || c == '\\' || c == '"' || c == '(' || c == ')' || c == ';' || c == '@' || c == '$' {
-				simple = false
+				return dst, false
 			}
 		}
-		out = append(append(out, wire[off+1:off+1+l]...), '.')
+		dst = append(append(dst, wire[off+1:off+1+l]...), '.')
 		off += 1 + l
 	}
-	if !simple {
-		// Escapes: let miekg/dns write them.
-		name, _, err := dns.UnpackDomainName(wire, 0)
-		return name, err == nil
+	if len(dst) == start {
+		dst = append(dst, '.')
 	}
-	if len(out) == 0 {
-		return ".", true
-	}
-	return string(out), true
+	return dst, true
 }
 
 // message returns the client's query unpacked, unpacking it the first time.
