@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"text/tabwriter"
-	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
 )
@@ -39,26 +36,9 @@ func explainCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func fetchExplain(ctx context.Context, addr, name, qtype string) (*engine.Explanation, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	u := "http://" + addr + "/explain?" + url.Values{"name": {name}, "type": {qtype}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("admin %q: %w", addr, err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("admin %s: %w", addr, err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		json.NewDecoder(res.Body).Decode(&e)
-		return nil, fmt.Errorf("admin %s: GET /explain: %s: %s", addr, res.Status, e.Error)
-	}
 	x := new(engine.Explanation)
-	if err := json.NewDecoder(res.Body).Decode(x); err != nil {
-		return nil, fmt.Errorf("admin %s: reading /explain: %w", addr, err)
+	if err := adminGet(ctx, addr, "/explain?"+url.Values{"name": {name}, "type": {qtype}}.Encode(), x); err != nil {
+		return nil, err
 	}
 	return x, nil
 }

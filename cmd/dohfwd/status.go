@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -30,23 +28,9 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func fetchStatus(ctx context.Context, addr string) (*admin.Status, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
-	if err != nil {
-		return nil, fmt.Errorf("admin %q: %w", addr, err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("admin %s: %w", addr, err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("admin %s: GET /status: %s", addr, res.Status)
-	}
 	st := new(admin.Status)
-	if err := json.NewDecoder(res.Body).Decode(st); err != nil {
-		return nil, fmt.Errorf("admin %s: reading /status: %w", addr, err)
+	if err := adminGet(ctx, addr, "/status", st); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
