@@ -150,14 +150,7 @@ func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dn
 // first it closes everything and returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.init()
-	if !s.closing {
-		s.closing = true
-		close(s.done)
-	}
-	for ln := range s.listeners {
-		ln.Close()
-	}
+	s.stopAcceptingLocked()
 	for c := range s.conns {
 		c.wake() // an idle reader sees the deadline and ends the stream
 	}
@@ -179,14 +172,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.init()
-	if !s.closing {
-		s.closing = true
-		close(s.done)
-	}
-	for ln := range s.listeners {
-		ln.Close()
-	}
+	s.stopAcceptingLocked()
 	for pc := range s.packets {
 		pc.Close()
 	}
@@ -195,6 +181,19 @@ func (s *Server) Close() error {
 		c.abort()
 	}
 	return nil
+}
+
+// stopAcceptingLocked marks the server closing, once, and closes its
+// listeners. s.mu is held.
+func (s *Server) stopAcceptingLocked() {
+	s.init()
+	if !s.closing {
+		s.closing = true
+		close(s.done)
+	}
+	for ln := range s.listeners {
+		ln.Close()
+	}
 }
 
 // track adds or removes a listener; it reports false when the server is
