@@ -116,7 +116,7 @@ func newUDPSocket(c *net.UDPConn, peer netip.AddrPort) (*udpSocket, error) {
 // while such reads find the reply often enough (see immediate).
 func (s *udpSocket) Exchange(q, b []byte, deadline time.Time) (int, netip.AddrPort, error) {
 	if err := s.c.SetReadDeadline(deadline); err != nil {
-		return 0, netip.AddrPort{}, classify("receive", err)
+		return 0, netip.AddrPort{}, classify("send", err) // nothing sent: as Send would fail
 	}
 	s.uses++
 	s.readNow = immediate.Load() > readFirstAbove || s.uses%probeEvery == 0

@@ -71,6 +71,14 @@ func wantClass(t *testing.T, err error, op string, class ErrorClass) {
 // Both ways are run: reading right after the send (immediate replies
 // seen often), and waiting on the poller first (probing every 16th use).
 func TestNativeExchangeGetsImmediateReplies(t *testing.T) {
+	bothReadModes(t, exchangeEchoes)
+}
+
+// bothReadModes runs f with the estimate of immediate replies set high
+// (Exchange reads right after the send) and low (it waits first). One
+// exchange moves the estimate by 1/16 only, so tests of one or two
+// exchanges run in the mode set.
+func bothReadModes(t *testing.T, f func(t *testing.T)) {
 	defer immediate.Store(immediate.Load())
 	for _, mode := range []struct {
 		name      string
@@ -78,7 +86,7 @@ func TestNativeExchangeGetsImmediateReplies(t *testing.T) {
 	}{{"read-first", immediateScale}, {"wait-first", 0}} {
 		t.Run(mode.name, func(t *testing.T) {
 			immediate.Store(mode.immediate)
-			exchangeEchoes(t)
+			f(t)
 		})
 	}
 }
@@ -104,7 +112,9 @@ func exchangeEchoes(t *testing.T) {
 
 // A second datagram after the first is there for Receive: Exchange takes
 // one datagram only.
-func TestNativeExchangeThenReceive(t *testing.T) {
+func TestNativeExchangeThenReceive(t *testing.T) { bothReadModes(t, nativeExchangeThenReceive) }
+
+func nativeExchangeThenReceive(t *testing.T) {
 	server := udpPeer(t, func(q []byte) [][]byte { return [][]byte{[]byte("first"), []byte("second")} })
 	s := openNativeUDP(t, server)
 	buf := make([]byte, 512)
@@ -120,7 +130,9 @@ func TestNativeExchangeThenReceive(t *testing.T) {
 
 // A closed port answers with ICMP port unreachable: the connected socket
 // learns it during the wait, as a refusal, not at its deadline.
-func TestNativeExchangeRefused(t *testing.T) {
+func TestNativeExchangeRefused(t *testing.T) { bothReadModes(t, nativeExchangeRefused) }
+
+func nativeExchangeRefused(t *testing.T) {
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +152,9 @@ func TestNativeExchangeRefused(t *testing.T) {
 }
 
 // A silent peer: the wait ends at the deadline, class timeout.
-func TestNativeExchangeTimeout(t *testing.T) {
+func TestNativeExchangeTimeout(t *testing.T) { bothReadModes(t, nativeExchangeTimeout) }
+
+func nativeExchangeTimeout(t *testing.T) {
 	server := udpPeer(t, func([]byte) [][]byte { return nil })
 	s := openNativeUDP(t, server)
 	_, _, err := s.Exchange([]byte("q"), make([]byte, 512), time.Now().Add(50*time.Millisecond))
@@ -150,17 +164,18 @@ func TestNativeExchangeTimeout(t *testing.T) {
 // Closing the socket from another goroutine ends the wait (how a client
 // that goes away stops its transaction): class closed.
 func TestNativeExchangeClosedWhileWaiting(t *testing.T) {
+	bothReadModes(t, nativeExchangeClosedWhileWaiting)
+}
+
+func nativeExchangeClosedWhileWaiting(t *testing.T) {
 	server := udpPeer(t, func([]byte) [][]byte { return nil })
 	s := openNativeUDP(t, server)
 	time.AfterFunc(20*time.Millisecond, func() { s.Close() })
 	_, _, err := s.Exchange([]byte("q"), make([]byte, 512), time.Now().Add(time.Minute))
 	wantClass(t, err, "receive", ErrClosed)
-	// A closed socket cannot exchange again.
+	// A closed socket cannot exchange again: nothing is sent.
 	_, _, err = s.Exchange([]byte("q"), make([]byte, 512), time.Now().Add(time.Minute))
-	var se *SocketError
-	if !errors.As(err, &se) || se.Class != ErrClosed {
-		t.Fatalf("exchange on a closed socket: %v, want class closed", err)
-	}
+	wantClass(t, err, "send", ErrClosed)
 }
 
 // A query too big for a datagram fails at the send, with the send's op,
@@ -172,5 +187,24 @@ func TestNativeExchangeSendError(t *testing.T) {
 	var se *SocketError
 	if !errors.As(err, &se) || se.Op != "send" {
 		t.Fatalf("oversized send: %v, want a send error", err)
+	}
+}
+
+// The estimate follows what the reads right after the send find: a run
+// of empty reads turns them off, a run of replies found turns them on.
+func TestImmediateEstimateFollowsReads(t *testing.T) {
+	defer immediate.Store(immediate.Load())
+	immediate.Store(immediateScale)
+	for range 30 {
+		noteImmediate(false)
+	}
+	if v := immediate.Load(); v > readFirstAbove {
+		t.Fatalf("after 30 empty reads the estimate is %d/%d: still reading first", v, immediateScale)
+	}
+	for range 30 {
+		noteImmediate(true)
+	}
+	if v := immediate.Load(); v <= readFirstAbove {
+		t.Fatalf("after 30 replies found the estimate is %d/%d: still waiting first", v, immediateScale)
 	}
 }
