@@ -47,6 +47,19 @@ type Socket interface {
 	Close() error
 }
 
+// DatagramExchanger is implemented by a UDP Socket that sends a query and
+// waits for a datagram in one call. The engine uses it, when there, for a
+// transaction's first datagram; later ones come from Receive. The native
+// socket does the send from inside its wait for readability, so the wait
+// does not begin with a read that finds the socket empty (one system call
+// fewer per transaction).
+type DatagramExchanger interface {
+	// Exchange sends q whole, then reads one datagram into b, waiting no
+	// later than deadline. Errors are *SocketError whose Op says which
+	// step failed: "send", or "receive".
+	Exchange(q, b []byte, deadline time.Time) (n int, from netip.AddrPort, err error)
+}
+
 // ErrorClass is what the failure rules need to know about a socket error.
 // The values are part of the edge module's host interface: keep them stable.
 type ErrorClass uint8

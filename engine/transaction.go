@@ -108,17 +108,19 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 
 // transact sends the query on sock and waits for the matching reply.
 func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg []byte) exchangeResult {
-	wire := msg
 	if tx.transport == TCP {
-		wire = tx.query
-	}
-	if err := sock.Send(wire); err != nil {
-		return e.socketFailure(ctx, tx, err, OutcomeSendError)
-	}
-	if tx.transport == TCP {
+		if err := sock.Send(tx.query); err != nil {
+			return e.socketFailure(ctx, tx, err, OutcomeSendError)
+		}
 		return e.receiveTCP(ctx, tx, sock, msg)
 	}
-	return e.receiveUDP(ctx, tx, sock, msg)
+	x, _ := sock.(DatagramExchanger)
+	if x == nil {
+		if err := sock.Send(msg); err != nil {
+			return e.socketFailure(ctx, tx, err, OutcomeSendError)
+		}
+	}
+	return e.receiveUDP(ctx, tx, sock, x, msg)
 }
 
 // open opens tx's socket. A TCP connect may take until the deadline; a
@@ -151,13 +153,26 @@ func (e *Engine) open(ctx context.Context, tx *transaction) (Socket, error) {
 	}
 }
 
-func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, query []byte) exchangeResult {
+// receiveUDP waits for the reply to query. With x, the query is not sent
+// yet: x sends it and reads the first datagram in one call.
+func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, x DatagramExchanger, query []byte) exchangeResult {
 	bp := udpBuffers.Get().(*[]byte)
 	defer udpBuffers.Put(bp)
 	buf := *bp
 	strays := false // anything but the reply makes the socket unfit to reuse
 	for {
-		n, from, err := sock.Receive(buf, tx.deadline)
+		var n int
+		var from netip.AddrPort
+		var err error
+		if x != nil {
+			n, from, err = x.Exchange(query, buf, tx.deadline)
+			x = nil
+			if se, ok := err.(*SocketError); ok && se.Op == "send" {
+				return e.socketFailure(ctx, tx, err, OutcomeSendError)
+			}
+		} else {
+			n, from, err = sock.Receive(buf, tx.deadline)
+		}
 		if err != nil {
 			return e.socketFailure(ctx, tx, err, OutcomeRecvError)
 		}

@@ -5,6 +5,10 @@
 #    (own-cpu-ns/op) and allocations per question;
 #    fresh socket per transaction and the pool of connected sockets side
 #    by side (SPEC §1.3), the wire path (ResolveWire) either way;
+#  - BenchmarkForwardUDPParallel, BenchmarkForwardUDPOneAtATime: pooled
+#    sockets, distinct names, 40 questions in flight and one at a time,
+#    waiting for replies on the runtime's poller (the native network) and
+#    on a receiver thread of our own (issue 12's design (b), test code);
 #  - BenchmarkCacheHitWire: a cache hit, bytes in and bytes out;
 #  - BenchmarkStaleCacheHit, BenchmarkStaleForward: a cache hit and a
 #    forwarded miss with the cache on, serve-stale and prefetch off and on
@@ -17,7 +21,8 @@
 #
 # BASE_REV=REV also runs BenchmarkForwardUDP and BenchmarkResolveInMemory
 # (the engine alone on the in-memory network: far less noise than
-# sockets; its file is copied into REV's tree when REV lacks it) on the
+# sockets; these benchmarks' files are copied into REV's tree when REV
+# lacks them) on the
 # engine at git revision REV, alternating with this tree's, BENCH_COUNT
 # rounds each, for a
 # "this / base" comparison in the same run (the cost of a change), shown
@@ -33,7 +38,9 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git archive "$BASE_REV" | tar -x -C "$work"
-[ -f "$work/engine/bench_inmemory_test.go" ] || cp engine/bench_inmemory_test.go "$work/engine/"
+for f in bench_inmemory_test.go bench_parallel_test.go receiver_bench_test.go; do
+	[ -f "$work/engine/$f" ] || cp "engine/$f" "$work/engine/"
+done
 here=$(pwd)
 go test -c -o "$work/head.test" ./engine/
 (cd "$work" && go test -c -o "$work/base.test" ./engine/)
