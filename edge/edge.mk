@@ -1,6 +1,7 @@
 # The edge build (issue 6), included by the Makefile.
 #   make wasm          dist/dohfwd.wasm: the engine and DoH handling as a wasip1 reactor
-#   make wasm-workers  copies it next to the Workers glue (edge/workers/dohfwd.wasm)
+#   make wasm-workers  copies it next to the Workers glue (edge/workers/dohfwd.wasm), with
+#                      edge/workers/dohfwd.config.json: dohfwd.yaml there, encoded for the module
 #   make edge-check    vets the module for wasip1 and prints its size; run by make test
 #   make edge-host     bin/dohfwd-edge: the wazero host (a binary of its own, so dohfwd links no wazero)
 #   make wasm-size     what takes the room in the module: code by Go package (edge/wasmsize)
@@ -17,8 +18,11 @@ wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(WASM_FLAGS) -o $(WASM) ./edge/module
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes raw, $$(gzip -9c $(WASM) | wc -c) bytes gzipped"
 
+# The module reads no YAML: its configuration is encoded by the host
+# (dohfwd-edge -encode-config), which reports the file's errors by line.
 wasm-workers: wasm
 	cp $(WASM) edge/workers/dohfwd.wasm
+	$(GO) run ./cmd/dohfwd-edge -encode-config -config edge/workers/dohfwd.yaml > edge/workers/dohfwd.config.json
 
 # The same module with its name section (no -s -w), which wasmsize reads.
 wasm-size:

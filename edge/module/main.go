@@ -7,8 +7,9 @@
 // contract and the layout of what crosses the boundary is package
 // edge/abi.
 //
-// The host calls _initialize, then dohfwd_init once with the same YAML the
-// server reads, then dohfwd_poll with the requests and socket events as
+// The host calls _initialize, then dohfwd_init once with the configuration
+// it read (the server's YAML, checked and encoded by config.Encode: the
+// module links no YAML decoder), then dohfwd_poll with the requests and socket events as
 // they come (poll.go). One instance has one engine and answers any number
 // of requests at once, as the native server does: each request is a
 // goroutine, and no import waits, so the module's goroutines run while
@@ -70,8 +71,8 @@ func exportInit(n uint32, flags uint32) uint32 {
 	return 0
 }
 
-func setup(yaml []byte, flags uint32) error {
-	cfg, err := config.Parse("edge config", yaml)
+func setup(encoded []byte, flags uint32) error {
+	cfg, err := config.Decode(encoded)
 	if err != nil {
 		return err
 	}
