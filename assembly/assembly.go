@@ -15,7 +15,6 @@ package assembly
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"net/netip"
 
 	"github.com/rs/zerolog"
@@ -68,7 +67,9 @@ type Dohfwd struct {
 	// Engine is nil when Options.Network was.
 	Engine *engine.Engine
 	// Handler is the DoH handler over Resolver; nil without an engine.
-	Handler http.Handler
+	// Natively an http.Handler too; the module serves through its
+	// ServeRequest, without net/http.
+	Handler *doh.Handler
 	// Resolver is the engine behind the DDR names (_dns.resolver.arpa),
 	// which every listener answers locally; nil without an engine.
 	Resolver *ddr.Resolver
@@ -87,7 +88,7 @@ type Dohfwd struct {
 // setup, native only); it learns the listeners' ports with the DDR
 // designation.
 type setupPages interface {
-	http.Handler
+	doh.SetupPages
 	Designate(ddr.Designation)
 }
 
@@ -173,11 +174,15 @@ func (d *Dohfwd) Observe(x doh.Exchange) {
 	}
 	// A client over its limits is summed up by limitSummary, not logged
 	// once per refused query.
-	if x.Problem != "" && x.Status != http.StatusTooManyRequests {
+	if x.Problem != "" && x.Status != statusTooManyRequests {
 		d.Log.Debug().Int("status", x.Status).Int("rcode", x.Rcode).Str("problem", x.Problem).
 			Str("client", x.ClientIP.String()).Str("method", x.Method).Msg("bad request")
 	}
 }
+
+// statusTooManyRequests is net/http's StatusTooManyRequests, which the
+// module, linking no net/http, cannot name.
+const statusTooManyRequests = 429
 
 // Reloaded takes a reloaded configuration's parts outside the engine:
 // the client limits.

@@ -1,27 +1,16 @@
 package config
 
 import (
-	"bufio"
-	"bytes"
-	_ "embed"
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
-
-	"github.com/dohfwd/dohfwd/engine"
 )
 
 // DefaultSource names the embedded default in errors and logs.
 const DefaultSource = "(embedded default)"
-
-//go:embed default.yaml
-var defaultYAML []byte
 
 // Config is the whole file. The YAML keys are those of SPEC §5.
 type Config struct {
@@ -209,76 +198,8 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Load reads and checks the file at path.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	return Parse(path, data)
-}
-
-// LoadOrDefault reads the file at path, or the embedded default (Default)
-// when path is "": what `dohfwd serve --config` and dohfwd-edge read.
-func LoadOrDefault(path string) (*Config, error) {
-	if path == "" {
-		return Default()
-	}
-	return Load(path)
-}
-
-// Default returns the embedded default with a default-route scope named
-// "system" whose servers are the nameservers of /etc/resolv.conf.
-func Default() (*Config, error) {
-	c, err := Parse(DefaultSource, defaultYAML)
-	if err != nil {
-		return nil, err // the embedded file is tested; this is a build bug
-	}
-	servers, err := systemServers(resolvConf)
-	if err == nil && len(servers) > 0 {
-		s := Scope{Name: "system", DefaultRoute: true}
-		for _, ns := range servers {
-			// Checked as a file's servers are: the engine refuses what
-			// it cannot use (an IPv6 zone, say).
-			if _, err := engine.ParseServer(ns.addr); err != nil {
-				return nil, &Error{File: resolvConf, Line: ns.line, Key: "nameserver", Msg: err.Error()}
-			}
-			s.Servers = append(s.Servers, ns.addr)
-		}
-		c.Scopes = append(c.Scopes, s)
-	}
-	return c, nil
-}
-
 // resolvConf is where Default reads the system's nameservers.
 var resolvConf = "/etc/resolv.conf"
-
-// Parse reads a configuration from data; name is the file name used in
-// errors. Keys left out keep their defaults.
-func Parse(name string, data []byte) (*Config, error) {
-	c := defaults()
-	c.Source = name
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, syntaxError(name, data, err)
-	}
-	if len(root.Content) == 0 {
-		return c, nil // an empty file: all defaults
-	}
-	idx := newKeyIndex()
-	if err := idx.walk(name, root.Content[0], typeOfConfig, ""); err != nil {
-		return nil, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
-		return nil, idx.decodeError(name, err)
-	}
-	if err := c.validate(idx); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
 
 // defaults returns the built-in values, the same as default.yaml without
 // the system scope.
@@ -302,35 +223,6 @@ func defaults() *Config {
 		Log:    Log{Level: "info", Format: "auto"},
 		DDR:    DDR{Names: []string{}, Addresses: []string{}},
 	}
-}
-
-var yamlLine = regexp.MustCompile(`line (\d+): (.*)`)
-
-// syntaxError locates a YAML syntax error by line and, when the line holds
-// one, by its key.
-func syntaxError(name string, data []byte, err error) error {
-	m := yamlLine.FindStringSubmatch(err.Error())
-	if m == nil {
-		return &Error{File: name, Msg: err.Error()}
-	}
-	line, _ := strconv.Atoi(m[1])
-	return &Error{File: name, Line: line, Key: keyOnLine(data, line), Msg: "malformed YAML at or just after this line: " + m[2]}
-}
-
-// keyOnLine returns the mapping key written on line n (1-based), if any.
-func keyOnLine(data []byte, n int) string {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for i := 1; sc.Scan(); i++ {
-		if i != n {
-			continue
-		}
-		s := strings.TrimLeft(strings.TrimSpace(sc.Text()), "- ")
-		if k, _, ok := strings.Cut(s, ":"); ok && k != "" && !strings.ContainsAny(k, " \t{[\"'") {
-			return k
-		}
-		return ""
-	}
-	return ""
 }
 
 // SystemServers returns the nameservers listed in a resolv.conf file.

@@ -1,13 +1,14 @@
 package config
 
 import (
-	"maps"
 	"slices"
 
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// EngineConfig returns the engine's part of the configuration.
+// EngineConfig returns the engine's part of the configuration, its
+// internationalized names in punycode (as the engine reads them; the edge
+// module, which takes this on a reload, converts none).
 func (c *Config) EngineConfig() engine.Config {
 	ec := engine.Config{
 		TransactionTimeout: c.Engine.TransactionTimeout,
@@ -19,7 +20,7 @@ func (c *Config) EngineConfig() engine.Config {
 		ForwardECS:         c.Engine.ForwardECS,
 		EDEHideServers:     !c.Engine.EDEServers,
 		FallbackServers:    slices.Clone(c.FallbackServers),
-		Hosts:              maps.Clone(c.Hosts),
+		Hosts:              asciiHosts(c.Hosts),
 		Cache: engine.CacheConfig{
 			MaxEntries:     c.Cache.MaxEntries,
 			MinTTL:         c.Cache.MinTTL,
@@ -34,8 +35,8 @@ func (c *Config) EngineConfig() engine.Config {
 	}
 	for _, s := range c.Scopes {
 		ec.Scopes = append(ec.Scopes, engine.ScopeConfig{
-			Name: s.Name, Domains: slices.Clone(s.Domains), DefaultRoute: s.DefaultRoute,
-			Servers: slices.Clone(s.Servers), Search: slices.Clone(s.Search),
+			Name: s.Name, Domains: asciiNames(s.Domains), DefaultRoute: s.DefaultRoute,
+			Servers: slices.Clone(s.Servers), Search: asciiNames(s.Search),
 			SourcesV4: slices.Clone(s.SourcesV4), SourcesV6: slices.Clone(s.SourcesV6),
 		})
 	}

@@ -3,10 +3,10 @@ package doh
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,7 +151,7 @@ type Handler struct {
 	path      string
 	trusted   []netip.Prefix
 	observe   func(Exchange)
-	setup     http.Handler
+	setup     SetupPages
 	admit     func(netip.Addr) (bool, time.Duration)
 	notFound  string
 
@@ -178,6 +178,20 @@ func NewHandler(r Resolver, o Options) *Handler {
 	return h
 }
 
+// SetupProfilePath is the Apple profile's path, served by Options.Setup.
+const SetupProfilePath = "/apple.mobileconfig"
+
+// acceptsHTML reports whether the client is a browser asking for a page:
+// only then does GET / show the setup page.
+func acceptsHTML(h Header) bool {
+	for i := range h {
+		if h[i].Name == "accept" && strings.Contains(strings.ToLower(h[i].Value), "text/html") {
+			return true
+		}
+	}
+	return false
+}
+
 // begin reads and checks c.req. It reports true when the response is
 // ready (an HTTP error, or a DNS error answered here); otherwise c.q waits
 // for answer.
@@ -200,7 +214,7 @@ func (h *Handler) begin(c *call) (done bool) {
 	switch r.Path {
 	case h.path:
 		c.onDoHPath = true
-		if r.Method == http.MethodGet && acceptsJSON(r.Header) && !hasQueryParam(r.RawQuery, "dns") {
+		if r.Method == methodGet && acceptsJSON(r.Header) && !hasQueryParam(r.RawQuery, "dns") {
 			return h.beginJSON(c)
 		}
 		return h.beginWire(c)
@@ -212,7 +226,7 @@ func (h *Handler) begin(c *call) (done bool) {
 			return true
 		}
 	}
-	h.fail(c, http.StatusNotFound, h.notFound)
+	h.fail(c, statusNotFound, h.notFound)
 	return true
 }
 
@@ -222,35 +236,35 @@ func (h *Handler) beginWire(c *call) bool {
 	r := &c.req
 	var raw []byte
 	switch r.Method {
-	case http.MethodGet:
+	case methodGet:
 		v, ok := queryParam(r.RawQuery, "dns")
 		if !ok || v == "" {
-			h.fail(c, http.StatusBadRequest, "missing dns parameter: want ?dns=<base64url DNS query>")
+			h.fail(c, statusBadRequest, "missing dns parameter: want ?dns=<base64url DNS query>")
 			return true
 		}
 		var err error
 		if c.in, err = decodeDNSParam(v, c.in); err != nil {
-			h.fail(c, http.StatusBadRequest, "bad dns parameter: "+err.Error())
+			h.fail(c, statusBadRequest, "bad dns parameter: "+err.Error())
 			return true
 		}
 		raw = c.in
-	case http.MethodPost:
+	case methodPost:
 		if !isMediaType(r.Header.Get("content-type"), MediaTypeDNS) {
-			h.fail(c, http.StatusUnsupportedMediaType, "unsupported Content-Type: want "+MediaTypeDNS)
+			h.fail(c, statusUnsupportedMediaType, "unsupported Content-Type: want "+MediaTypeDNS)
 			return true
 		}
 		if r.ContentLength > MaxMessageSize || len(r.Body) > MaxMessageSize {
-			h.fail(c, http.StatusRequestEntityTooLarge, errTooLarge.Error())
+			h.fail(c, statusRequestEntityTooLarge, errTooLarge.Error())
 			return true
 		}
 		if r.BodyErr != nil {
-			h.fail(c, http.StatusBadRequest, "reading body: "+r.BodyErr.Error())
+			h.fail(c, statusBadRequest, "reading body: "+r.BodyErr.Error())
 			return true
 		}
 		raw = r.Body
 	default:
 		c.resp.Header.Add("allow", "GET, POST")
-		h.fail(c, http.StatusMethodNotAllowed, "method not allowed: use GET or POST")
+		h.fail(c, statusMethodNotAllowed, "method not allowed: use GET or POST")
 		return true
 	}
 	if h.wire != nil {
@@ -263,7 +277,7 @@ func (h *Handler) beginWire(c *call) bool {
 		}
 	}
 	q, reply, status, problem := checkQuery(raw)
-	if status != http.StatusOK {
+	if status != statusOK {
 		h.fail(c, status, problem)
 		return true
 	}
@@ -283,15 +297,15 @@ func (h *Handler) beginWire(c *call) bool {
 // (mnemonic or number, default A), do and cd (0/1/true/false).
 func (h *Handler) beginJSON(c *call) bool {
 	c.x.Format = FormatJSON
-	if c.req.Method != http.MethodGet {
+	if c.req.Method != methodGet {
 		c.resp.Header.Add("allow", "GET")
-		h.failJSON(c, http.StatusMethodNotAllowed, "method not allowed: the JSON form is GET only")
+		h.failJSON(c, statusMethodNotAllowed, "method not allowed: the JSON form is GET only")
 		return true
 	}
 	v, _ := url.ParseQuery(c.req.RawQuery)
 	q, err := jsonQuery(v)
 	if err != nil {
-		h.failJSON(c, http.StatusBadRequest, err.Error())
+		h.failJSON(c, statusBadRequest, err.Error())
 		return true
 	}
 	c.x.QName, c.x.QType = q.Question[0].Name, q.Question[0].Qtype
@@ -372,7 +386,7 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 			h.writeWire(c, c.x.Response.Msg)
 		}
 	}
-	if c.resp.Status == http.StatusOK {
+	if c.resp.Status == statusOK {
 		h.addOperatorHeaders(c)
 	}
 	return true
@@ -398,9 +412,9 @@ func (h *Handler) refuse(c *call, wait time.Duration) {
 	c.resp.Header.Add("retry-after", itoa(secs))
 	const problem = "too many requests: this client is over its limits"
 	if c.x.Format == FormatJSON {
-		h.failJSON(c, http.StatusTooManyRequests, problem)
+		h.failJSON(c, statusTooManyRequests, problem)
 	} else {
-		h.fail(c, http.StatusTooManyRequests, problem)
+		h.fail(c, statusTooManyRequests, problem)
 	}
 }
 
@@ -440,7 +454,7 @@ func (h *Handler) finish(c *call) {
 func (h *Handler) writeWire(c *call, reply *dns.Msg) {
 	wire, err := packReply(reply, c.query(), c.out[:0])
 	if err != nil {
-		h.fail(c, http.StatusInternalServerError, "cannot pack the answer: "+err.Error())
+		h.fail(c, statusInternalServerError, "cannot pack the answer: "+err.Error())
 		return
 	}
 	h.writeWireBytes(c, wire, reply.Rcode, cacheControl(reply))
@@ -450,7 +464,7 @@ func (h *Handler) writeWire(c *call, reply *dns.Msg) {
 // c.out), whose rcode is rcode.
 func (h *Handler) writeWireBytes(c *call, wire []byte, rcode int, cacheControl string) {
 	c.out = wire
-	c.resp.Status, c.resp.Body = http.StatusOK, wire
+	c.resp.Status, c.resp.Body = statusOK, wire
 	c.resp.Header = append(c.resp.Header,
 		HeaderField{"content-type", MediaTypeDNS},
 		HeaderField{"content-length", itoa(len(wire))},
@@ -458,18 +472,18 @@ func (h *Handler) writeWireBytes(c *call, wire []byte, rcode int, cacheControl s
 	if c.onDoHPath {
 		c.resp.Header.Add("vary", "Accept")
 	}
-	c.x.Status, c.x.Rcode = http.StatusOK, rcode
+	c.x.Status, c.x.Rcode = statusOK, rcode
 }
 
 // writeJSON writes reply in the JSON form.
 func (h *Handler) writeJSON(c *call, reply *dns.Msg) {
 	body, err := json.Marshal(toJSON(reply))
 	if err != nil {
-		h.failJSON(c, http.StatusInternalServerError, "cannot encode the answer: "+err.Error())
+		h.failJSON(c, statusInternalServerError, "cannot encode the answer: "+err.Error())
 		return
 	}
 	c.out = append(append(c.out[:0], body...), '\n')
-	c.resp.Status, c.resp.Body = http.StatusOK, c.out
+	c.resp.Status, c.resp.Body = statusOK, c.out
 	c.resp.Header = append(c.resp.Header,
 		HeaderField{"content-type", MediaTypeJSON},
 		HeaderField{"content-length", itoa(len(c.out))},
@@ -477,7 +491,7 @@ func (h *Handler) writeJSON(c *call, reply *dns.Msg) {
 	if c.onDoHPath {
 		c.resp.Header.Add("vary", "Accept")
 	}
-	c.x.Status, c.x.Rcode = http.StatusOK, reply.Rcode
+	c.x.Status, c.x.Rcode = statusOK, reply.Rcode
 }
 
 // fail answers with an HTTP error and a short text saying what is wrong.

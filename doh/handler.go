@@ -2,7 +2,6 @@ package doh
 
 import (
 	"context"
-	"net/http"
 	"net/netip"
 	"time"
 
@@ -63,7 +62,7 @@ type Options struct {
 	Observe func(x Exchange)
 	// Setup, if set, serves the device setup pages: GET / from a browser
 	// (Accept: text/html) and SetupProfilePath (see package setup).
-	Setup http.Handler
+	Setup SetupPages
 	// ServerTiming adds a Server-Timing header to each resolved answer:
 	// its source, attempts and upstream time (see [ServerTiming]).
 	ServerTiming bool

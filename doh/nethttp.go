@@ -1,9 +1,13 @@
+//go:build !wasip1
+
 package doh
 
 import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 // ServeHTTP serves one request that net/http read (HTTP/1.1, and the
@@ -127,3 +131,7 @@ var sharedValues = func() map[string][]string {
 	}
 	return m
 }()
+
+// RequestTrace returns the trace of a request with headers h: the
+// caller's from traceparent, else a new one; its span is new either way.
+func RequestTrace(h http.Header) engine.Trace { return NewTrace(h["Traceparent"]) }

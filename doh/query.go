@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"mime"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -130,36 +129,36 @@ const (
 //     question.
 func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
 	if len(raw) < headerSize {
-		return nil, nil, http.StatusBadRequest, "undecodable DNS message: shorter than the 12-byte header"
+		return nil, nil, statusBadRequest, "undecodable DNS message: shorter than the 12-byte header"
 	}
 	if raw[2]&flagQR != 0 {
-		return nil, nil, http.StatusBadRequest, "not a query: the message is a response (QR set)"
+		return nil, nil, statusBadRequest, "not a query: the message is a response (QR set)"
 	}
 	q = new(dns.Msg)
 	err := q.Unpack(raw)
 	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
 		// The header says what it is; answer it even if the rest is odd.
-		return q, engine.ErrorReply(q, raw, dns.RcodeNotImplemented), http.StatusOK,
+		return q, engine.ErrorReply(q, raw, dns.RcodeNotImplemented), statusOK,
 			"opcode " + opcodeName(op) + " is not implemented"
 	}
 	if qd := int(raw[4])<<8 | int(raw[5]); qd != 1 {
-		return nil, nil, http.StatusBadRequest, "want exactly one question, QDCOUNT is " + strconv.Itoa(qd)
+		return nil, nil, statusBadRequest, "want exactly one question, QDCOUNT is " + strconv.Itoa(qd)
 	}
 	if err != nil {
 		if len(q.Question) == 1 {
 			// Header and question read: the rest is malformed.
-			return q, engine.ErrorReply(q, raw, dns.RcodeFormatError), http.StatusOK,
+			return q, engine.ErrorReply(q, raw, dns.RcodeFormatError), statusOK,
 				"malformed DNS message: " + err.Error()
 		}
-		return nil, nil, http.StatusBadRequest, "undecodable DNS message: " + err.Error()
+		return nil, nil, statusBadRequest, "undecodable DNS message: " + err.Error()
 	}
 	if len(q.Question) != 1 {
-		return nil, nil, http.StatusBadRequest, "undecodable DNS message: the question is missing"
+		return nil, nil, statusBadRequest, "undecodable DNS message: the question is missing"
 	}
 	if rcode, why := queryProblem(q); rcode != dns.RcodeSuccess {
-		return q, engine.ErrorReply(q, raw, rcode), http.StatusOK, why
+		return q, engine.ErrorReply(q, raw, rcode), statusOK, why
 	}
-	return q, nil, http.StatusOK, ""
+	return q, nil, statusOK, ""
 }
 
 // queryProblem checks a parsed query with one question for what a DNS

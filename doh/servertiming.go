@@ -1,7 +1,6 @@
 package doh
 
 import (
-	"net/http"
 	"strconv"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -60,41 +59,4 @@ func AppendServerTiming(b []byte, r engine.Response) []byte {
 	b = strconv.AppendInt(b, int64(r.Attempts), 10)
 	b = append(b, ", upstream;dur="...)
 	return strconv.AppendFloat(b, float64(r.Upstream.Microseconds())/1000, 'f', -1, 64)
-}
-
-// setOperatorHeaders adds Server-Timing (timing) and traceresponse (tr not
-// nil) to a resolved answer's headers. Both values are made in one string
-// and share one backing array for their slices: two allocations at most.
-func setOperatorHeaders(h http.Header, r engine.Response, timing bool, tr *engine.Trace) {
-	var fixed []string
-	if timing {
-		fixed = fixedServerTiming(r)
-	}
-	var b [160]byte
-	out := b[:0]
-	if timing && fixed == nil {
-		out = AppendServerTiming(out, r)
-	}
-	split := len(out)
-	if tr != nil {
-		out = AppendTraceResponse(out, tr)
-	}
-	if len(out) == 0 {
-		if fixed != nil {
-			h["Server-Timing"] = fixed
-		}
-		return
-	}
-	s := string(out)
-	vals := new([2]string)
-	if fixed != nil {
-		h["Server-Timing"] = fixed
-	} else if timing {
-		vals[0] = s[:split]
-		h["Server-Timing"] = vals[0:1:1]
-	}
-	if tr != nil {
-		vals[1] = s[split:]
-		h["Traceresponse"] = vals[1:2:2]
-	}
 }

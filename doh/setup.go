@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package doh
 
 import (
@@ -6,19 +8,10 @@ import (
 	"strings"
 )
 
-// SetupProfilePath is the Apple profile's path, served by Options.Setup.
-const SetupProfilePath = "/apple.mobileconfig"
-
-// acceptsHTML reports whether the client is a browser asking for a page:
-// only then does GET / show the setup page.
-func acceptsHTML(h Header) bool {
-	for i := range h {
-		if h[i].Name == "accept" && strings.Contains(strings.ToLower(h[i].Value), "text/html") {
-			return true
-		}
-	}
-	return false
-}
+// SetupPages serves the device setup pages (package setup): natively an
+// http.Handler. The module has none (and links no net/http): see
+// setup_wasip1.go.
+type SetupPages = http.Handler
 
 // serveSetup answers c with Options.Setup, for either transport: the
 // setup handler is an http.Handler, so c.req is made an *http.Request and

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math/rand/v2"
-	"net/http"
 
 	"github.com/dohfwd/dohfwd/engine"
 )
@@ -20,10 +19,6 @@ import (
 
 // traceparentLen is the length of a version 00 traceparent.
 const traceparentLen = 55
-
-// RequestTrace returns the trace of a request with headers h: the
-// caller's from traceparent, else a new one; its span is new either way.
-func RequestTrace(h http.Header) engine.Trace { return NewTrace(h["Traceparent"]) }
 
 // NewTrace is RequestTrace for any transport: traceparent is the
 // request's traceparent header values (none, one, or more: more than one

@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/miekg/dns"
-	"golang.org/x/net/idna"
 )
 
 // FallbackScope is the scope name reported for questions that no
@@ -135,7 +134,7 @@ func domainASCII(d string) (string, error) {
 		return "", fmt.Errorf("empty name")
 	}
 	if !isASCII(d) {
-		a, err := idna.Lookup.ToASCII(d)
+		a, err := punycode(d)
 		if err != nil {
 			return "", err
 		}
@@ -146,6 +145,21 @@ func domainASCII(d string) (string, error) {
 		return "", fmt.Errorf("%q is not a domain name", d)
 	}
 	return d, nil
+}
+
+// ASCIIName is name with an internationalized name in punycode, as
+// ParseDomain reads it (a name in ASCII is returned as it is): for what
+// hands names to the edge module, which converts none (see punycode). A
+// name that cannot be converted is returned as it is, for ParseDomain to
+// refuse.
+func ASCIIName(name string) string {
+	if isASCII(name) {
+		return name
+	}
+	if a, err := punycode(strings.TrimSpace(name)); err == nil {
+		return a
+	}
+	return name
 }
 
 func isASCII(s string) bool {

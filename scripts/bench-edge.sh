@@ -78,7 +78,8 @@ if [ -x edge/workers/node_modules/.bin/workerd ]; then
 	mkdir "$work/workers"
 	cp edge/workers/{workerd.capnp,worker.mjs,wasi.mjs,sockets.mjs} "$work/workers/"
 	cp "$wasm" "$work/workers/dohfwd.wasm"
-	config 0 >"$work/workers/dohfwd.yaml"
+	config 0 >"$work/workers/dohfwd.yaml" # encoded for the module, as make wasm-workers does
+	"$work/dohfwd-edge" -encode-config -config "$work/workers/dohfwd.yaml" >"$work/workers/dohfwd.config.json"
 	(cd "$work/workers" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$wdport" >"$work/workerd.log" 2>&1) &
 	pids+=($!)
 	waitport "$wdport"

@@ -75,7 +75,11 @@ const (
 // dohfwd_buffer(0) gives afterwards.
 const (
 	ExportBuffer = "dohfwd_buffer" // (n u32) -> ptr u32
-	ExportInit   = "dohfwd_init"   // (len, flags u32) -> errlen u32: config YAML in; 0, or the error text's length
+	// (len, flags u32) -> errlen u32: the configuration in, as
+	// config.Encode writes it (the host reads and checks the YAML, so its
+	// errors name the line; the module links no YAML decoder); 0, or the
+	// error text's length.
+	ExportInit = "dohfwd_init"
 	// (now_unix_ns i64, len u32) -> len u32: events in (AppendEvent), a
 	// poll result out (ParsePollResult).
 	ExportPoll   = "dohfwd_poll"

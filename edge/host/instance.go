@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 
+	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
 )
@@ -56,8 +57,17 @@ type call struct{ done chan []byte }
 var errClosed = errors.New("edge: instance closed")
 
 // NewInstance instantiates the module, configures it with configYAML (the
-// same YAML as the server's) and runs its first poll.
+// same YAML as the server's, handed to the module encoded: see
+// abi.ExportInit) and runs its first poll.
 func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance, error) {
+	cfg, err := config.Parse("edge config", configYAML)
+	if err != nil {
+		return nil, err
+	}
+	encoded, err := config.Encode(cfg)
+	if err != nil {
+		return nil, err
+	}
 	mc := wazero.NewModuleConfig().
 		WithName(""). // anonymous, so there may be many
 		WithStartFunctions("_initialize").
@@ -94,7 +104,7 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 		mod.Close(ctx)
 		return nil, errors.New("edge: module lacks the dohfwd exports")
 	}
-	if err := in.put(ctx, configYAML); err != nil {
+	if err := in.put(ctx, encoded); err != nil {
 		mod.Close(ctx)
 		return nil, err
 	}
@@ -102,7 +112,7 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 	if r.opts.TCPOnly {
 		flags |= abi.InitTCPOnly
 	}
-	res, err := initFn.Call(ctx, uint64(len(configYAML)), flags)
+	res, err := initFn.Call(ctx, uint64(len(encoded)), flags)
 	if err != nil {
 		mod.Close(ctx)
 		return nil, fmt.Errorf("edge: init: %w", err)

@@ -32,6 +32,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	modPath := fs.String("module", filepath.Join("dist", "dohfwd.wasm"), "the WebAssembly `FILE` built by make wasm")
 	instances := fs.Int("instances", DefaultInstances(), "module instances, each with its own engine (more split the cache and demotion marks)")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "compilation cache `DIR` (\"\" compiles in memory)")
+	encode := fs.Bool("encode-config", false, "print the configuration as the module takes it (Workers' DOHFWD_CONFIG) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,6 +48,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	}
 	cfg, err := config.LoadOrDefault(*cfgPath)
 	if err != nil {
+		return err
+	}
+	if *encode {
+		b, err := config.Encode(cfg)
+		if err != nil {
+			return err
+		}
+		_, err = os.Stdout.Write(append(b, '\n'))
 		return err
 	}
 	wasm, err := os.ReadFile(*modPath)

@@ -7,8 +7,9 @@
 // contract and the layout of what crosses the boundary is package
 // edge/abi.
 //
-// The host calls _initialize, then dohfwd_init once with the same YAML the
-// server reads, then dohfwd_poll with the requests and socket events as
+// The host calls _initialize, then dohfwd_init once with the configuration
+// it read (the server's YAML, checked and encoded by config.Encode: the
+// module links no YAML decoder), then dohfwd_poll with the requests and socket events as
 // they come (poll.go). One instance has one engine and answers any number
 // of requests at once, as the native server does: each request is a
 // goroutine, and no import waits, so the module's goroutines run while
@@ -20,13 +21,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"unsafe"
 
 	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/telemetry"
@@ -39,7 +41,7 @@ var (
 	buf     = make([]byte, 64<<10) // the buffer shared with the host
 	dohfwd  *assembly.Dohfwd
 	eng     *engine.Engine
-	handler http.Handler
+	handler *doh.Handler
 	latency = telemetry.NewLatencyTally()
 	// network is the engine's sockets: waits the host's events end.
 	network = newWaits()
@@ -69,8 +71,8 @@ func exportInit(n uint32, flags uint32) uint32 {
 	return 0
 }
 
-func setup(yaml []byte, flags uint32) error {
-	cfg, err := config.Parse("edge config", yaml)
+func setup(encoded []byte, flags uint32) error {
+	cfg, err := config.Decode(encoded)
 	if err != nil {
 		return err
 	}
@@ -123,67 +125,47 @@ func exportStatus() uint32 {
 	return setResult(b)
 }
 
-// serve runs the DoH handler on a request built from the host's data,
-// under ctx, which ends when the host reports the client gone.
+// serve answers the host's request through the DoH handler's core, under
+// ctx, which ends when the host reports the client gone. The module links
+// no net/http (it would bring crypto/tls): the request becomes a
+// doh.Request as the native HTTP/1.1 adapter makes one.
 func serve(ctx context.Context, r *abi.Request) abi.Response {
 	u, err := url.ParseRequestURI(r.Target)
 	if err != nil {
-		return abi.Response{Status: http.StatusBadRequest, Body: []byte("bad request target")}
+		return abi.Response{Status: statusBadRequest, Body: []byte("bad request target")}
 	}
-	hr := &http.Request{
+	req := doh.Request{
 		Method:        r.Method,
-		URL:           u,
-		RequestURI:    r.Target,
+		Path:          u.Path,
+		RawQuery:      u.RawQuery,
 		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        make(http.Header, len(r.Headers)),
+		Header:        make(doh.Header, 0, len(r.Headers)),
 		ContentLength: int64(len(r.Body)),
-		RemoteAddr:    r.Remote,
+		Body:          r.Body,
 	}
-	hr.Body = readCloser{bytes.NewReader(r.Body)}
+	if peer, err := netip.ParseAddrPort(r.Remote); err == nil {
+		req.Peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
+	}
 	for _, h := range r.Headers {
 		if strings.EqualFold(h[0], "Host") {
-			hr.Host = h[1]
+			req.Host = h[1]
 			continue
 		}
-		hr.Header.Add(h[0], h[1])
+		req.Header.Add(strings.ToLower(h[0]), h[1])
 	}
-	hr = hr.WithContext(ctx)
-	w := &responseWriter{header: http.Header{}}
-	handler.ServeHTTP(w, hr)
-	resp := abi.Response{Status: w.status, Body: w.body.Bytes()}
-	if resp.Status == 0 {
-		resp.Status = http.StatusOK
+	out, ok := handler.ServeRequest(ctx, &req)
+	if !ok {
+		return abi.Response{Status: doh.StatusClientClosed}
 	}
-	for k, vs := range w.header {
-		for _, v := range vs {
-			resp.Headers = append(resp.Headers, [2]string{k, v})
-		}
+	resp := abi.Response{Status: out.Status, Body: out.Body, Headers: make([][2]string, len(out.Header))}
+	for i, f := range out.Header {
+		resp.Headers[i] = [2]string{f.Name, f.Value}
 	}
 	return resp
 }
 
-type readCloser struct{ *bytes.Reader }
-
-func (readCloser) Close() error { return nil }
-
-// responseWriter keeps the handler's response in memory for the host.
-type responseWriter struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (w *responseWriter) Header() http.Header { return w.header }
-
-func (w *responseWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-}
-
-func (w *responseWriter) Write(b []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	return w.body.Write(b)
-}
+// The statuses the module answers itself, as net/http names them.
+const (
+	statusBadRequest         = 400
+	statusServiceUnavailable = 503
+)

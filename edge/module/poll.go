@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"runtime"
 	"runtime/metrics"
 	"sync"
@@ -95,9 +94,9 @@ func start(id uint32, data []byte) {
 		var resp abi.Response
 		switch {
 		case err != nil:
-			resp = abi.Response{Status: http.StatusBadRequest, Body: []byte(err.Error())}
+			resp = abi.Response{Status: statusBadRequest, Body: []byte(err.Error())}
 		case handler == nil:
-			resp = abi.Response{Status: http.StatusServiceUnavailable, Body: []byte("dohfwd_init was not called")}
+			resp = abi.Response{Status: statusServiceUnavailable, Body: []byte("dohfwd_init was not called")}
 		default:
 			resp = serve(ctx, &req)
 		}

@@ -20,9 +20,9 @@ var (
 	built error
 )
 
-// Build returns the module's bytes and a file holding them, building it
-// with the same flags as `make wasm`. Go's build cache makes repeated
-// builds quick.
+// Build returns the module's bytes and a file holding them, built by
+// `make wasm` (so with its flags: edge/edge.mk) into a file of its own.
+// Go's build cache makes repeated builds quick.
 func Build(t testing.TB) (wasmBytes []byte, file string) {
 	t.Helper()
 	once.Do(func() {
@@ -32,8 +32,12 @@ func Build(t testing.TB) (wasmBytes []byte, file string) {
 			return
 		}
 		path = filepath.Join(dir, "dohfwd.wasm")
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", path, "github.com/dohfwd/dohfwd/edge/module")
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		var root []byte
+		if root, built = exec.Command("go", "env", "GOMOD").Output(); built != nil {
+			return
+		}
+		cmd := exec.Command("make", "-s", "wasm", "WASM="+path)
+		cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			built = &buildError{err: err, out: strings.TrimSpace(string(out))}

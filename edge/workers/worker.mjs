@@ -1,6 +1,7 @@
 // dohfwd on Cloudflare Workers: every request goes through the same
 // WebAssembly module as the wazero host (dist/dohfwd.wasm), with the
-// configuration YAML from the DOHFWD_CONFIG binding and TCP as the only
+// configuration from the DOHFWD_CONFIG binding (the YAML encoded by
+// `dohfwd-edge -encode-config`: the module reads no YAML) and TCP as the only
 // upstream transport.
 //
 // One instance per isolate answers every request the isolate gets, all at
@@ -171,9 +172,9 @@ async function setup(env) {
   wasi.setMemory(exports.memory);
   it = new Instance(exports, sockets);
   exports._initialize();
-  const yaml = enc.encode(env.DOHFWD_CONFIG || "");
-  it.put(yaml);
-  const errLen = exports.dohfwd_init(yaml.length, InitTCPOnly);
+  const config = enc.encode(env.DOHFWD_CONFIG || "");
+  it.put(config);
+  const errLen = exports.dohfwd_init(config.length, InitTCPOnly);
   if (errLen !== 0) {
     throw new Error("dohfwd config: " + dec.decode(it.view(errLen)));
   }

@@ -22,7 +22,7 @@ const dohfwd :Workerd.Worker = (
     (name = "dohfwd.wasm", wasm = embed "dohfwd.wasm"),
   ],
   bindings = [
-    (name = "DOHFWD_CONFIG", text = embed "dohfwd.yaml"),
+    (name = "DOHFWD_CONFIG", text = embed "dohfwd.config.json"),
   ],
   compatibilityDate = "2025-09-01",
   # request.signal aborts when the client goes away: the module then

@@ -20,6 +20,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/dohfwd/dohfwd/internal/testtool"
@@ -70,7 +71,17 @@ func startWorkerd(t *testing.T, configYAML string) string {
 	if err := os.WriteFile(filepath.Join(dir, "dohfwd.wasm"), wasm, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "dohfwd.yaml"), []byte(configYAML), 0o644); err != nil {
+	// DOHFWD_CONFIG is the configuration encoded, as `make workers-config`
+	// writes it (the module reads no YAML).
+	cfg, err := config.Parse("workerd test", []byte(configYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	encoded, err := config.Encode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dohfwd.config.json"), encoded, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	addr := freePort(t)

@@ -1,0 +1,18 @@
+package doh
+
+// The HTTP statuses and methods the core speaks, under its own names: the
+// core builds without net/http, which the WebAssembly module does not
+// link (it would bring crypto/tls). The values are net/http's.
+const (
+	statusOK                    = 200
+	statusBadRequest            = 400
+	statusNotFound              = 404
+	statusMethodNotAllowed      = 405
+	statusRequestEntityTooLarge = 413
+	statusUnsupportedMediaType  = 415
+	statusTooManyRequests       = 429
+	statusInternalServerError   = 500
+
+	methodGet  = "GET"
+	methodPost = "POST"
+)
