@@ -4,7 +4,6 @@ package doh
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -91,11 +90,11 @@ type h2conn struct {
 	werr        error
 	wdone       *sync.Cond
 	wdeadline   time.Time
-	enc         *hpack.Encoder
-	encBuf      bytes.Buffer
-	sendWin     int64 // connection send window
-	peerWin     int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame   int   // the client's SETTINGS_MAX_FRAME_SIZE
+	enc         *respEncoder
+	block       []byte // the header block being written
+	sendWin     int64  // connection send window
+	peerWin     int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame   int    // the client's SETTINGS_MAX_FRAME_SIZE
 	blocked     []*stream
 	goingAway   bool // a GOAWAY was sent or received: no new streams
 	sentGoAway  bool
@@ -164,7 +163,7 @@ func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
 	c.fr.SetReuseFrames()
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(2 * c.limits.MaxHeaderBytes)
-	c.enc = hpack.NewEncoder(&c.encBuf)
+	c.enc = newRespEncoder()
 	return c
 }
 
@@ -287,7 +286,7 @@ func (c *h2conn) endBatch() {
 		var ctx context.Context
 		ctx, st.cancel = context.WithCancel(c.ctx)
 		st.running = true
-		go c.resolve(ctx, st)
+		c.srv.workers.run(job{c, ctx, st})
 	}
 	c.pending = c.pending[:0]
 	c.stale = true

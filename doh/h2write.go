@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // Responses and flow control: frames are appended to the connection's
@@ -23,13 +22,14 @@ func (c *h2conn) respond(st *stream, now time.Time) error {
 		c.finish(st)
 		return nil
 	}
-	c.encBuf.Reset()
-	c.enc.WriteField(hpack.HeaderField{Name: ":status", Value: itoa(st.resp.Status)})
-	c.enc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate(now)})
+	blk := c.enc.begin(c.block[:0])
+	blk = c.enc.appendStatus(blk, st.resp.Status)
+	blk = c.enc.appendField(blk, "date", httpDate(now))
 	for _, f := range st.resp.Header {
-		c.enc.WriteField(hpack.HeaderField{Name: f.Name, Value: f.Value})
+		blk = c.enc.appendField(blk, f.Name, f.Value)
 	}
-	c.wbuf = appendHeaders(c.wbuf, st.id, c.encBuf.Bytes(), len(st.resp.Body) == 0, c.peerFrame)
+	c.block = blk
+	c.wbuf = appendHeaders(c.wbuf, st.id, blk, len(st.resp.Body) == 0, c.peerFrame)
 	st.unsent = st.resp.Body
 	c.sendData(st)
 	return nil
@@ -82,7 +82,7 @@ func (c *h2conn) onSettings(f *http2.SettingsFrame) error {
 		}
 		switch s.ID {
 		case http2.SettingHeaderTableSize:
-			c.enc.SetMaxDynamicTableSizeLimit(s.Val)
+			c.enc.setLimit(s.Val)
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = int(s.Val)
 		case http2.SettingInitialWindowSize:
