@@ -467,7 +467,7 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 		return
 	}
 	c.respond(st, time.Now()) // st may be freed from here on
-	c.flushLocked()
+	c.flushAfterOthers()
 	c.afterAsync()
 }
 

@@ -4,6 +4,7 @@ package doh
 
 import (
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -129,6 +130,25 @@ func (c *h2conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.sendBlocked()
 	}
 	return nil
+}
+
+// flushAfterOthers is flushLocked for a response that a worker appended:
+// the write waits until the goroutines ready to run have run (one
+// runtime.Gosched), so that answers that came back from the network
+// together (woken by one poll) leave in one write, one TLS record, as
+// they would in an event loop that flushes once per round. Meanwhile the
+// connection counts as writing, so they append and leave the write to
+// this one.
+func (c *h2conn) flushAfterOthers() {
+	if c.writing || c.werr != nil {
+		return
+	}
+	c.writing = true
+	c.mu.Unlock()
+	runtime.Gosched()
+	c.mu.Lock()
+	c.writing = false
+	c.flushLocked()
 }
 
 // flushLocked writes the buffer unless a write is in progress (which then
