@@ -144,12 +144,23 @@ func (c *h2conn) flushAfterOthers() {
 		return
 	}
 	c.writing = true
-	c.mu.Unlock()
-	runtime.Gosched()
-	c.mu.Lock()
+	// While others append, let them: a few rounds at most, so a stream of
+	// answers does not hold the first of them back.
+	for range maxFlushYields {
+		n := len(c.wbuf)
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+		if len(c.wbuf) == n || c.werr != nil {
+			break
+		}
+	}
 	c.writing = false
 	c.flushLocked()
 }
+
+// maxFlushYields bounds the rounds flushAfterOthers waits for answers.
+const maxFlushYields = 4
 
 // flushLocked writes the buffer unless a write is in progress (which then
 // takes what was added). c.mu is held, and released during the write.

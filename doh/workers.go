@@ -19,6 +19,7 @@ type workers struct {
 	idle    atomic.Int32  // workers waiting, or about to
 	maxIdle int32         // more than this many idle workers end
 	quit    chan struct{} // closed when the server stops: idle workers end
+	started atomic.Int64  // workers started, ever
 }
 
 // job is one stream to resolve on its connection.
@@ -37,6 +38,7 @@ func (w *workers) run(j job) {
 	select {
 	case w.jobs <- j:
 	default:
+		w.started.Add(1)
 		go w.work(j)
 	}
 }
