@@ -283,8 +283,10 @@ func (c *h2conn) endBatch() {
 			c.finish(st)
 			continue
 		}
+		// Not a child of c.ctx: close cancels every stream it abandons,
+		// so the link would only cost a map entry in c.ctx per question.
 		var ctx context.Context
-		ctx, st.cancel = context.WithCancel(c.ctx)
+		ctx, st.cancel = context.WithCancel(context.Background())
 		st.running = true
 		c.srv.workers.run(job{c, ctx, st})
 	}

@@ -141,3 +141,37 @@ func TestWorkersKeptBetweenQuestions(t *testing.T) {
 	srv.Close()
 	waitFor(t, "idle workers to end", func() bool { return srv.workers.idle.Load() == 0 })
 }
+
+// cancelCounter is a blockingResolver that counts the questions that saw
+// their context end.
+type cancelCounter struct {
+	blockingResolver
+	cancelled atomic.Int64
+}
+
+func (r *cancelCounter) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
+	resp := r.blockingResolver.Resolve(ctx, q)
+	if ctx.Err() != nil {
+		r.cancelled.Add(1)
+	}
+	return resp
+}
+
+// TestConnectionEndCancelsQuestions: a client that drops its connection
+// with questions in flight has each of them cancelled (the resolver's
+// context ends), not left to run to its end.
+func TestConnectionEndCancelsQuestions(t *testing.T) {
+	t.Parallel()
+	res := &cancelCounter{blockingResolver: blockingResolver{release: make(chan struct{})}}
+	defer close(res.release)
+	addr, _ := startPlainLimits(t, NewHandler(res, Options{}), Limits{})
+	c := dialRaw(t, addr)
+	for i := range 5 {
+		c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: c.block(getPath(t, "c.example.")),
+			EndStream: true, EndHeaders: true})
+	}
+	c.flush()
+	waitFor(t, "five questions at the resolver", func() bool { return res.calls.Load() == 5 })
+	c.nc.Close()
+	waitFor(t, "five questions cancelled", func() bool { return res.cancelled.Load() == 5 })
+}
