@@ -307,13 +307,12 @@ func (c *h2conn) endBatch() {
 // flow control, or the next request.
 func (c *h2conn) armDeadline() {
 	var d time.Time
-	now := time.Now()
 	switch {
 	case c.hdr != nil:
 		d = c.hdrStart.Add(c.limits.ReadHeaderTimeout)
 	case c.active == 0:
 		if c.idleSince.IsZero() {
-			c.idleSince = now
+			c.idleSince = time.Now()
 		}
 		d = c.idleSince.Add(c.limits.IdleTimeout)
 	default:
@@ -446,6 +445,7 @@ func (c *h2conn) endRequest(st *stream) error {
 func (c *h2conn) start(st *stream) error {
 	st.begun = true
 	c.srv.active.Add(1)
+	st.received = c.now
 	if c.h.begin(&st.call) || c.h.answer(c.ctx, &st.call, false) {
 		return c.respond(st, c.now)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/miekg/dns"
@@ -174,4 +175,34 @@ func TestConnectionEndCancelsQuestions(t *testing.T) {
 	waitFor(t, "five questions at the resolver", func() bool { return res.calls.Load() == 5 })
 	c.nc.Close()
 	waitFor(t, "five questions cancelled", func() bool { return res.cancelled.Load() == 5 })
+}
+
+// TestHTTP2ExchangeTimes: over the HTTP/2 server, whose clock is read
+// once per read batch, an exchange starts when its request was read and
+// lasts until its answer, both within the time the client waited.
+func TestHTTP2ExchangeTimes(t *testing.T) {
+	t.Parallel()
+	var ex exchanges
+	base, c := startTLS(t, NewHandler(&recordingResolver{}, Options{Observe: ex.observe}), Limits{})
+	for range 3 {
+		before := time.Now()
+		r, _ := do(t, c, newRequest(t, "GET", base+getPath(t, "times.example."), nil))
+		after := time.Now()
+		if r.ProtoMajor != 2 || r.StatusCode != 200 {
+			t.Fatalf("%s %d", r.Proto, r.StatusCode)
+		}
+		var x Exchange
+		waitFor(t, "the exchange observed", func() bool {
+			ex.mu.Lock()
+			defer ex.mu.Unlock()
+			if len(ex.list) == 0 {
+				return false
+			}
+			x, ex.list = ex.list[0], ex.list[1:]
+			return true
+		})
+		if x.Start.Before(before) || x.Start.After(after) || x.Duration < 0 || x.Start.Add(x.Duration).After(after) {
+			t.Errorf("exchange from %v for %v, outside the request's %v to %v", x.Start, x.Duration, before, after)
+		}
+	}
 }
