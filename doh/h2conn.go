@@ -23,13 +23,15 @@ import (
 //   - One goroutine per connection reads frames and does all the work a
 //     request needs that does not wait on the network: decoding headers,
 //     checking the query, and answering it when the resolver can at once
-//     (cache, local names). Only a question that must go upstream gets a
-//     goroutine of its own, and only at the end of the read batch, so a
-//     RST_STREAM that came with it stops it before it reaches the engine.
+//     (cache, local names). Only a question that must go upstream goes to
+//     a goroutine of its own (a kept worker, see workers), and only at the
+//     end of the read batch, so a RST_STREAM that came with it stops it
+//     before it reaches the engine.
 //   - Frames go to one write buffer per connection; whoever finds no write
 //     in progress writes everything buffered in one Write (group commit).
-//     Responses ready together leave together, in as few TLS records as
-//     fit.
+//     A worker with an answer first lets the other ready goroutines run
+//     (flushAfterOthers), so answers that came back together leave
+//     together, in as few TLS records as fit.
 //   - A request is a [stream] from a pool; its buffers and header list
 //     are reused.
 

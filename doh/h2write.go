@@ -156,6 +156,7 @@ func (c *h2conn) flushAfterOthers() {
 		}
 	}
 	c.writing = false
+	c.wdone.Broadcast() // should flushLocked not write, no waiter is left behind
 	c.flushLocked()
 }
 
