@@ -94,6 +94,11 @@ type call struct {
 
 	in  []byte // the decoded GET query
 	out []byte // the response body
+
+	// received is when the transport had the request, if it keeps a
+	// clock (the HTTP/2 server reads one per read batch); zero: begin
+	// reads the clock.
+	received time.Time
 }
 
 var calls = sync.Pool{New: func() any {
@@ -119,6 +124,7 @@ func (c *call) reset() {
 	c.x = Exchange{}
 	c.q, c.raw = nil, nil
 	c.onDoHPath, c.page, c.admitted = false, false, false
+	c.received = time.Time{}
 	c.in, c.out = c.in[:0], c.out[:0]
 }
 
@@ -199,7 +205,10 @@ func (h *Handler) begin(c *call) (done bool) {
 	r := &c.req
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
 	if h.observe != nil {
-		c.x.Start = time.Now()
+		c.x.Start = c.received
+		if c.x.Start.IsZero() {
+			c.x.Start = time.Now()
+		}
 	}
 	if h.observe != nil || h.admit != nil {
 		c.x.Peer = r.Peer

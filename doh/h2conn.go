@@ -4,7 +4,6 @@ package doh
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -24,13 +23,15 @@ import (
 //   - One goroutine per connection reads frames and does all the work a
 //     request needs that does not wait on the network: decoding headers,
 //     checking the query, and answering it when the resolver can at once
-//     (cache, local names). Only a question that must go upstream gets a
-//     goroutine of its own, and only at the end of the read batch, so a
-//     RST_STREAM that came with it stops it before it reaches the engine.
+//     (cache, local names). Only a question that must go upstream goes to
+//     a goroutine of its own (a kept worker, see workers), and only at the
+//     end of the read batch, so a RST_STREAM that came with it stops it
+//     before it reaches the engine.
 //   - Frames go to one write buffer per connection; whoever finds no write
 //     in progress writes everything buffered in one Write (group commit).
-//     Responses ready together leave together, in as few TLS records as
-//     fit.
+//     A worker with an answer first lets the other ready goroutines run
+//     (flushAfterOthers), so answers that came back together leave
+//     together, in as few TLS records as fit.
 //   - A request is a [stream] from a pool; its buffers and header list
 //     are reused.
 
@@ -91,11 +92,11 @@ type h2conn struct {
 	werr        error
 	wdone       *sync.Cond
 	wdeadline   time.Time
-	enc         *hpack.Encoder
-	encBuf      bytes.Buffer
-	sendWin     int64 // connection send window
-	peerWin     int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame   int   // the client's SETTINGS_MAX_FRAME_SIZE
+	enc         *respEncoder
+	block       []byte // the header block being written
+	sendWin     int64  // connection send window
+	peerWin     int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame   int    // the client's SETTINGS_MAX_FRAME_SIZE
 	blocked     []*stream
 	goingAway   bool // a GOAWAY was sent or received: no new streams
 	sentGoAway  bool
@@ -164,7 +165,7 @@ func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
 	c.fr.SetReuseFrames()
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(2 * c.limits.MaxHeaderBytes)
-	c.enc = hpack.NewEncoder(&c.encBuf)
+	c.enc = newRespEncoder()
 	return c
 }
 
@@ -284,10 +285,12 @@ func (c *h2conn) endBatch() {
 			c.finish(st)
 			continue
 		}
+		// Not a child of c.ctx: close cancels every stream it abandons,
+		// so the link would only cost a map entry in c.ctx per question.
 		var ctx context.Context
-		ctx, st.cancel = context.WithCancel(c.ctx)
+		ctx, st.cancel = context.WithCancel(context.Background())
 		st.running = true
-		go c.resolve(ctx, st)
+		c.srv.workers.run(job{c, ctx, st})
 	}
 	c.pending = c.pending[:0]
 	c.stale = true
@@ -306,13 +309,12 @@ func (c *h2conn) endBatch() {
 // flow control, or the next request.
 func (c *h2conn) armDeadline() {
 	var d time.Time
-	now := time.Now()
 	switch {
 	case c.hdr != nil:
 		d = c.hdrStart.Add(c.limits.ReadHeaderTimeout)
 	case c.active == 0:
 		if c.idleSince.IsZero() {
-			c.idleSince = now
+			c.idleSince = time.Now()
 		}
 		d = c.idleSince.Add(c.limits.IdleTimeout)
 	default:
@@ -445,6 +447,7 @@ func (c *h2conn) endRequest(st *stream) error {
 func (c *h2conn) start(st *stream) error {
 	st.begun = true
 	c.srv.active.Add(1)
+	st.received = c.now
 	if c.h.begin(&st.call) || c.h.answer(c.ctx, &st.call, false) {
 		return c.respond(st, c.now)
 	}
@@ -468,7 +471,7 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 		return
 	}
 	c.respond(st, time.Now()) // st may be freed from here on
-	c.flushLocked()
+	c.flushAfterOthers()
 	c.afterAsync()
 }
 

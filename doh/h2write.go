@@ -4,11 +4,11 @@ package doh
 
 import (
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // Responses and flow control: frames are appended to the connection's
@@ -23,13 +23,14 @@ func (c *h2conn) respond(st *stream, now time.Time) error {
 		c.finish(st)
 		return nil
 	}
-	c.encBuf.Reset()
-	c.enc.WriteField(hpack.HeaderField{Name: ":status", Value: itoa(st.resp.Status)})
-	c.enc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate(now)})
+	blk := c.enc.begin(c.block[:0])
+	blk = c.enc.appendStatus(blk, st.resp.Status)
+	blk = c.enc.appendField(blk, "date", httpDate(now))
 	for _, f := range st.resp.Header {
-		c.enc.WriteField(hpack.HeaderField{Name: f.Name, Value: f.Value})
+		blk = c.enc.appendField(blk, f.Name, f.Value)
 	}
-	c.wbuf = appendHeaders(c.wbuf, st.id, c.encBuf.Bytes(), len(st.resp.Body) == 0, c.peerFrame)
+	c.block = blk
+	c.wbuf = appendHeaders(c.wbuf, st.id, blk, len(st.resp.Body) == 0, c.peerFrame)
 	st.unsent = st.resp.Body
 	c.sendData(st)
 	return nil
@@ -82,7 +83,7 @@ func (c *h2conn) onSettings(f *http2.SettingsFrame) error {
 		}
 		switch s.ID {
 		case http2.SettingHeaderTableSize:
-			c.enc.SetMaxDynamicTableSizeLimit(s.Val)
+			c.enc.setLimit(s.Val)
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = int(s.Val)
 		case http2.SettingInitialWindowSize:
@@ -130,6 +131,37 @@ func (c *h2conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	return nil
 }
+
+// flushAfterOthers is flushLocked for a response that a worker appended:
+// the write waits until the goroutines ready to run have run (one
+// runtime.Gosched), so that answers that came back from the network
+// together (woken by one poll) leave in one write, one TLS record, as
+// they would in an event loop that flushes once per round. Meanwhile the
+// connection counts as writing, so they append and leave the write to
+// this one.
+func (c *h2conn) flushAfterOthers() {
+	if c.writing || c.werr != nil {
+		return
+	}
+	c.writing = true
+	// While others append, let them: a few rounds at most, so a stream of
+	// answers does not hold the first of them back.
+	for range maxFlushYields {
+		n := len(c.wbuf)
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+		if len(c.wbuf) == n || c.werr != nil {
+			break
+		}
+	}
+	c.writing = false
+	c.wdone.Broadcast() // should flushLocked not write, no waiter is left behind
+	c.flushLocked()
+}
+
+// maxFlushYields bounds the rounds flushAfterOthers waits for answers.
+const maxFlushYields = 4
 
 // flushLocked writes the buffer unless a write is in progress (which then
 // takes what was added). c.mu is held, and released during the write.

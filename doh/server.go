@@ -74,6 +74,12 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// maxIdleWorkers is how many resolving goroutines a server keeps for the
+// next questions: more than the questions a busy server has in flight at
+// once on a few cores, few enough that their stacks (shrunk by the
+// garbage collector while they wait) cost little.
+const maxIdleWorkers = 256
+
 // maxUploadPerStream is the HTTP/2 flow-control window of one request:
 // a body is at most one DNS message.
 const maxUploadPerStream = MaxMessageSize + 1
@@ -88,7 +94,8 @@ type Server struct {
 	tls    *tls.Config  // nil: plaintext
 	limits Limits
 
-	active atomic.Int64 // requests in flight, both protocols
+	active  atomic.Int64 // requests in flight, both protocols
+	workers *workers     // resolve the HTTP/2 questions that wait on the network
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -141,7 +148,8 @@ func NewPlainServer(h http.Handler, l Limits) *Server {
 
 func newServer(h http.Handler, tlsConfig *tls.Config, l Limits) (*Server, error) {
 	l = l.withDefaults()
-	s := &Server{tls: tlsConfig, limits: l, listeners: map[net.Listener]struct{}{}, conns: map[*h2conn]struct{}{}}
+	s := &Server{tls: tlsConfig, limits: l, listeners: map[net.Listener]struct{}{}, conns: map[*h2conn]struct{}{},
+		workers: newWorkers(maxIdleWorkers)}
 	s.core, _ = h.(*Handler)
 	s.h1 = &http.Server{
 		Handler:           countRequests(h, &s.active),
@@ -330,6 +338,7 @@ func (s *Server) stop() []*h2conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down = true
+	s.workers.stop()
 	for ln := range s.listeners {
 		ln.Close()
 	}

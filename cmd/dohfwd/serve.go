@@ -26,6 +26,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	setServeProcs()
 	if err := serve(ctx, cfg, stderr); err != nil {
 		fmt.Fprintln(stderr, "dohfwd:", err)
 		return 1

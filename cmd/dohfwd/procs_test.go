@@ -1,0 +1,26 @@
+package main
+
+import "testing"
+
+// TestServeProcs: dohfwd serves on half the CPUs (at least one) unless
+// GOMAXPROCS is set, which then stands as the runtime applied it.
+func TestServeProcs(t *testing.T) {
+	for _, c := range []struct {
+		cpus int
+		env  string
+		want int
+	}{
+		{1, "", 1},
+		{2, "", 1},
+		{3, "", 1},
+		{4, "", 2},
+		{16, "", 8},
+		{2, "2", 2},
+		{8, "8", 8},
+		{1, "1", 1},
+	} {
+		if got := serveProcs(c.cpus, c.env); got != c.want {
+			t.Errorf("serveProcs(%d, %q) = %d, want %d", c.cpus, c.env, got, c.want)
+		}
+	}
+}
