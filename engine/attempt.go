@@ -35,10 +35,11 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}, exchangeResult{}
 		}
 		tx := transaction{query: *bp}
-		if !qn.deadline(&tx, time.Now()) {
+		now := time.Now() // the deadline's, the demotion marks' and the RTT's start
+		if !qn.deadline(&tx, now) {
 			return qn.ended(), exchangeResult{} // no time left: nothing is sent
 		}
-		pick := c.next(e.now(), tcpTo)
+		pick := c.next(now.Sub(e.epoch), tcpTo)
 		tx.server, tx.transport = c.servers[pick], e.first
 		if tcpTo != nil {
 			tx.transport = TCP
@@ -55,13 +56,15 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 			e.inFlight.release()
 			return found{result: ResultUnavailable, reason: ReasonClientInFlight}, exchangeResult{}
 		}
-		sent := time.Now()
 		res := e.exchange(qn.ctx, &tx)
 		e.inFlight.release()
 		if slot != nil {
 			slot.ReleaseTransaction()
 		}
-		rtt := time.Since(sent)
+		if res.ended.IsZero() {
+			res.ended = time.Now()
+		}
+		rtt := res.ended.Sub(now)
 
 		qn.spent++
 		c.asked[pick] = true
