@@ -61,10 +61,7 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		if slot != nil {
 			slot.ReleaseTransaction()
 		}
-		if res.ended.IsZero() {
-			res.ended = time.Now()
-		}
-		rtt := res.ended.Sub(now)
+		rtt := time.Since(now)
 
 		qn.spent++
 		c.asked[pick] = true

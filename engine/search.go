@@ -284,10 +284,7 @@ func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
 	if r.result == ResultNXDomain && searched {
 		qn.spent--
 	}
-	now := res.ended // the reply came then
-	if now.IsZero() {
-		now = time.Now()
-	}
+	now := time.Now()
 	r.en, r.at = newEntry(res.reply, res.walked, r.result, qn.routes.cfg.Cache, now), now
 	r.en.scope = qn.scope.name
 	return r, r.en
