@@ -33,7 +33,7 @@ func Build(t testing.TB) (wasmBytes []byte, file string) {
 		}
 		path = filepath.Join(dir, "dohfwd.wasm")
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", path, "github.com/dohfwd/dohfwd/edge/module")
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWASM=satconv,signext") // as edge/edge.mk
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			built = &buildError{err: err, out: strings.TrimSpace(string(out))}
