@@ -20,6 +20,9 @@ WASM_COLD  := crypto/... math/big encoding/asn1 github.com/miekg/dns golang.org/
               unicode/... vendor/... github.com/maypok86/otter/v2/stats
 WASM_GCFLAGS := $(foreach p,$(WASM_COLD),-gcflags=$(p)=-l)
 WASM_FLAGS := -buildmode=c-shared -trimpath $(WASM_GCFLAGS) -ldflags "-s -w"
+# The WebAssembly 2.0 conversion instructions (wazero and V8 have both):
+# Go's code for integer/float conversions is shorter and faster with them.
+WASM_ENV   := GOOS=wasip1 GOARCH=wasm GOWASM=satconv,signext
 
 .PHONY: wasm wasm-workers edge-check edge-host wasm-size
 
@@ -27,7 +30,7 @@ WASM_FLAGS := -buildmode=c-shared -trimpath $(WASM_GCFLAGS) -ldflags "-s -w"
 # edge/moduletest builds the hosts' tests' module with this target.
 wasm:
 	@mkdir -p dist
-	GOOS=wasip1 GOARCH=wasm $(GO) build $(WASM_FLAGS) -o $(WASM) ./edge/module
+	$(WASM_ENV) $(GO) build $(WASM_FLAGS) -o $(WASM) ./edge/module
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes raw, $$(gzip -9c $(WASM) | wc -c) bytes gzipped"
 
 # The module reads no YAML: its configuration is encoded by the host
@@ -39,7 +42,6 @@ wasm-workers: wasm
 # The same module with its name section (no -s -w), which wasmsize reads.
 wasm-size:
 	@mkdir -p dist
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath $(WASM_GCFLAGS) -o dist/dohfwd-names.wasm ./edge/module
 	$(GO) run ./edge/wasmsize dist/dohfwd-names.wasm
 
 edge-host:

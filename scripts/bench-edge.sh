@@ -66,7 +66,7 @@ DOHFWD_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/edge.pprof} "$work/dohfwd-edge" --
 edgepid=$!
 pids+=($edgepid)
 if [ -n "${BASELINE:-}" ]; then
-	"$BASELINE" --config "$work/base.yaml" --module "${BASELINE_MODULE:-$wasm}" --instances "${BASELINE_INSTANCES:-16}" 2>"$work/base.log" &
+	"$BASELINE" --config "$work/base.yaml" --module "${BASELINE_MODULE:-$wasm}" --instances "${BASELINE_INSTANCES:-$INSTANCES}" 2>"$work/base.log" &
 	pids+=($!)
 	waitport "$baseport"
 fi
@@ -83,6 +83,18 @@ if [ -x edge/workers/node_modules/.bin/workerd ]; then
 	(cd "$work/workers" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$wdport" >"$work/workerd.log" 2>&1) &
 	pids+=($!)
 	waitport "$wdport"
+	# BASELINE_WORKERS=dir (another checkout's edge/workers) runs its glue
+	# with BASELINE_MODULE beside it, for a before/after Workers figure.
+	if [ -n "${BASELINE_WORKERS:-}" ]; then
+		wdbase=$(freeport)
+		mkdir "$work/workers-base"
+		cp "$BASELINE_WORKERS"/{workerd.capnp,worker.mjs,wasi.mjs,sockets.mjs} "$work/workers-base/"
+		cp "${BASELINE_MODULE:-$wasm}" "$work/workers-base/dohfwd.wasm"
+		config 0 >"$work/workers-base/dohfwd.yaml"
+		(cd "$work/workers-base" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$wdbase" >"$work/workerd-base.log" 2>&1) &
+		pids+=($!)
+		waitport "$wdbase"
+	fi
 else
 	wdport=""
 	echo "!!! workerd is not installed (scripts/setup.d/40-workerd.sh): no Workers figure" >&2
@@ -128,6 +140,10 @@ e_lat=$(single "https://127.0.0.1:$edgeport$path" | mean | to_us)
 printf '  dohfwd serve:            %8.0f us/request\n' "$s_lat"
 printf '  dohfwd edge (wazero):    %8.0f us/request\n' "$e_lat"
 printf '  added by the module:     %8.0f us/request (x%.2f)\n' "$(echo "$e_lat - $s_lat" | bc -l)" "$(echo "$e_lat / $s_lat" | bc -l)"
+if [ -n "${BASELINE:-}" ]; then
+	b_lat=$(single "https://127.0.0.1:$baseport$path" | mean | to_us)
+	printf '  dohfwd edge-baseline:    %8.0f us/request (x%.2f)\n' "$b_lat" "$(echo "$b_lat / $s_lat" | bc -l)"
+fi
 
 if [ -n "${PROFILE_DIR:-}" ]; then
 	kill -TERM "$edgepid"; wait "$edgepid" 2>/dev/null || true
@@ -141,6 +157,11 @@ if [ -n "$wdport" ]; then
 	w_lat=$(echo "$w_out" | mean | to_us)
 	printf '  workerd (TCP upstream, HTTP/1.1, no TLS): %8.0f us/request, %s req/s (%s ok)\n' "$w_lat" "$(echo "$w_out" | rps_of)" "$(echo "$w_out" | ok)"
 	printf '  workerd / dohfwd serve latency:  x%.2f\n' "$(echo "$w_lat / $s_lat" | bc -l)"
+	if [ -n "${wdbase:-}" ]; then
+		h2load --h1 -n 50 -c 1 -m 1 "http://127.0.0.1:$wdbase$path" >/dev/null 2>&1 || true
+		wb_out=$(h2load --h1 -n 1000 -c 1 -m 1 "http://127.0.0.1:$wdbase$path" 2>&1)
+		printf '  workerd baseline:                  %8.0f us/request (%s ok)\n' "$(echo "$wb_out" | mean | to_us)" "$(echo "$wb_out" | ok)"
+	fi
 fi
 # Memory with 4 096 questions in flight: a UDP port that never answers
 # holds every question for its attempts (3 x 2 s); h2load keeps 64 x 64

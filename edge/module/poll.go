@@ -18,6 +18,7 @@ var requests = struct {
 	sync.Mutex
 	cancel  map[uint32]context.CancelFunc
 	answers []byte // abi.AppendAnswer records
+	scratch []byte // a response's encoding, copied into answers
 }{cancel: map[uint32]context.CancelFunc{}}
 
 // Until the host calls again, only the goroutines' timers that are not a
@@ -82,15 +83,15 @@ func exportPoll(now int64, n uint32) uint32 {
 	return uint32(len(out))
 }
 
-// start runs one request on its own goroutine; its answer joins the next
-// poll result.
+// start runs one request on a worker goroutine; its answer joins the
+// next poll result.
 func start(id uint32, data []byte) {
 	req, err := abi.ParseRequest(append([]byte(nil), data...))
 	ctx, cancel := context.WithCancel(context.Background())
 	requests.Lock()
 	requests.cancel[id] = cancel
 	requests.Unlock()
-	go func() {
+	workers.run(func() {
 		var resp abi.Response
 		switch {
 		case err != nil:
@@ -101,12 +102,52 @@ func start(id uint32, data []byte) {
 			resp = serve(ctx, &req)
 		}
 		cancel()
-		enc := abi.AppendResponse(nil, &resp)
 		requests.Lock()
 		delete(requests.cancel, id)
-		requests.answers = abi.AppendAnswer(requests.answers, id, enc)
+		requests.scratch = abi.AppendResponse(requests.scratch[:0], &resp)
+		requests.answers = abi.AppendAnswer(requests.answers, id, requests.scratch)
 		requests.Unlock()
-	}()
+	})
+}
+
+// workers keeps the goroutines that finished a request for the next ones.
+// A fresh goroutine's stack grows by copying (every frame walked, in wasm
+// about half the module's time for a request) on its way down to the
+// engine's socket read; a kept one has grown already.
+var workers = workerPool{jobs: make(chan func())}
+
+// maxIdleWorkers bounds the goroutines kept waiting for a request.
+const maxIdleWorkers = 256
+
+type workerPool struct {
+	jobs chan func() // unbuffered: a send succeeds only into an idle worker
+	mu   sync.Mutex
+	idle int
+}
+
+func (p *workerPool) run(job func()) {
+	select {
+	case p.jobs <- job:
+	default:
+		go p.work(job)
+	}
+}
+
+func (p *workerPool) work(job func()) {
+	for {
+		job()
+		p.mu.Lock()
+		if p.idle >= maxIdleWorkers {
+			p.mu.Unlock()
+			return
+		}
+		p.idle++
+		p.mu.Unlock()
+		job = <-p.jobs
+		p.mu.Lock()
+		p.idle--
+		p.mu.Unlock()
+	}
 }
 
 // runnable reads the scheduler's count of goroutines ready to run.
