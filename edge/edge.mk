@@ -42,6 +42,7 @@ wasm-workers: wasm
 # The same module with its name section (no -s -w), which wasmsize reads.
 wasm-size:
 	@mkdir -p dist
+	$(WASM_ENV) $(GO) build -buildmode=c-shared -trimpath $(WASM_GCFLAGS) -o dist/dohfwd-names.wasm ./edge/module
 	$(GO) run ./edge/wasmsize dist/dohfwd-names.wasm
 
 edge-host:
