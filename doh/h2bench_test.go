@@ -69,9 +69,7 @@ func clientFrames(b testing.TB, path string, n int) []byte {
 	var out, blk bytes.Buffer
 	fr := http2.NewFramer(&out, nil)
 	enc := hpack.NewEncoder(&blk)
-	out.WriteString(http2.ClientPreface)
-	fr.WriteSettings()
-	fr.WriteWindowUpdate(0, 1<<30)
+	writeClientStart(&out, fr)
 	for i := range n {
 		blk.Reset()
 		for _, f := range []hpack.HeaderField{
@@ -84,6 +82,14 @@ func clientFrames(b testing.TB, path string, n int) []byte {
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: blk.Bytes(), EndStream: true, EndHeaders: true})
 	}
 	return out.Bytes()
+}
+
+// writeClientStart writes what a client sends before its requests: the
+// preface, its SETTINGS and a large connection window.
+func writeClientStart(out *bytes.Buffer, fr *http2.Framer) {
+	out.WriteString(http2.ClientPreface)
+	fr.WriteSettings()
+	fr.WriteWindowUpdate(0, 1<<30)
 }
 
 // BenchmarkH2CacheHit is one RFC 8484 GET answered at once (a cache hit)

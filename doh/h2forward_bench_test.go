@@ -64,9 +64,7 @@ func forwardRequests(b testing.TB, n int) [][]byte {
 	var out, blk bytes.Buffer
 	fr := http2.NewFramer(&out, nil)
 	enc := hpack.NewEncoder(&blk)
-	out.WriteString(http2.ClientPreface)
-	fr.WriteSettings()
-	fr.WriteWindowUpdate(0, 1<<30)
+	writeClientStart(&out, fr)
 	requests := [][]byte{bytes.Clone(out.Bytes())}
 	for i := range n {
 		out.Reset()
