@@ -108,7 +108,7 @@ type stream struct {
 	call
 	id        uint32
 	conn      *h2conn
-	cancel    context.CancelFunc
+	ctx       streamContext // the question's, cancelled when the stream ends
 	recvWin   int32
 	sendWin   int64
 	unsent    []byte // response body waiting for flow-control window
@@ -285,12 +285,9 @@ func (c *h2conn) endBatch() {
 			c.finish(st)
 			continue
 		}
-		// Not a child of c.ctx: close cancels every stream it abandons,
-		// so the link would only cost a map entry in c.ctx per question.
-		var ctx context.Context
-		ctx, st.cancel = context.WithCancel(context.Background())
+		// Not a child of c.ctx: close cancels every stream it abandons.
 		st.running = true
-		c.srv.workers.run(job{c, ctx, st})
+		c.srv.workers.run(job{c, &st.ctx, st})
 	}
 	c.pending = c.pending[:0]
 	c.stale = true
@@ -463,7 +460,6 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.running = false
-	st.cancel()
 	if !ok || st.reset {
 		st.cancelled()
 		c.finish(st)
@@ -520,9 +516,7 @@ func (c *h2conn) onReset(f *http2.RSTStreamFrame) error {
 func (c *h2conn) abandon(st *stream) {
 	st.reset = true
 	delete(c.streams, st.id)
-	if st.cancel != nil {
-		st.cancel()
-	}
+	st.ctx.cancel()
 	if st.running || st.waiting {
 		return // resolve or endBatch finishes it
 	}
