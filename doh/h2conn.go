@@ -68,6 +68,7 @@ type h2conn struct {
 	cancel context.CancelFunc
 
 	// The reader's own state.
+	payload   []byte // the HEADERS frame being read (readFrame)
 	dec       *hpack.Decoder
 	hdr       *stream // the stream whose header block is being read
 	hdrStart  time.Time
@@ -192,12 +193,17 @@ func (c *h2conn) serve() {
 	c.idleSince = time.Now()
 	c.stale = true
 	for {
-		f, err := c.fr.ReadFrame()
+		var hf headersFrame
+		f, err := c.readFrame(&hf)
 		if c.stale {
 			c.now, c.stale = time.Now(), false
 		}
 		c.mu.Lock()
-		if err == nil {
+		switch {
+		case err != nil:
+		case f == nil:
+			err = c.onHeaders(&hf)
+		default:
 			err = c.process(f)
 		}
 		if err != nil {
@@ -351,8 +357,6 @@ func (c *h2conn) process(f http2.Frame) error {
 		c.sawFirst = true
 	}
 	switch f := f.(type) {
-	case *http2.HeadersFrame:
-		return c.onHeaders(f)
 	case *http2.ContinuationFrame:
 		return c.onBlock(f.HeaderBlockFragment(), f.HeadersEnded(), false)
 	case *http2.DataFrame:
