@@ -109,7 +109,7 @@ func stopClosing(ctx context.Context, sock Socket, stop func() bool) bool {
 // exchangeResult is what a transaction brings back.
 type exchangeResult struct {
 	outcome Outcome
-	reply   []byte      // the reply, a copy the result owns: set for answer and nxdomain
+	en      *entry      // answer and nxdomain: the reply, copied into en.msg; the rest of en is made by makeEntry
 	walked  walkedReply // what the walk of reply found
 	rcode   int         // -1 without a reply
 	class   ErrorClass  // the socket error's class, for a socket failure
@@ -314,7 +314,8 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 		// between the records and the OPT written for the client, and
 		// the client could not read its answer (found by FuzzUpstreamReply).
 		m = m[:w.end]
-		r.reply = append(make([]byte, 0, len(m)+optRRLen), m...)
+		r.en = entryFor(len(m) + optRRLen)
+		r.en.msg = append(r.en.msg, m...)
 	}
 	return r, true
 }
