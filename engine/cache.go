@@ -149,56 +149,44 @@ type entry struct {
 }
 
 // entryFor returns a new entry whose msg is empty with room for n bytes.
-// A reply of a few hundred bytes lives in the entry's own allocation: one
-// allocation a forwarded question fewer, and no more memory, as each size
-// fills one of the allocator's size classes (the entry alone is 184 bytes,
-// in the 192-byte class).
+// A reply of up to 456 bytes lives in the entry's own allocation: one
+// allocation a forwarded question fewer. Each tier fills one of the
+// allocator's size classes (the entry alone is 184 bytes, in the 192-byte
+// class), so an entry takes at most a class step (16 to 64 bytes) more
+// than the entry and the reply apart did, and often less.
 func entryFor(n int) *entry {
 	switch {
-	case n <= 104: // 288 bytes
-		x := new(struct {
-			entry
-			b [104]byte
-		})
-		x.msg = x.b[:0]
-		return &x.entry
-	case n <= 136: // 320
-		x := new(struct {
-			entry
-			b [136]byte
-		})
-		x.msg = x.b[:0]
-		return &x.entry
-	case n <= 200: // 384
-		x := new(struct {
-			entry
-			b [200]byte
-		})
-		x.msg = x.b[:0]
-		return &x.entry
-	case n <= 264: // 448
-		x := new(struct {
-			entry
-			b [264]byte
-		})
-		x.msg = x.b[:0]
-		return &x.entry
-	case n <= 328: // 512
-		x := new(struct {
-			entry
-			b [328]byte
-		})
-		x.msg = x.b[:0]
-		return &x.entry
-	case n <= 456: // 640
-		x := new(struct {
-			entry
-			b [456]byte
-		})
-		x.msg = x.b[:0]
-		return &x.entry
+	case n <= 104:
+		return entryWithRoom(func(b *[104]byte) []byte { return b[:0] }) // 288 bytes
+	case n <= 136:
+		return entryWithRoom(func(b *[136]byte) []byte { return b[:0] }) // 320
+	case n <= 168:
+		return entryWithRoom(func(b *[168]byte) []byte { return b[:0] }) // 352
+	case n <= 200:
+		return entryWithRoom(func(b *[200]byte) []byte { return b[:0] }) // 384
+	case n <= 232:
+		return entryWithRoom(func(b *[232]byte) []byte { return b[:0] }) // 416
+	case n <= 264:
+		return entryWithRoom(func(b *[264]byte) []byte { return b[:0] }) // 448
+	case n <= 328:
+		return entryWithRoom(func(b *[328]byte) []byte { return b[:0] }) // 512
+	case n <= 392:
+		return entryWithRoom(func(b *[392]byte) []byte { return b[:0] }) // 576
+	case n <= 456:
+		return entryWithRoom(func(b *[456]byte) []byte { return b[:0] }) // 640
 	}
 	return &entry{msg: make([]byte, 0, n)}
+}
+
+// entryWithRoom allocates an entry and the array R after it together;
+// room slices R.
+func entryWithRoom[R any](room func(*R) []byte) *entry {
+	x := new(struct {
+		entry
+		r R
+	})
+	x.msg = room(&x.r)
+	return &x.entry
 }
 
 // makeEntry makes en, from entryFor, the entry for its msg, a message
