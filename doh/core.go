@@ -361,10 +361,12 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 		asBytes = len(r.Wire) >= headerSize
 	} else {
-		if h.admit != nil {
+		switch {
+		case h.admit != nil && h.traceContext:
+			ctx = engine.WithClientTrace(ctx, c.x.ClientIP, c.x.Trace)
+		case h.admit != nil:
 			ctx = engine.WithClient(ctx, c.x.ClientIP)
-		}
-		if h.traceContext {
+		case h.traceContext:
 			ctx = engine.WithTrace(ctx, c.x.Trace)
 		}
 		if byWire {

@@ -67,8 +67,8 @@ func (c *watchingContext) StopClosing(x io.Closer) bool {
 }
 
 // TestCancelWatcherClosesTheSocket: with a client context that is a
-// CancelWatcher (under WithTrace and WithClient, as the HTTP/2 front end
-// passes it), a client that goes away closes its transaction's socket
+// CancelWatcher (under WithClientTrace, as the HTTP/2 front end passes
+// it), a client that goes away closes its transaction's socket
 // through the watcher at once: the question is cancelled, not charged, its
 // in-flight slot free, and the watch reports the socket closed.
 func TestCancelWatcherClosesTheSocket(t *testing.T) {
@@ -77,7 +77,7 @@ func TestCancelWatcherClosesTheSocket(t *testing.T) {
 		cfg.TransactionTimeout = time.Minute
 		r := newRig(t, cfg)
 		wc := &watchingContext{Context: context.Background()}
-		ctx := engine.WithTrace(engine.WithClient(wc, netip.MustParseAddr("192.0.2.1")), engine.Trace{})
+		ctx := engine.WithClientTrace(wc, netip.MustParseAddr("192.0.2.1"), engine.Trace{})
 		time.AfterFunc(700*time.Millisecond, wc.cancel)
 		start := time.Now()
 		res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
@@ -102,7 +102,8 @@ func TestCancelWatcherClosesTheSocket(t *testing.T) {
 
 // TestCancelWatcherEndsEachWatch: a question answered after a truncated
 // UDP reply (two transactions) leaves nothing watched, each watch ended
-// while its socket was still open.
+// while its socket was still open. The watcher is found under WithTrace
+// and WithClient apart too.
 func TestCancelWatcherEndsEachWatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, rigScope(1))
@@ -110,7 +111,8 @@ func TestCancelWatcherEndsEachWatch(t *testing.T) {
 			memnet.Respond(memnet.Truncated(dns.RcodeSuccess)),
 			memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.7"))))
 		wc := &watchingContext{Context: context.Background()}
-		res := r.e.Resolve(engine.WithTrace(wc, engine.Trace{}), newQuery("x.example.", dns.TypeA))
+		ctx := engine.WithTrace(engine.WithClient(wc, netip.MustParseAddr("192.0.2.1")), engine.Trace{})
+		res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
 		if res.Result != engine.ResultAnswer {
 			t.Fatalf("%v, want an answer", res.Result)
 		}
@@ -122,16 +124,28 @@ func TestCancelWatcherEndsEachWatch(t *testing.T) {
 	})
 }
 
-// TestWithClientNamesTheClient: the client WithClient names is found
-// through WithTrace and through a detached copy.
+// TestWithClientNamesTheClient: the client WithClient or WithClientTrace
+// names is found through WithTrace and through a detached copy, and so is
+// the trace.
 func TestWithClientNamesTheClient(t *testing.T) {
 	a := netip.MustParseAddr("2001:db8::1")
-	ctx := engine.WithTrace(engine.WithClient(context.Background(), a), engine.Trace{})
-	if got := engine.ClientOf(ctx); got != a {
-		t.Fatalf("ClientOf %v, want %v", got, a)
-	}
-	if got := engine.ClientOf(context.WithoutCancel(ctx)); got != a {
-		t.Fatalf("ClientOf a detached copy %v, want %v", got, a)
+	tr := engine.Trace{ID: [16]byte{1}, Span: [8]byte{2}}
+	for name, ctx := range map[string]context.Context{
+		"WithClient then WithTrace": engine.WithTrace(engine.WithClient(context.Background(), a), tr),
+		"WithClientTrace":           engine.WithClientTrace(context.Background(), a, tr),
+	} {
+		if got := engine.ClientOf(ctx); got != a {
+			t.Fatalf("%s: ClientOf %v, want %v", name, got, a)
+		}
+		detached := context.WithoutCancel(ctx)
+		if got := engine.ClientOf(detached); got != a {
+			t.Fatalf("%s: ClientOf a detached copy %v, want %v", name, got, a)
+		}
+		for _, c := range []context.Context{ctx, detached} {
+			if got := engine.TraceFrom(c); got == nil || *got != tr {
+				t.Fatalf("%s: TraceFrom %v, want %v", name, got, tr)
+			}
+		}
 	}
 	if got := engine.ClientOf(context.Background()); got.IsValid() {
 		t.Fatalf("ClientOf without a client %v", got)

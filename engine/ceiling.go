@@ -70,6 +70,8 @@ func ClientOf(ctx context.Context) netip.Addr {
 		switch c := ctx.(type) {
 		case *clientContext:
 			return c.client
+		case *clientTraceContext:
+			return c.client
 		case *traceContext:
 			ctx = c.Context
 		default:

@@ -45,7 +45,7 @@ type transaction struct {
 // context.AfterFunc costs (five allocations a transaction: the callback,
 // its context, the parent's child entry, the Done channel, the stop
 // function). The engine uses it, when the context Resolve is given has
-// it (through WithTrace and WithClient), to end a transaction at once
+// it (through WithTrace, WithClient and WithClientTrace), to end a transaction at once
 // when its client goes away; other contexts get context.AfterFunc.
 type CancelWatcher interface {
 	// CloseOnCancel closes c when the context is cancelled, at once if
@@ -65,6 +65,8 @@ func cancelWatcherOf(ctx context.Context) CancelWatcher {
 		case *traceContext:
 			ctx = c.Context
 		case *clientContext:
+			ctx = c.Context
+		case *clientTraceContext:
 			ctx = c.Context
 		case CancelWatcher:
 			return c
