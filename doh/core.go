@@ -432,18 +432,30 @@ func (h *Handler) refuse(c *call, wait time.Duration) {
 // addOperatorHeaders adds what an answer from the resolver carries beside
 // the DNS message: Server-Timing and traceresponse, when on.
 func (h *Handler) addOperatorHeaders(c *call) {
+	// Both values are written into one buffer and made one string: one
+	// allocation for the two.
+	var b [80 + traceparentLen]byte
+	out := b[:0]
+	var fixed []string
 	if h.serverTiming {
-		r := c.x.Response
-		if v := fixedServerTiming(r); v != nil {
-			c.resp.Header.Add("server-timing", v[0])
+		if fixed = fixedServerTiming(c.x.Response); fixed == nil {
+			out = AppendServerTiming(out, c.x.Response)
+		}
+	}
+	timing := len(out)
+	if h.traceContext {
+		out = AppendTraceResponse(out, &c.x.Trace)
+	}
+	v := string(out)
+	if h.serverTiming {
+		if fixed != nil {
+			c.resp.Header.Add("server-timing", fixed[0])
 		} else {
-			var b [80]byte
-			c.resp.Header.Add("server-timing", string(AppendServerTiming(b[:0], r)))
+			c.resp.Header.Add("server-timing", v[:timing])
 		}
 	}
 	if h.traceContext {
-		var b [traceparentLen]byte
-		c.resp.Header.Add("traceresponse", string(AppendTraceResponse(b[:0], &c.x.Trace)))
+		c.resp.Header.Add("traceresponse", v[timing:])
 	}
 }
 
