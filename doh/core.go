@@ -91,6 +91,10 @@ type call struct {
 	onDoHPath bool     // the response varies with Accept
 	page      bool     // a setup page, not a DNS exchange: not observed
 	admitted  bool     // Options.Admit let the question through
+	// nameLater: the query is plain and x.QName not made yet: finish
+	// takes the resolver's (Response.QName) or makes it from raw, and
+	// only for an observer.
+	nameLater bool
 
 	in  []byte // the decoded GET query
 	out []byte // the response body
@@ -123,7 +127,7 @@ func (c *call) reset() {
 	c.resp = Response{Header: rh}
 	c.x = Exchange{}
 	c.q, c.raw = nil, nil
-	c.onDoHPath, c.page, c.admitted = false, false, false
+	c.onDoHPath, c.page, c.admitted, c.nameLater = false, false, false, false
 	c.received = time.Time{}
 	c.in, c.out = c.in[:0], c.out[:0]
 }
@@ -279,8 +283,8 @@ func (h *Handler) beginWire(c *call) bool {
 	if h.wire != nil {
 		// An ordinary query goes to the resolver as bytes without a
 		// dns.Msg; c.q is unpacked only if something needs it (query).
-		if name, qtype, ok := plainQuery(raw); ok {
-			c.x.QName, c.x.QType = name, qtype
+		if qtype, ok := plainQueryType(raw); ok {
+			c.x.QType, c.nameLater = qtype, true
 			c.q, c.raw = nil, raw
 			return false
 		}
@@ -466,6 +470,11 @@ func (c *call) cancelled() { c.x.Status = StatusClientClosed }
 // finish ends a request after its response was written (or dropped).
 func (h *Handler) finish(c *call) {
 	if h.observe != nil && !c.page {
+		if c.nameLater {
+			if c.x.QName = c.x.Response.QName; c.x.QName == "" {
+				c.x.QName = plainName(c.raw)
+			}
+		}
 		c.x.Response.Wire = nil // c.out: reused once the call is
 		c.x.Duration = time.Since(c.x.Start)
 		h.observe(c.x)
