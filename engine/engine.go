@@ -136,9 +136,9 @@ type Response struct {
 	Question  uint64 // the question's id, as in its events
 	// QName is the question's name as its events give it (ResolveWire,
 	// ResolveWireImmediate): a front end that shows it need not make its own.
-	QName string
-	Scope     string
-	Attempts  int
+	QName    string
+	Scope    string
+	Attempts int
 	// Upstream is the time this question's own attempts took, together.
 	Upstream time.Duration
 	CacheHit bool
