@@ -91,6 +91,10 @@ type call struct {
 	onDoHPath bool     // the response varies with Accept
 	page      bool     // a setup page, not a DNS exchange: not observed
 	admitted  bool     // Options.Admit let the question through
+	// nameLater: the query is plain and x.QName not made yet: finish
+	// takes the resolver's (Response.QName) or makes it from raw, and
+	// only for an observer.
+	nameLater bool
 
 	in  []byte // the decoded GET query
 	out []byte // the response body
@@ -123,7 +127,7 @@ func (c *call) reset() {
 	c.resp = Response{Header: rh}
 	c.x = Exchange{}
 	c.q, c.raw = nil, nil
-	c.onDoHPath, c.page, c.admitted = false, false, false
+	c.onDoHPath, c.page, c.admitted, c.nameLater = false, false, false, false
 	c.received = time.Time{}
 	c.in, c.out = c.in[:0], c.out[:0]
 }
@@ -279,8 +283,8 @@ func (h *Handler) beginWire(c *call) bool {
 	if h.wire != nil {
 		// An ordinary query goes to the resolver as bytes without a
 		// dns.Msg; c.q is unpacked only if something needs it (query).
-		if name, qtype, ok := plainQuery(raw); ok {
-			c.x.QName, c.x.QType = name, qtype
+		if qtype, ok := plainQueryType(raw); ok {
+			c.x.QType, c.nameLater = qtype, true
 			c.q, c.raw = nil, raw
 			return false
 		}
@@ -361,10 +365,12 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 		asBytes = len(r.Wire) >= headerSize
 	} else {
-		if h.admit != nil {
+		switch {
+		case h.admit != nil && h.traceContext:
+			ctx = engine.WithClientTrace(ctx, c.x.ClientIP, c.x.Trace)
+		case h.admit != nil:
 			ctx = engine.WithClient(ctx, c.x.ClientIP)
-		}
-		if h.traceContext {
+		case h.traceContext:
 			ctx = engine.WithTrace(ctx, c.x.Trace)
 		}
 		if byWire {
@@ -430,18 +436,30 @@ func (h *Handler) refuse(c *call, wait time.Duration) {
 // addOperatorHeaders adds what an answer from the resolver carries beside
 // the DNS message: Server-Timing and traceresponse, when on.
 func (h *Handler) addOperatorHeaders(c *call) {
+	// Both values are written into one buffer and made one string: one
+	// allocation for the two.
+	var b [80 + traceparentLen]byte
+	out := b[:0]
+	var fixed []string
 	if h.serverTiming {
-		r := c.x.Response
-		if v := fixedServerTiming(r); v != nil {
-			c.resp.Header.Add("server-timing", v[0])
+		if fixed = fixedServerTiming(c.x.Response); fixed == nil {
+			out = AppendServerTiming(out, c.x.Response)
+		}
+	}
+	timing := len(out)
+	if h.traceContext {
+		out = AppendTraceResponse(out, &c.x.Trace)
+	}
+	v := string(out)
+	if h.serverTiming {
+		if fixed != nil {
+			c.resp.Header.Add("server-timing", fixed[0])
 		} else {
-			var b [80]byte
-			c.resp.Header.Add("server-timing", string(AppendServerTiming(b[:0], r)))
+			c.resp.Header.Add("server-timing", v[:timing])
 		}
 	}
 	if h.traceContext {
-		var b [traceparentLen]byte
-		c.resp.Header.Add("traceresponse", string(AppendTraceResponse(b[:0], &c.x.Trace)))
+		c.resp.Header.Add("traceresponse", v[timing:])
 	}
 }
 
@@ -452,6 +470,11 @@ func (c *call) cancelled() { c.x.Status = StatusClientClosed }
 // finish ends a request after its response was written (or dropped).
 func (h *Handler) finish(c *call) {
 	if h.observe != nil && !c.page {
+		if c.nameLater {
+			if c.x.QName = c.x.Response.QName; c.x.QName == "" {
+				c.x.QName = plainName(c.raw)
+			}
+		}
 		c.x.Response.Wire = nil // c.out: reused once the call is
 		c.x.Duration = time.Since(c.x.Start)
 		h.observe(c.x)

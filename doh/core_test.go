@@ -3,6 +3,7 @@ package doh
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -126,5 +127,38 @@ func TestHTTP2AdmitOncePerQuestion(t *testing.T) {
 	}
 	if i, w := res.immediate.Load(), res.wire.Load(); i != 1 || w != 1 {
 		t.Errorf("a refused question reached the resolver (at once %d, on a goroutine %d)", i, w)
+	}
+}
+
+// TestObservedQNameOfPlainQueries: a plain query's name is made only for
+// the observer, at the end: taken from the resolver's response when it
+// gives one, else read from the query, also when the resolver was never
+// asked (a refused client).
+func TestObservedQNameOfPlainQueries(t *testing.T) {
+	q := pack(t, query(t, "Mixed-Case.example.", dns.TypeAAAA, 0))
+	for _, c := range []struct {
+		name   string
+		admit  bool
+		status int
+	}{{"resolved", true, 200}, {"refused", false, http.StatusTooManyRequests}} {
+		var seen exchanges
+		h := NewHandler(newImmediateResolver(replyFor("mixed-case.example.")), Options{Observe: seen.observe,
+			Admit: func(netip.Addr) (bool, time.Duration) { return c.admit, time.Second }})
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", DefaultPath+"?dns="+b64(q), nil))
+		x := seen.last(t)
+		if x.Status != c.status || x.QName != "Mixed-Case.example." || x.QType != dns.TypeAAAA {
+			t.Errorf("%s: observed %d %q/%d, want %d Mixed-Case.example./AAAA", c.name, x.Status, x.QName, x.QType, c.status)
+		}
+	}
+	// The engine names the question as the request did.
+	e, err := engine.New(engine.Config{FallbackServers: []string{"127.0.0.1:1"}, TransactionTimeout: 50 * time.Millisecond},
+		engine.Options{Network: engine.NativeNetwork{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if r := e.ResolveWire(context.Background(), q, nil); r.QName != "Mixed-Case.example." {
+		t.Errorf("engine Response.QName %q", r.QName)
 	}
 }

@@ -68,6 +68,7 @@ type h2conn struct {
 	cancel context.CancelFunc
 
 	// The reader's own state.
+	payload   []byte // the HEADERS frame being read (readFrame)
 	dec       *hpack.Decoder
 	hdr       *stream // the stream whose header block is being read
 	hdrStart  time.Time
@@ -108,7 +109,7 @@ type stream struct {
 	call
 	id        uint32
 	conn      *h2conn
-	cancel    context.CancelFunc
+	ctx       streamContext // the question's, cancelled when the stream ends
 	recvWin   int32
 	sendWin   int64
 	unsent    []byte // response body waiting for flow-control window
@@ -192,12 +193,17 @@ func (c *h2conn) serve() {
 	c.idleSince = time.Now()
 	c.stale = true
 	for {
-		f, err := c.fr.ReadFrame()
+		var hf headersFrame
+		f, err := c.readFrame(&hf)
 		if c.stale {
 			c.now, c.stale = time.Now(), false
 		}
 		c.mu.Lock()
-		if err == nil {
+		switch {
+		case err != nil:
+		case f == nil:
+			err = c.onHeaders(&hf)
+		default:
 			err = c.process(f)
 		}
 		if err != nil {
@@ -285,12 +291,9 @@ func (c *h2conn) endBatch() {
 			c.finish(st)
 			continue
 		}
-		// Not a child of c.ctx: close cancels every stream it abandons,
-		// so the link would only cost a map entry in c.ctx per question.
-		var ctx context.Context
-		ctx, st.cancel = context.WithCancel(context.Background())
+		// Not a child of c.ctx: close cancels every stream it abandons.
 		st.running = true
-		c.srv.workers.run(job{c, ctx, st})
+		c.srv.workers.run(job{c, &st.ctx, st})
 	}
 	c.pending = c.pending[:0]
 	c.stale = true
@@ -354,8 +357,6 @@ func (c *h2conn) process(f http2.Frame) error {
 		c.sawFirst = true
 	}
 	switch f := f.(type) {
-	case *http2.HeadersFrame:
-		return c.onHeaders(f)
 	case *http2.ContinuationFrame:
 		return c.onBlock(f.HeaderBlockFragment(), f.HeadersEnded(), false)
 	case *http2.DataFrame:
@@ -463,7 +464,6 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.running = false
-	st.cancel()
 	if !ok || st.reset {
 		st.cancelled()
 		c.finish(st)
@@ -520,9 +520,7 @@ func (c *h2conn) onReset(f *http2.RSTStreamFrame) error {
 func (c *h2conn) abandon(st *stream) {
 	st.reset = true
 	delete(c.streams, st.id)
-	if st.cancel != nil {
-		st.cancel()
-	}
+	st.ctx.cancel()
 	if st.running || st.waiting {
 		return // resolve or endBatch finishes it
 	}

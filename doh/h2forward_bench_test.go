@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
@@ -95,7 +97,19 @@ func forwardRequests(b testing.TB, n int) [][]byte {
 // process, so its allocations are not counted). One request at a time;
 // distinct names. Allocations per op are per forwarded question end to
 // end (issue 12 targets ≤ 10). Figures only: nothing is asserted.
-func BenchmarkH2Forward(b *testing.B) {
+func BenchmarkH2Forward(b *testing.B) { benchH2Forward(b, Options{}) }
+
+// BenchmarkH2ForwardOperator is BenchmarkH2Forward with the handler as
+// dohfwd sets it up: trace context and Server-Timing on, an Admit that
+// lets every question through (the engine then sees the client through
+// engine.WithClient), and an observer.
+func BenchmarkH2ForwardOperator(b *testing.B) {
+	benchH2Forward(b, Options{TraceContext: true, ServerTiming: true,
+		Admit:   func(netip.Addr) (bool, time.Duration) { return true, 0 },
+		Observe: func(Exchange) {}})
+}
+
+func benchH2Forward(b *testing.B, o Options) {
 	addr := upstreamtest.StartNSD(b, upstreamtest.Zone{Origin: "example.test.", Text: `$ORIGIN example.test.
 $TTL 300
 @    3600 IN SOA ns admin 1 3600 600 86400 120
@@ -108,7 +122,7 @@ ns   IN A 127.0.0.1
 		b.Fatal(err)
 	}
 	defer e.Close()
-	srv, err := newServer(NewHandler(e, Options{}), nil, Limits{})
+	srv, err := newServer(NewHandler(e, o), nil, Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ package doh
 
 import (
 	"encoding/binary"
+	"io"
 
 	"golang.org/x/net/http2"
 )
@@ -87,4 +88,57 @@ func appendData(b []byte, stream uint32, data []byte, endStream bool) []byte {
 	}
 	b = appendFrameHeader(b, len(data), http2.FrameData, flags, stream)
 	return append(b, data...)
+}
+
+// headersFrame is a HEADERS frame as the server reads it: x/net's Framer
+// allocates a HeadersFrame for each (it reuses only DATA frames), one
+// allocation a request.
+type headersFrame struct {
+	id    uint32
+	flags http2.Flags
+	dep   uint32 // the priority's stream dependency, with FlagHeadersPriority
+	block []byte // the header block fragment, in h2conn.payload
+}
+
+// readFrame reads the next frame: a HEADERS frame into hf, returning a
+// nil Frame, any other through the Framer. The Framer reads every frame
+// header, so its checks (size, CONTINUATION order) see HEADERS too; the
+// payload is checked here as the Framer would, with the same errors.
+func (c *h2conn) readFrame(hf *headersFrame) (http2.Frame, error) {
+	fh, err := c.fr.ReadFrameHeader()
+	if err != nil {
+		return nil, err
+	}
+	if fh.Type != http2.FrameHeaders {
+		return c.fr.ReadFrameForHeader(fh)
+	}
+	if cap(c.payload) < int(fh.Length) {
+		c.payload = make([]byte, fh.Length)
+	}
+	p := c.payload[:fh.Length]
+	if _, err := io.ReadFull(c.br, p); err != nil {
+		return nil, err
+	}
+	if fh.StreamID == 0 {
+		return nil, http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	hf.id, hf.flags = fh.StreamID, fh.Flags
+	pad := 0
+	if fh.Flags.Has(http2.FlagHeadersPadded) {
+		if len(p) < 1 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		pad, p = int(p[0]), p[1:]
+	}
+	if fh.Flags.Has(http2.FlagHeadersPriority) {
+		if len(p) < 5 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		hf.dep, p = binary.BigEndian.Uint32(p)&(1<<31-1), p[5:]
+	}
+	if len(p) < pad {
+		return nil, http2.StreamError{StreamID: fh.StreamID, Code: http2.ErrCodeProtocol}
+	}
+	hf.block = p[:len(p)-pad]
+	return nil, nil
 }

@@ -16,8 +16,11 @@ import (
 // the connection's HPACK state as they arrive, checked as RFC 9113 section
 // 8 asks, into the stream's Request.
 
-func (c *h2conn) onHeaders(f *http2.HeadersFrame) error {
-	id := f.StreamID
+func (c *h2conn) onHeaders(f *headersFrame) error {
+	if !c.sawFirst { // the client's first frame is SETTINGS
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	id := f.id
 	if id%2 == 0 {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
@@ -29,7 +32,7 @@ func (c *h2conn) onHeaders(f *http2.HeadersFrame) error {
 	case st != nil:
 		// Trailers: they must end the stream, and are read and dropped.
 		st.trailers = true
-		if !f.StreamEnded() {
+		if !f.flags.Has(http2.FlagHeadersEndStream) {
 			st.bad = "trailers without END_STREAM"
 		}
 	case !c.idle(id):
@@ -48,14 +51,14 @@ func (c *h2conn) onHeaders(f *http2.HeadersFrame) error {
 			c.active++
 		}
 	}
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if f.flags.Has(http2.FlagHeadersPriority) && f.dep == id {
 		st.bad = "stream depends on itself"
 	}
-	if f.StreamEnded() {
+	if f.flags.Has(http2.FlagHeadersEndStream) {
 		st.recvDone = true
 	}
 	c.hdr, c.hdrStart, c.hdrBytes = st, c.now, 0
-	return c.onBlock(f.HeaderBlockFragment(), f.HeadersEnded(), true)
+	return c.onBlock(f.block, f.flags.Has(http2.FlagHeadersEndHeaders), true)
 }
 
 // onBlock reads a piece of a header block. HPACK state is the

@@ -210,45 +210,63 @@ func opcodeName(op int) string {
 // every error answer; so the RFC 8484 path reads an ordinary query
 // without building a dns.Msg.
 func plainQuery(raw []byte) (name string, qtype uint16, ok bool) {
-	if len(raw) < headerSize || raw[2]&(flagQR|0x78) != 0 || // QR, opcode
-		raw[4] != 0 || raw[5] != 1 || raw[6]|raw[7]|raw[8]|raw[9] != 0 || raw[10] != 0 || raw[11] > 1 {
+	if qtype, ok = plainQueryType(raw); !ok {
 		return "", 0, false
 	}
-	off, chars := headerSize, 0
+	return plainName(raw), qtype, true
+}
+
+// plainQueryType is plainQuery without making the name: its type, and
+// whether the query is plain.
+func plainQueryType(raw []byte) (qtype uint16, ok bool) {
+	if len(raw) < headerSize || raw[2]&(flagQR|0x78) != 0 || // QR, opcode
+		raw[4] != 0 || raw[5] != 1 || raw[6]|raw[7]|raw[8]|raw[9] != 0 || raw[10] != 0 || raw[11] > 1 {
+		return 0, false
+	}
+	off := headerSize
 	for {
 		if off >= len(raw) {
-			return "", 0, false
+			return 0, false
 		}
 		n := int(raw[off])
 		if n == 0 {
 			break
 		}
 		if n > 63 || off+1+n > len(raw) {
-			return "", 0, false
+			return 0, false
 		}
 		for _, c := range raw[off+1 : off+1+n] {
 			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return "", 0, false
+				return 0, false
 			}
 		}
-		chars += n + 1
 		off += 1 + n
 	}
 	nameEnd := off + 1
 	if nameEnd-headerSize > 255 || nameEnd+4 > len(raw) {
-		return "", 0, false
+		return 0, false
 	}
 	qtype = uint16(raw[nameEnd])<<8 | uint16(raw[nameEnd+1])
 	switch qtype {
 	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
-		return "", 0, false
+		return 0, false
 	}
 	off = nameEnd + 4
 	if raw[11] == 1 && !plainOPT(raw[off:]) || raw[11] == 0 && off != len(raw) {
-		return "", 0, false
+		return 0, false
+	}
+	return qtype, true
+}
+
+// plainName is the name of a query plainQueryType found plain, in
+// presentation form: its labels need no escapes.
+func plainName(raw []byte) string {
+	chars := 0
+	for off := headerSize; raw[off] != 0; off += 1 + int(raw[off]) {
+		chars += 1 + int(raw[off])
 	}
 	if chars == 0 {
-		return ".", qtype, true
+		return "."
 	}
 	var b strings.Builder
 	b.Grow(chars)
@@ -256,7 +274,7 @@ func plainQuery(raw []byte) (name string, qtype uint16, ok bool) {
 		b.Write(raw[off+1 : off+1+int(raw[off])])
 		b.WriteByte('.')
 	}
-	return b.String(), qtype, true
+	return b.String()
 }
 
 // plainOPT reports whether rr is exactly one OPT record owned by the root,

@@ -47,6 +47,13 @@ func TestServerTimingSaysWhereTheTimeWent(t *testing.T) {
 			if got := w.Header().Get("Server-Timing"); got != c.want {
 				t.Errorf("%s: Server-Timing %q, want %q", target, got, c.want)
 			}
+			// With traceresponse beside it (the two values share one
+			// string), both are whole.
+			w = httptest.NewRecorder()
+			NewHandler(responseResolver{c.r}, Options{ServerTiming: true, TraceContext: true}).ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+			if got, tr := w.Header().Get("Server-Timing"), w.Header().Get("Traceresponse"); got != c.want || len(tr) != traceparentLen || tr[:3] != "00-" {
+				t.Errorf("%s with trace context: Server-Timing %q, want %q; traceresponse %q", target, got, c.want, tr)
+			}
 			w = httptest.NewRecorder()
 			NewHandler(responseResolver{c.r}, Options{}).ServeHTTP(w, httptest.NewRequest("GET", target, nil))
 			if got := w.Header().Values("Server-Timing"); got != nil {

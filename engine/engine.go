@@ -134,8 +134,11 @@ type Response struct {
 	Result    Result
 	Reason    Reason // why, for ResultUnavailable
 	Question  uint64 // the question's id, as in its events
-	Scope     string
-	Attempts  int
+	// QName is the question's name as its events give it (ResolveWire,
+	// ResolveWireImmediate): a front end that shows it need not make its own.
+	QName    string
+	Scope    string
+	Attempts int
 	// Upstream is the time this question's own attempts took, together.
 	Upstream time.Duration
 	CacheHit bool
@@ -205,7 +208,7 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 func (qn *question) respond(dst []byte, f found) Response {
 	e, cq := qn.e, &qn.client
 	resp := Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit, Shared: f.shared,
-		Question: qn.id, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
+		Question: qn.id, QName: cq.name, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
 	resp.Wire = qn.writeReply(dst, f)
 	w, _ := walkReply(resp.Wire[len(dst):], nil)
 	resp.Rcode = w.rcode

@@ -285,7 +285,7 @@ func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
 		qn.spent--
 	}
 	now := time.Now()
-	r.en, r.at = newEntry(res.reply, res.walked, r.result, qn.routes.cfg.Cache, now), now
+	r.en, r.at = makeEntry(res.en, res.walked, r.result, qn.routes.cfg.Cache, now), now
 	r.en.scope = qn.scope.name
 	return r, r.en
 }

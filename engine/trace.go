@@ -1,6 +1,9 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"net/netip"
+)
 
 // Trace is a question's place in a distributed trace (W3C Trace Context):
 // the trace it belongs to, the caller's span (Parent, when the caller sent
@@ -33,9 +36,35 @@ func (c *traceContext) Value(key any) any {
 // WithTrace returns ctx carrying t to the question Resolve answers.
 func WithTrace(ctx context.Context, t Trace) context.Context { return &traceContext{ctx, t} }
 
+// WithClientTrace is WithTrace(WithClient(ctx, client), t) in one
+// allocation.
+func WithClientTrace(ctx context.Context, client netip.Addr, t Trace) context.Context {
+	return &clientTraceContext{ctx, client, t}
+}
+
+// clientTraceContext carries a client and a trace (WithClientTrace).
+type clientTraceContext struct {
+	context.Context
+	client netip.Addr
+	t      Trace
+}
+
+func (c *clientTraceContext) Value(key any) any {
+	switch key {
+	case traceKey{}:
+		return &c.t
+	case clientKey{}:
+		return c.client
+	}
+	return c.Context.Value(key)
+}
+
 // TraceFrom returns the trace ctx carries, or nil.
 func TraceFrom(ctx context.Context) *Trace {
-	if c, ok := ctx.(*traceContext); ok {
+	switch c := ctx.(type) {
+	case *traceContext:
+		return &c.t
+	case *clientTraceContext:
 		return &c.t
 	}
 	t, _ := ctx.Value(traceKey{}).(*Trace)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"io"
 	"net/netip"
 	"sync"
 	"time"
@@ -39,10 +40,78 @@ type transaction struct {
 	setBy     budget
 }
 
+// CancelWatcher is implemented by a client's context that can close a
+// transaction's socket when it is cancelled for less than
+// context.AfterFunc costs (five allocations a transaction: the callback,
+// its context, the parent's child entry, the Done channel, the stop
+// function). The engine uses it, when the context Resolve is given has
+// it (through WithTrace, WithClient and WithClientTrace), to end a transaction at once
+// when its client goes away; other contexts get context.AfterFunc.
+type CancelWatcher interface {
+	// CloseOnCancel closes c when the context is cancelled, at once if
+	// it already is. The engine watches one socket a question at a time,
+	// but an implementation must accept several.
+	CloseOnCancel(c io.Closer)
+	// StopClosing ends the watch of c. It reports false when c was, or
+	// is being, closed for the cancel: the socket must not be reused.
+	StopClosing(c io.Closer) bool
+}
+
+// cancelWatcherOf returns the CancelWatcher ctx is, or wraps with the
+// engine's own contexts, or nil.
+func cancelWatcherOf(ctx context.Context) CancelWatcher {
+	for {
+		switch c := ctx.(type) {
+		case *traceContext:
+			ctx = c.Context
+		case *clientContext:
+			ctx = c.Context
+		case *clientTraceContext:
+			ctx = c.Context
+		case CancelWatcher:
+			return c
+		default:
+			return nil
+		}
+	}
+}
+
+// closeOnCancel arranges for sock to be closed when ctx is cancelled: by
+// ctx's CancelWatcher, when it has one, else by context.AfterFunc, whose
+// stop function it returns. Not inlined, as stopClosing: their variables
+// would stay in exchange's frame while the transaction waits, and the
+// question's goroutine would outgrow its first stack.
+//
+//go:noinline
+func closeOnCancel(ctx context.Context, sock Socket) (stop func() bool) {
+	if w := cancelWatcherOf(ctx); w != nil {
+		w.CloseOnCancel(sock)
+		return nil
+	}
+	if ctx.Done() != nil {
+		return context.AfterFunc(ctx, func() { sock.Close() })
+	}
+	return nil
+}
+
+// stopClosing ends what closeOnCancel arranged. It reports false when the
+// socket was closed for the cancel.
+//
+//go:noinline
+func stopClosing(ctx context.Context, sock Socket, stop func() bool) bool {
+	if stop != nil {
+		return stop()
+	}
+	if w := cancelWatcherOf(ctx); w != nil {
+		return w.StopClosing(sock)
+	}
+	return true
+}
+
 // exchangeResult is what a transaction brings back.
 type exchangeResult struct {
 	outcome Outcome
-	reply   []byte      // the reply, a copy the result owns: set for answer and nxdomain
+	en      *entry      // answer and nxdomain: the reply, copied into en.msg; the rest of en is made by makeEntry
 	walked  walkedReply // what the walk of reply found
 	rcode   int         // -1 without a reply
 	class   ErrorClass  // the socket error's class, for a socket failure
@@ -90,15 +159,12 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 		ps = pooledSocket{sock: sock, born: time.Now()}
 	}
 	sock := ps.sock
-	stop := func() bool { return true }
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { sock.Close() })
-	}
-
+	stop := closeOnCancel(ctx, sock)
 	r := e.transact(ctx, tx, sock, msg)
 	// A socket closed under the transaction by its client's leaving is
-	// not reused either (stop reports false once the close ran).
-	if stopped := stop(); pool != nil && r.clean && stopped {
+	// not reused either.
+	stopped := stopClosing(ctx, sock, stop)
+	if pool != nil && r.clean && stopped {
 		pool.put(ps, time.Now())
 	} else {
 		sock.Close()
@@ -250,7 +316,8 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 		// between the records and the OPT written for the client, and
 		// the client could not read its answer (found by FuzzUpstreamReply).
 		m = m[:w.end]
-		r.reply = append(make([]byte, 0, len(m)+optRRLen), m...)
+		r.en = entryFor(len(m) + optRRLen)
+		r.en.msg = append(r.en.msg, m...)
 	}
 	return r, true
 }
