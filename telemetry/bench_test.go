@@ -32,9 +32,9 @@ func BenchmarkQuestionEvents(b *testing.B) {
 			if batched {
 				bw := telemetry.NewBatchWriter(f)
 				defer bw.Close()
-				log = zerolog.New(bw).With().Timestamp().Logger()
+				log, _ = telemetry.NewLogger(bw, "json", "info")
 			} else {
-				log = zerolog.New(f).With().Timestamp().Logger()
+				log, _ = telemetry.NewLogger(f, "json", "info")
 			}
 			o := telemetry.NewObserver(log, nil)
 			b.ReportAllocs()

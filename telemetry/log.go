@@ -45,7 +45,7 @@ func NewLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
 	zerolog.SetGlobalLevel(lvl)
-	return zerolog.New(w).Level(zerolog.DebugLevel).With().Timestamp().Logger(), nil
+	return zerolog.New(w).Level(zerolog.DebugLevel).Hook(timestampHook{}), nil
 }
 
 // SetLevel changes the level of every logger; it is how a reload applies

@@ -1,0 +1,56 @@
+package telemetry
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// timestampHook adds the "time" field to every event, as zerolog's
+// Timestamp does and in the same form (RFC 3339 with nanoseconds, trailing
+// zeros trimmed, the clock's zone), but writes it from a text made once a
+// second: at level info a forwarded question logs two events, and
+// formatting their times was a fifth of their cost.
+type timestampHook struct{}
+
+func (timestampHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	var b [48]byte
+	e.Bytes(zerolog.TimestampFieldName, appendRFC3339Nano(b[:0], time.Now()))
+}
+
+// secondText is the part of a timestamp that changes once a second: the
+// date and time of day, and the zone.
+type secondText struct {
+	unix int64
+	loc  *time.Location
+	date []byte // 2006-01-02T15:04:05
+	zone []byte // Z or -07:00
+}
+
+var lastSecond atomic.Pointer[secondText]
+
+// appendRFC3339Nano appends t as t.Format(time.RFC3339Nano) does.
+func appendRFC3339Nano(dst []byte, t time.Time) []byte {
+	s := lastSecond.Load()
+	if s == nil || s.unix != t.Unix() || s.loc != t.Location() {
+		s = &secondText{unix: t.Unix(), loc: t.Location(),
+			date: t.AppendFormat(nil, "2006-01-02T15:04:05"), zone: t.AppendFormat(nil, "Z07:00")}
+		lastSecond.Store(s)
+	}
+	dst = append(dst, s.date...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [10]byte
+		frac[0] = '.'
+		for i := 9; i > 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := len(frac)
+		for frac[n-1] == '0' {
+			n--
+		}
+		dst = append(dst, frac[:n]...)
+	}
+	return append(dst, s.zone...)
+}
