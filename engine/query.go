@@ -50,14 +50,21 @@ func appendQuery(dst []byte, client *clientQuery, name string, forwardECS bool) 
 	dst = binary.BigEndian.AppendUint16(dst, 0) // NSCOUNT
 	dst = binary.BigEndian.AppendUint16(dst, 1) // ARCOUNT: the OPT
 
-	start := len(dst)
-	dst = append(dst, make([]byte, 256)...)[:start] // room for any name
-	dst = dst[:start+256]
-	end, err := dns.PackDomainName(name, dst, start, nil, false)
-	if err != nil {
-		return nil, err
+	if client.qname != nil && name == client.name {
+		// The name as the client asked it: its wire form is in the query
+		// (uncompressed, checked by parse), the same bytes packing the
+		// name would write.
+		dst = append(dst, client.qname...)
+	} else {
+		start := len(dst)
+		dst = append(dst, make([]byte, 256)...)[:start] // room for any name
+		dst = dst[:start+256]
+		end, err := dns.PackDomainName(name, dst, start, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		dst = dst[:end]
 	}
-	dst = dst[:end]
 	dst = binary.BigEndian.AppendUint16(dst, client.qtype)
 	dst = binary.BigEndian.AppendUint16(dst, client.qclass)
 

@@ -54,3 +54,34 @@ func TestAppendQueryParsesBack(t *testing.T) {
 		t.Fatal("a name over 255 octets packed")
 	}
 }
+
+// TestAppendQueryCopiesTheClientsName: asking the name as the client wrote
+// it copies its wire form from the query; the bytes are those packing the
+// presentation name writes, escapes and case included.
+func TestAppendQueryCopiesTheClientsName(t *testing.T) {
+	for _, name := range []string{".", "Www.Example.ORG.", `a\.b.example.`, `x\032y.example.`, `q\"uote.example.`, "xn--bcher-kva.example."} {
+		q := new(dns.Msg)
+		q.SetQuestion(name, dns.TypeA)
+		raw, err := q.Pack()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		cq, ok := parseQuery(raw)
+		if !ok {
+			t.Fatalf("%s: parseQuery failed", name)
+		}
+		copied, err := appendQuery(nil, cq, cq.name, false)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		packedFrom := *cq
+		packedFrom.qname = nil // as a detached question, which keeps no query bytes
+		packed, err := appendQuery(nil, &packedFrom, cq.name, false)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if string(copied) != string(packed) {
+			t.Errorf("%s: copied %x, packed %x", name, copied, packed)
+		}
+	}
+}
