@@ -28,14 +28,7 @@ func TestClientCancelNotCharged(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req := newRequest(t, "GET", base+DefaultPath+"?dns="+b64(pack(t, query(t, "slow.example.test.", dns.TypeA, 0))), nil).WithContext(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		errc <- err
-	}()
+	errc := doInBackground(c, req)
 
 	// Cancel once the upstream holds the query: the engine is waiting.
 	waitFor(t, "the upstream to read the query", func() bool { return len(up.Queries()) == 1 })

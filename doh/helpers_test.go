@@ -186,3 +186,17 @@ func (e *exchanges) last(t testing.TB) Exchange {
 	}
 	return e.list[len(e.list)-1]
 }
+
+// doInBackground sends req on c and reports the client's error once Do
+// returns (nil for a response, whose body it closes).
+func doInBackground(c *http.Client, req *http.Request) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	return errc
+}
