@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // The HTTP/2 server of this package serves DoH and nothing else, so it can
@@ -69,7 +68,8 @@ type h2conn struct {
 
 	// The reader's own state.
 	payload   []byte // the HEADERS frame being read (readFrame)
-	dec       *hpack.Decoder
+	dec       *reqDecoder
+	host      string  // the last literal :authority, kept for the next request
 	hdr       *stream // the stream whose header block is being read
 	hdrStart  time.Time
 	hdrBytes  int
@@ -164,8 +164,7 @@ func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
 	c.fr = http2.NewFramer(io.Discard, br)
 	c.fr.SetMaxReadFrameSize(c.limits.MaxReadFrameSize)
 	c.fr.SetReuseFrames()
-	c.dec = hpack.NewDecoder(4096, c.onField)
-	c.dec.SetMaxStringLength(2 * c.limits.MaxHeaderBytes)
+	c.dec = newReqDecoder(4096, 2*c.limits.MaxHeaderBytes, c.onField)
 	c.enc = newRespEncoder()
 	return c
 }

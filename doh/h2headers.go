@@ -5,11 +5,11 @@ package doh
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // Request header blocks: HEADERS and CONTINUATION frames, decoded with
@@ -75,74 +75,73 @@ func (c *h2conn) onBlock(frag []byte, end, first bool) error {
 		// within the limit.
 		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 	}
-	if _, err := c.dec.Write(frag); err != nil {
+	if err := c.dec.write(frag, first, end); err != nil {
 		return http2.ConnectionError(http2.ErrCodeCompression)
 	}
 	if !end {
 		return nil
 	}
-	if err := c.dec.Close(); err != nil {
-		return http2.ConnectionError(http2.ErrCodeCompression)
-	}
 	c.hdr = nil
 	return c.endHeaders(st)
 }
 
-// onField takes one decoded header field of the block being read.
-func (c *h2conn) onField(f hpack.HeaderField) {
+// onField takes one decoded header field of the block being read. A
+// literal's strings are the decoder's (f.temp): what the request keeps is
+// copied, and only then.
+func (c *h2conn) onField(f reqField) {
 	st := c.hdr
-	st.hdrSize += int(f.Size())
+	st.hdrSize += f.size()
 	if st.hdrSize > c.maxList {
 		st.tooBig = true
 	}
 	if st.bad != "" || st.tooBig || st.refused {
 		return
 	}
-	if f.IsPseudo() {
+	if len(f.name) > 0 && f.name[0] == ':' {
 		if st.regular || st.trailers {
 			st.bad = "pseudo-header field after regular fields or in trailers"
 			return
 		}
 		var bit uint8
-		switch f.Name {
+		switch f.name {
 		case ":method":
-			bit, st.req.Method = pseudoMethod, f.Value
+			bit, st.req.Method = pseudoMethod, keepMethod(f)
 		case ":scheme":
 			bit = pseudoScheme
 		case ":path":
 			bit = pseudoPath
-			st.req.Path, st.req.RawQuery, _ = cutQuery(f.Value)
-			if f.Value == "" {
+			st.req.Path, st.req.RawQuery, _ = cutQuery(keepValue(f))
+			if f.value == "" {
 				st.bad = "empty :path"
 			}
 		case ":authority":
-			bit, st.req.Host = pseudoAuthority, f.Value
+			bit, st.req.Host = pseudoAuthority, c.keepHost(f)
 		default:
-			st.bad = "unknown pseudo-header field " + f.Name
+			st.bad = "unknown pseudo-header field " + f.name
 			return
 		}
 		if st.pseudo&bit != 0 {
-			st.bad = "duplicate " + f.Name
+			st.bad = "duplicate " + f.name
 		}
 		st.pseudo |= bit
 		return
 	}
 	st.regular = true
-	if !validFieldName(f.Name) || !httpguts.ValidHeaderFieldValue(f.Value) {
+	if !validFieldName(f.name) || !httpguts.ValidHeaderFieldValue(f.value) {
 		st.bad = "invalid header field"
 		return
 	}
-	switch f.Name {
+	switch f.name {
 	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-		st.bad = "connection-specific header field " + f.Name
+		st.bad = "connection-specific header field " + f.name
 		return
 	case "te":
-		if f.Value != "trailers" {
+		if f.value != "trailers" {
 			st.bad = "te other than trailers"
 			return
 		}
 	case "content-length":
-		n, err := strconv.ParseUint(f.Value, 10, 63)
+		n, err := strconv.ParseUint(f.value, 10, 63)
 		if err != nil || st.clen >= 0 && int64(n) != st.clen {
 			st.bad = "bad content-length"
 			return
@@ -150,8 +149,43 @@ func (c *h2conn) onField(f hpack.HeaderField) {
 		st.clen = int64(n)
 	}
 	if !st.trailers {
-		st.req.Header = append(st.req.Header, HeaderField{f.Name, f.Value})
+		name := f.name
+		if f.temp&tempName != 0 {
+			name = strings.Clone(name)
+		}
+		st.req.Header = append(st.req.Header, HeaderField{name, keepValue(f)})
 	}
+}
+
+// keepValue is f's value, copied if it is the decoder's.
+func keepValue(f reqField) string {
+	if f.temp&tempValue != 0 {
+		return strings.Clone(f.value)
+	}
+	return f.value
+}
+
+// keepMethod is the request's method: a constant for the usual two.
+func keepMethod(f reqField) string {
+	switch f.value {
+	case methodGet:
+		return methodGet
+	case methodPost:
+		return methodPost
+	}
+	return keepValue(f)
+}
+
+// keepHost is :authority: a client names the same host on every request
+// of a connection, so the connection keeps one copy.
+func (c *h2conn) keepHost(f reqField) string {
+	if f.temp&tempValue == 0 {
+		return f.value
+	}
+	if f.value != c.host {
+		c.host = strings.Clone(f.value)
+	}
+	return c.host
 }
 
 // validFieldName: a token in lower case (HTTP/2 field names).
