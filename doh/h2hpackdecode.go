@@ -155,7 +155,9 @@ func (d *reqDecoder) decode(p []byte) error {
 		p = rest
 		if indexing {
 			// The table keeps the strings: one allocation for both.
-			s := string(append(append(d.buf[len(d.buf):], name...), value...))
+			k := len(d.buf)
+			d.buf = append(append(d.buf, name...), value...)
+			s := string(d.buf[k:])
 			if f.temp&tempName != 0 {
 				f.name = s[:len(name)]
 			}
