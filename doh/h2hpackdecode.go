@@ -3,7 +3,9 @@
 package doh
 
 import (
+	"encoding/binary"
 	"errors"
+	"slices"
 	"unsafe"
 )
 
@@ -384,50 +386,62 @@ func init() {
 // huffDecode appends the decoding of src to dst. Padding must be at most
 // seven bits, all ones, and EOS must not appear (5.2).
 func huffDecode(dst, src []byte) ([]byte, error) {
+	dst = slices.Grow(dst, len(src)*8/5+2) // the shortest code is 5 bits; one byte of slack
+	out := dst[len(dst):cap(dst)]
+	j := 0
 	var acc uint64 // input bits, the last n of them unread
 	var n uint
 	for {
+		if len(src) >= 8 {
+			// As many whole bytes as fit, in one load.
+			k := (64 - n) / 8
+			acc = acc<<(8*k) | binary.BigEndian.Uint64(src)>>(64-8*k)
+			src, n = src[k:], n+8*k
+		}
 		for n <= 56 && len(src) > 0 {
 			acc = acc<<8 | uint64(src[0])
-			src = src[1:]
-			n += 8
+			src, n = src[1:], n+8
 		}
+		for n >= huffFastBits {
+			e := huffFast[acc>>(n-huffFastBits)&(1<<huffFastBits-1)]
+			if e>>26 == 0 {
+				break // a longer code
+			}
+			// Without a branch on the number of symbols, which the
+			// processor cannot predict: the second byte is written
+			// always and counted only when it is a symbol.
+			out[j], out[j+1] = byte(e), byte(e>>8)
+			j, n = j+int(e>>26), n-uint(e>>21&31)
+		}
+		if len(src) > 0 && n <= 56 {
+			continue // more bits first
+		}
+		// The end of the input, or a code longer than huffFastBits.
 		if n == 0 {
-			return dst, nil
+			return dst[:len(dst)+j], nil
 		}
-		var top uint64
 		if n >= huffFastBits {
-			top = acc >> (n - huffFastBits) & (1<<huffFastBits - 1)
-		} else {
-			top = acc << (huffFastBits - n) & (1<<huffFastBits - 1)
-		}
-		e := huffFast[top]
-		if both := uint(e >> 21 & 31); e>>26 == 2 && both <= n {
-			dst = append(dst, byte(e), byte(e>>8))
-			n -= both
-			continue
-		}
-		if first := uint(e >> 16 & 31); e>>26 != 0 && first <= n {
-			dst = append(dst, byte(e))
-			n -= first
-			continue
-		}
-		if e>>26 == 0 && n > huffFastBits {
 			sym, l, ok := huffSlow(acc, n)
-			if ok {
-				if sym == 256 {
-					return dst, errHpackHuffman // EOS
-				}
-				dst = append(dst, byte(sym))
-				n -= l
+			if ok && sym != 256 { // EOS is an error
+				out[j] = byte(sym)
+				j, n = j+1, n-l
 				continue
 			}
-		}
-		// No whole code left: padding, a prefix of EOS.
-		if len(src) > 0 || n > 7 || acc&(1<<n-1) != 1<<n-1 {
 			return dst, errHpackHuffman
 		}
-		return dst, nil
+		// Fewer bits than a lookup takes: the table, the missing bits
+		// zero, finds a code if one ends within them.
+		e := huffFast[acc<<(huffFastBits-n)&(1<<huffFastBits-1)]
+		if l := uint(e >> 16 & 31); e>>26 != 0 && l <= n {
+			out[j] = byte(e)
+			j, n = j+1, n-l
+			continue
+		}
+		// No whole code left: padding, a prefix of EOS.
+		if n > 7 || acc&(1<<n-1) != 1<<n-1 {
+			return dst, errHpackHuffman
+		}
+		return dst[:len(dst)+j], nil
 	}
 }
 
