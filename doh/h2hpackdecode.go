@@ -389,21 +389,23 @@ func huffDecode(dst, src []byte) ([]byte, error) {
 	dst = slices.Grow(dst, len(src)*8/5+2) // the shortest code is 5 bits; one byte of slack
 	out := dst[len(dst):cap(dst)]
 	j := 0
-	var acc uint64 // input bits, the last n of them unread
+	// acc holds the n unread bits at its top, zeros below: the next
+	// lookup is its top huffFastBits, and a code is consumed by a shift.
+	var acc uint64
 	var n uint
 	for {
 		if len(src) >= 8 {
 			// As many whole bytes as fit, in one load.
 			k := (64 - n) / 8
-			acc = acc<<(8*k) | binary.BigEndian.Uint64(src)>>(64-8*k)
+			acc |= binary.BigEndian.Uint64(src) >> (64 - 8*k) << (64 - n - 8*k)
 			src, n = src[k:], n+8*k
 		}
 		for n <= 56 && len(src) > 0 {
-			acc = acc<<8 | uint64(src[0])
+			acc |= uint64(src[0]) << (56 - n)
 			src, n = src[1:], n+8
 		}
 		for n >= huffFastBits {
-			e := huffFast[acc>>(n-huffFastBits)&(1<<huffFastBits-1)]
+			e := huffFast[acc>>(64-huffFastBits)]
 			if e>>26 == 0 {
 				break // a longer code
 			}
@@ -411,7 +413,8 @@ func huffDecode(dst, src []byte) ([]byte, error) {
 			// processor cannot predict: the second byte is written
 			// always and counted only when it is a symbol.
 			out[j], out[j+1] = byte(e), byte(e>>8)
-			j, n = j+int(e>>26), n-uint(e>>21&31)
+			l := uint(e >> 21 & 31)
+			j, n, acc = j+int(e>>26), n-l, acc<<l
 		}
 		if len(src) > 0 && n <= 56 {
 			continue // more bits first
@@ -424,33 +427,33 @@ func huffDecode(dst, src []byte) ([]byte, error) {
 			sym, l, ok := huffSlow(acc, n)
 			if ok && sym != 256 { // EOS is an error
 				out[j] = byte(sym)
-				j, n = j+1, n-l
+				j, n, acc = j+1, n-l, acc<<l
 				continue
 			}
 			return dst, errHpackHuffman
 		}
 		// Fewer bits than a lookup takes: the table, the missing bits
 		// zero, finds a code if one ends within them.
-		e := huffFast[acc<<(huffFastBits-n)&(1<<huffFastBits-1)]
+		e := huffFast[acc>>(64-huffFastBits)]
 		if l := uint(e >> 16 & 31); e>>26 != 0 && l <= n {
 			out[j] = byte(e)
-			j, n = j+1, n-l
+			j, n, acc = j+1, n-l, acc<<l
 			continue
 		}
 		// No whole code left: padding, a prefix of EOS.
-		if n > 7 || acc&(1<<n-1) != 1<<n-1 {
+		if n > 7 || acc>>(64-n) != 1<<n-1 {
 			return dst, errHpackHuffman
 		}
 		return dst[:len(dst)+j], nil
 	}
 }
 
-// huffSlow decodes a code longer than huffFastBits from the top of the n
-// unread bits of acc.
+// huffSlow decodes a code longer than huffFastBits from the top of acc,
+// which holds n bits.
 func huffSlow(acc uint64, n uint) (sym uint16, l uint, ok bool) {
 	h := &huffLong
 	for l = huffFastBits + 1; l <= 30 && l <= n; l++ {
-		c := uint32(acc>>(n-l)) & (1<<l - 1)
+		c := uint32(acc >> (64 - l))
 		if d := c - h.first[l]; h.count[l] != 0 && c >= h.first[l] && d < uint32(h.count[l]) {
 			return h.syms[uint32(h.base[l])+d], l, true
 		}
