@@ -496,3 +496,19 @@ func BenchmarkHuffDecode(b *testing.B) {
 		}
 	})
 }
+
+// FuzzHuffDecode: any bytes Huffman-decode with ours as with x/net's
+// HuffmanDecodeToString, or fail with both (bad padding, EOS).
+func FuzzHuffDecode(f *testing.F) {
+	f.Add(hpack.AppendHuffmanString(nil, "/dns-query?dns=q1kBAAABAAAAAAAAB3d3dzEyMzQHZXhhbXBsZQNjb20AAAEAAQ"))
+	f.Add(hpack.AppendHuffmanString(nil, "\x00\xff\\<^~{}|"))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x1f, 0xff})
+	f.Fuzz(func(t *testing.T, src []byte) {
+		got, err := huffDecode(nil, src)
+		want, xerr := hpack.HuffmanDecodeToString(src)
+		if (err == nil) != (xerr == nil) || err == nil && string(got) != want {
+			t.Fatalf("%x: ours %q, %v; x/net %q, %v", src, got, err, want, xerr)
+		}
+	})
+}
