@@ -12,7 +12,8 @@
 // The handler builds for WebAssembly (GOOS=wasip1) as well, so the edge
 // module serves requests with the same code. [NewTLSServer] and
 // [NewPlainServer] serve a [Handler] with an HTTP/2 server built for DoH
-// on golang.org/x/net/http2's Framer and hpack (ALPN h2 over TLS, prior
+// on golang.org/x/net/http2's Framer, with its own HPACK decoder and
+// encoder (h2hpackdecode.go, h2hpack.go) (ALPN h2 over TLS, prior
 // knowledge on plaintext), and HTTP/1.1 with net/http; both go through
 // one transport-neutral core (core.go).
 package doh
