@@ -59,3 +59,12 @@ func TestPlainQueryReadsOrdinaryQueriesOnly(t *testing.T) {
 		}
 	}
 }
+
+// plainQuery is plainQueryType with the name (plainName), as the tests
+// compare both with checkQuery's reading.
+func plainQuery(raw []byte) (name string, qtype uint16, ok bool) {
+	if qtype, ok = plainQueryType(raw); !ok {
+		return "", 0, false
+	}
+	return plainName(raw), qtype, true
+}

@@ -200,24 +200,15 @@ func opcodeName(op int) string {
 	return strconv.Itoa(op)
 }
 
-// plainQuery reports whether raw is a query that checkQuery would pass
-// as it is, read from the bytes alone: QR clear, opcode QUERY, one
+// plainQueryType reports whether raw is a query that checkQuery would
+// pass as it is, read from the bytes alone: QR clear, opcode QUERY, one
 // question whose name is plain (uncompressed labels of letters, digits,
 // '-' and '_'), no answer or authority records, and at most one record
 // beside it, an OPT of EDNS version 0 whose options fill its data, ending
-// the message. It returns the question's name in presentation form and
-// its type. Anything else takes checkQuery's unpacking path, which knows
-// every error answer; so the RFC 8484 path reads an ordinary query
-// without building a dns.Msg.
-func plainQuery(raw []byte) (name string, qtype uint16, ok bool) {
-	if qtype, ok = plainQueryType(raw); !ok {
-		return "", 0, false
-	}
-	return plainName(raw), qtype, true
-}
-
-// plainQueryType is plainQuery without making the name: its type, and
-// whether the query is plain.
+// the message; and the question's type. Anything else takes checkQuery's
+// unpacking path, which knows every error answer; so the RFC 8484 path
+// reads an ordinary query without building a dns.Msg. The name is made
+// only when wanted (plainName), usually by the engine.
 func plainQueryType(raw []byte) (qtype uint16, ok bool) {
 	if len(raw) < headerSize || raw[2]&(flagQR|0x78) != 0 || // QR, opcode
 		raw[4] != 0 || raw[5] != 1 || raw[6]|raw[7]|raw[8]|raw[9] != 0 || raw[10] != 0 || raw[11] > 1 {
