@@ -292,7 +292,7 @@ func (c *h2conn) endBatch() {
 		}
 		// Not a child of c.ctx: close cancels every stream it abandons.
 		st.running = true
-		c.srv.workers.run(job{c, &st.ctx, st})
+		c.srv.workers.Run(job{c, &st.ctx, st})
 	}
 	c.pending = c.pending[:0]
 	c.stale = true

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
 // Limits bound what one client may hold on a listener. Zero fields take
@@ -94,8 +96,8 @@ type Server struct {
 	tls    *tls.Config  // nil: plaintext
 	limits Limits
 
-	active  atomic.Int64 // requests in flight, both protocols
-	workers *workers     // resolve the HTTP/2 questions that wait on the network
+	active  atomic.Int64        // requests in flight, both protocols
+	workers *workpool.Pool[job] // resolve the HTTP/2 questions that wait on the network
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -149,7 +151,7 @@ func NewPlainServer(h http.Handler, l Limits) *Server {
 func newServer(h http.Handler, tlsConfig *tls.Config, l Limits) (*Server, error) {
 	l = l.withDefaults()
 	s := &Server{tls: tlsConfig, limits: l, listeners: map[net.Listener]struct{}{}, conns: map[*h2conn]struct{}{},
-		workers: newWorkers(maxIdleWorkers)}
+		workers: workpool.New(maxIdleWorkers, resolveJob)}
 	s.core, _ = h.(*Handler)
 	s.h1 = &http.Server{
 		Handler:           countRequests(h, &s.active),
@@ -338,7 +340,7 @@ func (s *Server) stop() []*h2conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down = true
-	s.workers.stop()
+	s.workers.Stop()
 	for ln := range s.listeners {
 		ln.Close()
 	}

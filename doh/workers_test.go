@@ -134,13 +134,13 @@ func TestWorkersKeptBetweenQuestions(t *testing.T) {
 		}
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: blk.Bytes(), EndStream: true, EndHeaders: true})
 		waitFor(t, "an answer", func() bool { n, _ := rc.ended(t); return n == i+1 })
-		waitFor(t, "the worker idle", func() bool { return srv.workers.idle.Load() >= 1 })
+		waitFor(t, "the worker idle", func() bool { return srv.workers.Idle() >= 1 })
 	}
-	if n := srv.workers.started.Load(); n > 2 {
+	if n := srv.workers.Started(); n > 2 {
 		t.Errorf("%d workers started for 40 questions asked one after the other, want 1 (2 at most)", n)
 	}
 	srv.Close()
-	waitFor(t, "idle workers to end", func() bool { return srv.workers.idle.Load() == 0 })
+	waitFor(t, "idle workers to end", func() bool { return srv.workers.Idle() == 0 })
 }
 
 // cancelCounter is a blockingResolver that counts the questions that saw

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
 // requests is the requests in progress: their cancels by the host's ID,
@@ -91,7 +92,7 @@ func start(id uint32, data []byte) {
 	requests.Lock()
 	requests.cancel[id] = cancel
 	requests.Unlock()
-	workers.run(func() {
+	workers.Run(func() {
 		var resp abi.Response
 		switch {
 		case err != nil:
@@ -110,45 +111,13 @@ func start(id uint32, data []byte) {
 	})
 }
 
-// workers keeps the goroutines that finished a request for the next ones.
-// A fresh goroutine's stack grows by copying (every frame walked, in wasm
-// about half the module's time for a request) on its way down to the
-// engine's socket read; a kept one has grown already.
-var workers = workerPool{jobs: make(chan func())}
+// workers runs requests on kept goroutines (workpool): a fresh
+// goroutine's stack grows by copying on its way down to the engine's
+// socket read, in wasm about half the module's time for a request.
+var workers = workpool.New(maxIdleWorkers, func(job func()) { job() })
 
 // maxIdleWorkers bounds the goroutines kept waiting for a request.
 const maxIdleWorkers = 256
-
-type workerPool struct {
-	jobs chan func() // unbuffered: a send succeeds only into an idle worker
-	mu   sync.Mutex
-	idle int
-}
-
-func (p *workerPool) run(job func()) {
-	select {
-	case p.jobs <- job:
-	default:
-		go p.work(job)
-	}
-}
-
-func (p *workerPool) work(job func()) {
-	for {
-		job()
-		p.mu.Lock()
-		if p.idle >= maxIdleWorkers {
-			p.mu.Unlock()
-			return
-		}
-		p.idle++
-		p.mu.Unlock()
-		job = <-p.jobs
-		p.mu.Lock()
-		p.idle--
-		p.mu.Unlock()
-	}
-}
 
 // runnable reads the scheduler's count of goroutines ready to run.
 var runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}

@@ -1,0 +1,57 @@
+package workpool
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitUntil polls cond for up to 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestKeptBetweenJobs: jobs run one after another reuse one goroutine;
+// after Stop the waiting one ends.
+func TestKeptBetweenJobs(t *testing.T) {
+	var wg sync.WaitGroup
+	p := New(4, func(n int) { wg.Done() })
+	for i := range 50 {
+		wg.Add(1)
+		p.Run(i)
+		wg.Wait()
+		waitUntil(t, "the goroutine to wait again", func() bool { return p.Idle() == 1 })
+	}
+	if n := p.Started(); n != 1 {
+		t.Errorf("%d goroutines started for 50 jobs one after another, want 1", n)
+	}
+	p.Stop()
+	waitUntil(t, "the waiting goroutine to end", func() bool { return p.Idle() == 0 })
+}
+
+// TestNeverQueues: a job runs at once even when every kept goroutine is
+// busy, and no more than maxIdle stay waiting afterwards.
+func TestNeverQueues(t *testing.T) {
+	release := make(chan struct{})
+	var running sync.WaitGroup
+	p := New(2, func(int) { running.Done(); <-release })
+	for i := range 5 {
+		running.Add(1)
+		p.Run(i)
+	}
+	running.Wait() // all five run at once: none queued behind another
+	close(release)
+	waitUntil(t, "the busy goroutines to finish", func() bool { return p.Idle() == 2 })
+	time.Sleep(10 * time.Millisecond)
+	if n := p.Idle(); n != 2 {
+		t.Errorf("%d goroutines waiting, want maxIdle 2", n)
+	}
+	p.Stop()
+	waitUntil(t, "the waiting goroutines to end", func() bool { return p.Idle() == 0 })
+}
