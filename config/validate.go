@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
-
 	"github.com/dohfwd/dohfwd/engine"
 )
 
