@@ -14,79 +14,7 @@ import (
 // github.com/miekg/dns prints it: the JSON form of DoH answers shows it, and
 // clients that compared it with other resolvers' must see the same text.
 
-var (
-	errTextName  = errors.New("dnswire: malformed name")
-	errTextRdata = errors.New("dnswire: malformed record data")
-)
-
-// maxTextPointers bounds the compression pointers one name may follow:
-// a loop ends there (miekg/dns's limit: no name needs more).
-const maxTextPointers = (255+1)/2 - 2
-
-// AppendNameText appends the presentation form of the name at msg[off:]
-// to dst, following compression pointers anywhere in msg, and gives the
-// offset just past the name where it starts (after its first pointer).
-// Label bytes that are special in presentation format are escaped with a
-// backslash (`\.`, `\\`, `\"`, ...), bytes outside printable ASCII as \DDD;
-// the root is ".". A name past msg's end, longer than 255 octets, with a
-// reserved label type or a pointer loop is an error, and dst comes back
-// as it was.
-func AppendNameText(dst, msg []byte, off int) ([]byte, int, error) {
-	start, end := len(dst), -1
-	budget := 255 // RFC 1035 §2.3.4, the final zero octet included
-	pointers := 0
-	for {
-		if off < 0 || off >= len(msg) {
-			return dst[:start], 0, errTextName
-		}
-		c := int(msg[off])
-		off++
-		switch c & 0xC0 {
-		case 0x00:
-			if c == 0 {
-				if end < 0 {
-					end = off
-				}
-				if len(dst) == start {
-					dst = append(dst, '.')
-				}
-				return dst, end, nil
-			}
-			if budget -= c + 1; budget <= 0 || off+c > len(msg) {
-				return dst[:start], 0, errTextName
-			}
-			for _, b := range msg[off : off+c] {
-				dst = appendNameByte(dst, b)
-			}
-			dst = append(dst, '.')
-			off += c
-		case 0xC0:
-			if off >= len(msg) {
-				return dst[:start], 0, errTextName
-			}
-			if end < 0 {
-				end = off + 1
-			}
-			if pointers++; pointers > maxTextPointers {
-				return dst[:start], 0, errTextName
-			}
-			off = (c&0x3F)<<8 | int(msg[off])
-		default: // 0x40 and 0x80 are reserved (RFC 6891 §5)
-			return dst[:start], 0, errTextName
-		}
-	}
-}
-
-func appendNameByte(dst []byte, b byte) []byte {
-	switch b {
-	case '.', ' ', '\'', '@', ';', '(', ')', '"', '\\':
-		return append(dst, '\\', b)
-	}
-	if b < ' ' || b > '~' {
-		return appendDDD(dst, b)
-	}
-	return append(dst, b)
-}
+var errTextRdata = errors.New("dnswire: malformed record data")
 
 // appendStringByte writes a byte of a character-string (RFC 1035 §5.1):
 // within quotes only `"` and `\` need the backslash.
@@ -309,7 +237,12 @@ func appendField(dst, msg []byte, off int, f byte) ([]byte, int, error) {
 		// A mapped IPv4 address reads "::ffff:192.0.2.1", as netip has it.
 		return netip.AddrFrom16([16]byte(rest)).AppendTo(dst), off + 16, nil
 	case 'n':
-		return AppendNameText(dst, msg, off)
+		var buf [MaxNameLen]byte
+		wire, next, err := AppendNameWire(buf[:0], msg, off)
+		if err != nil {
+			return dst, off, err
+		}
+		return AppendNameText(dst, wire), next, nil
 	case 's', 'c':
 		l := int(rest[0])
 		if 1+l > len(rest) {
@@ -427,8 +360,6 @@ func appendOctetText(dst, s []byte) []byte {
 	}
 	return append(dst, '"')
 }
-
-func isDigit(b byte) bool { return b >= '0' && b <= '9' }
 
 // appendTypeBitmap writes the types of an NSEC-style bitmap, each after a
 // space. Windows must rise, and hold 1 to 32 octets (RFC 4034 §4.1.2).

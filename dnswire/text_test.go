@@ -116,14 +116,14 @@ func testMessage(t testing.TB, rr dns.RR) []byte {
 
 // firstAnswer finds the answer record's owner name offset, type and rdata
 // bounds in a message with one question, walking the names by
-// AppendNameText.
+// UnpackName.
 func firstAnswer(t testing.TB, msg []byte) (owner int, rrtype uint16, start, end int) {
-	_, off, err := AppendNameText(nil, msg, 12)
+	_, off, err := UnpackName(msg, 12)
 	if err != nil {
 		t.Fatalf("question name: %v", err)
 	}
 	owner = off + 4
-	_, off, err = AppendNameText(nil, msg, owner)
+	_, off, err = UnpackName(msg, owner)
 	if err != nil || off+10 > len(msg) {
 		t.Fatalf("answer header: %v", err)
 	}
@@ -151,8 +151,8 @@ func checkAgainstMiekg(t *testing.T, wire []byte) {
 	}
 	rr := m.Answer[0]
 	owner, rrtype, start, end := firstAnswer(t, wire)
-	name, _, err := AppendNameText(nil, wire, owner)
-	if err != nil || string(name) != rr.Header().Name {
+	name, _, err := UnpackName(wire, owner)
+	if err != nil || name != rr.Header().Name {
 		t.Errorf("owner %q, %v; miekg %q", name, err, rr.Header().Name)
 	}
 	got, err := AppendRdataText([]byte("x"), wire, rrtype, start, end)
@@ -241,7 +241,7 @@ func TestSMIMEASplitsLongHex(t *testing.T) {
 	}
 }
 
-func TestNameText(t *testing.T) {
+func TestUnpackNameFollowsAndRefuses(t *testing.T) {
 	// header, then "a.b." at 12, then "c" + pointer to 14 ("b."), then a
 	// pointer to itself, then a reserved label type.
 	msg := append(make([]byte, 12),
@@ -266,14 +266,13 @@ func TestNameText(t *testing.T) {
 		{23, "", 0, false},
 		{26, "", 0, false},
 		{len(msg), "", 0, false},
-		{-1, "", 0, false},
 	} {
-		got, next, err := AppendNameText([]byte("pre"), msg, tc.off)
+		got, next, err := UnpackName(msg, tc.off)
 		if (err == nil) != tc.ok {
 			t.Errorf("at %d: err %v", tc.off, err)
 			continue
 		}
-		if string(got) != "pre"+tc.want || next != tc.wantNext {
+		if got != tc.want || next != tc.wantNext {
 			t.Errorf("at %d: %q next %d, want %q next %d", tc.off, got, next, tc.want, tc.wantNext)
 		}
 	}
@@ -281,7 +280,7 @@ func TestNameText(t *testing.T) {
 
 // A name of 255 octets with its final zero is the longest; one more is
 // refused, as miekg/dns refuses it.
-func TestNameTextLength(t *testing.T) {
+func TestUnpackNameLength(t *testing.T) {
 	long := func(wireLen int) []byte {
 		var b []byte
 		for len(b)+1 < wireLen {
@@ -296,7 +295,7 @@ func TestNameTextLength(t *testing.T) {
 		if len(name) != n {
 			t.Fatalf("built %d octets, want %d", len(name), n)
 		}
-		_, _, err := AppendNameText(nil, name, 0)
+		_, _, err := UnpackName(name, 0)
 		_, _, merr := dns.UnpackDomainName(name, 0)
 		if (err == nil) != (n <= 255) || (err == nil) != (merr == nil) {
 			t.Errorf("%d octets: err %v, miekg %v", n, err, merr)
@@ -432,19 +431,19 @@ func FuzzRdataText(f *testing.F) {
 	})
 }
 
-func FuzzNameText(f *testing.F) {
+func FuzzUnpackName(f *testing.F) {
 	f.Add([]byte{3, 'a', 'b', 'c', 0xC0, 0}, 4)
 	f.Add([]byte{1, '.', 1, 0xFF, 0}, 0)
 	f.Fuzz(func(t *testing.T, msg []byte, off int) {
 		if off < 0 || off >= len(msg) {
 			return
 		}
-		got, next, err := AppendNameText(nil, msg, off)
+		got, next, err := UnpackName(msg, off)
 		want, mnext, merr := dns.UnpackDomainName(msg, off)
 		if (err == nil) != (merr == nil) {
 			t.Fatalf("%x at %d: err %v, miekg %v", msg, off, err, merr)
 		}
-		if err == nil && (string(got) != want || next != mnext) {
+		if err == nil && (got != want || next != mnext) {
 			t.Fatalf("%x at %d: %q next %d, miekg %q next %d", msg, off, got, next, want, mnext)
 		}
 	})

@@ -89,14 +89,20 @@ var classNames = map[uint16]string{
 // TypeString gives a type's mnemonic, or TYPEn for one without
 // (RFC 3597 §5).
 func TypeString(t uint16) string {
-	if t < 256 {
-		if s := typeNames[t]; s != "" {
-			return s
-		}
-	} else if s, ok := bigTypeNames[t]; ok {
+	if s, ok := TypeName(t); ok {
 		return s
 	}
 	return "TYPE" + strconv.Itoa(int(t))
+}
+
+// TypeName gives a type's mnemonic; false for one without.
+func TypeName(t uint16) (string, bool) {
+	if t < 256 {
+		s := typeNames[t]
+		return s, s != ""
+	}
+	s, ok := bigTypeNames[t]
+	return s, ok
 }
 
 // ClassString gives a class's mnemonic, or CLASSn for one without.
@@ -110,10 +116,18 @@ func ClassString(c uint16) string {
 // RcodeString gives a response code's mnemonic, or RCODEn for one
 // without.
 func RcodeString(rcode int) string {
-	if rcode >= 0 && rcode < len(rcodeNames) && rcodeNames[rcode] != "" {
-		return rcodeNames[rcode]
+	if s, ok := RcodeName(rcode); ok {
+		return s
 	}
 	return "RCODE" + strconv.Itoa(rcode)
+}
+
+// RcodeName gives a response code's mnemonic; false for one without.
+func RcodeName(rcode int) (string, bool) {
+	if rcode >= 0 && rcode < len(rcodeNames) && rcodeNames[rcode] != "" {
+		return rcodeNames[rcode], true
+	}
+	return "", false
 }
 
 // OpcodeString gives an opcode's mnemonic, or OPCODEn for one without.

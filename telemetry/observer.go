@@ -1,9 +1,9 @@
 package telemetry
 
 import (
-	"github.com/miekg/dns"
 	"github.com/rs/zerolog"
 
+	"github.com/dohfwd/dohfwd/dnswire"
 	"github.com/dohfwd/dohfwd/engine"
 )
 
@@ -128,7 +128,7 @@ func (o *Observer) Probe(ev engine.ProbeEvent) {
 
 // typeField writes qtype as its mnemonic, or its number when it has none.
 func typeField(e *zerolog.Event, t uint16) *zerolog.Event {
-	if s, ok := dns.TypeToString[t]; ok {
+	if s, ok := dnswire.TypeName(t); ok {
 		return e.Str("qtype", s)
 	}
 	return e.Uint16("qtype", t)
@@ -140,7 +140,7 @@ func rcodeField(e *zerolog.Event, rc int) *zerolog.Event {
 	if rc < 0 {
 		return e.Str("rcode", "")
 	}
-	if s, ok := dns.RcodeToString[rc]; ok {
+	if s, ok := dnswire.RcodeName(rc); ok {
 		return e.Str("rcode", s)
 	}
 	return e.Int("rcode", rc)
