@@ -8,6 +8,8 @@ import (
 
 	"github.com/maypok86/otter/v2"
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // cacheKey names one cached answer. DO and CD change what an upstream
@@ -208,13 +210,13 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 		en.optClass = w.optClass
 		en.optData = hopOptionsRemoved(w.optData)
 		reply = reply[:w.optStart]
-		binary.BigEndian.PutUint16(reply[offARCount:], binary.BigEndian.Uint16(reply[offARCount:])-1)
+		binary.BigEndian.PutUint16(reply[dnswire.OffARCount:], binary.BigEndian.Uint16(reply[dnswire.OffARCount:])-1)
 	}
-	reply[offFlags] &^= 0x02 // TC
+	reply[dnswire.OffFlags] &^= 0x02 // TC
 	binary.BigEndian.PutUint16(reply, 0)
 	en.msg = reply
 
-	positive := w.rcode == dns.RcodeSuccess && w.ancount > 0
+	positive := w.rcode == dnswire.RcodeSuccess && w.ancount > 0
 	soaDone := false
 	var life uint32
 	walkReply(reply, func(section, off int, typ uint16) {
@@ -223,7 +225,7 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 		switch {
 		case positive:
 			binary.BigEndian.PutUint32(reply[off:], clampSeconds(ttl, conf.MinTTL, conf.MaxTTL))
-		case section == 1 && typ == dns.TypeSOA && !soaDone:
+		case section == 1 && typ == dnswire.TypeSOA && !soaDone:
 			// RFC 2308 §5: the SOA carries the negative TTL.
 			soaDone = true
 			life = clampSeconds(min(ttl, w.facts.soaMinimum), conf.MinTTL, conf.NegativeMaxTTL)
@@ -248,7 +250,7 @@ func optMovedLast(reply []byte) ([]byte, walkedReply, bool) {
 	var opt dns.RR
 	extra := m.Extra[:0]
 	for _, rr := range m.Extra {
-		if rr.Header().Rrtype == dns.TypeOPT {
+		if rr.Header().Rrtype == dnswire.TypeOPT {
 			opt = rr
 			continue
 		}
@@ -273,7 +275,7 @@ func hopOptionsRemoved(data []byte) []byte {
 		code := binary.BigEndian.Uint16(data[o:])
 		end := min(o+4+int(binary.BigEndian.Uint16(data[o+2:])), len(data))
 		switch code {
-		case dns.EDNS0COOKIE, dns.EDNS0PADDING, dns.EDNS0TCPKEEPALIVE, dns.EDNS0SUBNET:
+		case dnswire.EDNS0COOKIE, dnswire.EDNS0PADDING, dnswire.EDNS0TCPKEEPALIVE, dnswire.EDNS0SUBNET:
 		default:
 			out = append(out, data[o:end]...)
 		}
@@ -314,12 +316,12 @@ func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time,
 	dst = append(dst, en.msg...)
 	m := dst[start:]
 	binary.BigEndian.PutUint16(m, cq.id)
-	m[offFlags] &^= 0x01
+	m[dnswire.OffFlags] &^= 0x01
 	if cq.rd {
-		m[offFlags] |= 0x01
+		m[dnswire.OffFlags] |= 0x01
 	}
-	if len(qname) > 0 && headerLen+len(qname) <= len(m) {
-		copy(m[headerLen:], qname)
+	if len(qname) > 0 && dnswire.HeaderLen+len(qname) <= len(m) {
+		copy(m[dnswire.HeaderLen:], qname)
 	}
 	if staleTTL >= 0 {
 		for _, off := range en.ttls {
@@ -334,7 +336,7 @@ func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time,
 	if !cq.opt {
 		return dst
 	}
-	binary.BigEndian.PutUint16(m[offARCount:], binary.BigEndian.Uint16(m[offARCount:])+1)
+	binary.BigEndian.PutUint16(m[dnswire.OffARCount:], binary.BigEndian.Uint16(m[dnswire.OffARCount:])+1)
 	class := en.optClass
 	if class == 0 {
 		class = upstreamUDPSize
@@ -344,7 +346,7 @@ func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time,
 		ttl = 1 << 15
 	}
 	dst = append(dst, 0) // root
-	dst = binary.BigEndian.AppendUint16(dst, dns.TypeOPT)
+	dst = binary.BigEndian.AppendUint16(dst, dnswire.TypeOPT)
 	dst = binary.BigEndian.AppendUint16(dst, class)
 	dst = binary.BigEndian.AppendUint32(dst, ttl)
 	optLen := len(en.optData)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // localTTL is the TTL of local answers: short, since hosts change on reload.
@@ -61,37 +63,37 @@ func buildLocal(hosts map[string][]string) (*localNames, error) {
 // answer returns the local reply to client's question asked as name, or
 // nil when name is not local. Only class IN is answered locally.
 func (l *localNames) answer(cq *clientQuery, name string) *dns.Msg {
-	if cq.qclass != dns.ClassINET {
+	if cq.qclass != dnswire.ClassINET {
 		return nil
 	}
 	q := dns.Question{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}
 	switch {
 	case inDomain(name, invalidDomain):
-		return localReply(cq, dns.RcodeNameError)
+		return localReply(cq, dnswire.RcodeNameError)
 	case inDomain(name, localhostDomain):
-		m := localReply(cq, dns.RcodeSuccess)
+		m := localReply(cq, dnswire.RcodeSuccess)
 		switch q.Qtype {
-		case dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dns.TypeA), A: netip.MustParseAddr("127.0.0.1").AsSlice()})
-		case dns.TypeAAAA:
-			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dns.TypeAAAA), AAAA: netip.IPv6Loopback().AsSlice()})
+		case dnswire.TypeA:
+			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dnswire.TypeA), A: netip.MustParseAddr("127.0.0.1").AsSlice()})
+		case dnswire.TypeAAAA:
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dnswire.TypeAAAA), AAAA: netip.IPv6Loopback().AsSlice()})
 		}
 		return m
 	}
-	if q.Qtype == dns.TypePTR && (strings.EqualFold(name, ptrLocalhostV4) || strings.EqualFold(name, ptrLocalhostV6)) {
-		m := localReply(cq, dns.RcodeSuccess)
-		m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: localhostDomain})
+	if q.Qtype == dnswire.TypePTR && (strings.EqualFold(name, ptrLocalhostV4) || strings.EqualFold(name, ptrLocalhostV6)) {
+		m := localReply(cq, dnswire.RcodeSuccess)
+		m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dnswire.TypePTR), Ptr: localhostDomain})
 		return m
 	}
 	if len(l.addrs) == 0 {
 		return nil
 	}
 	key := strings.ToLower(name)
-	if q.Qtype == dns.TypePTR {
+	if q.Qtype == dnswire.TypePTR {
 		if targets, ok := l.ptrs[key]; ok {
-			m := localReply(cq, dns.RcodeSuccess)
+			m := localReply(cq, dnswire.RcodeSuccess)
 			for _, t := range targets {
-				m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: t})
+				m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dnswire.TypePTR), Ptr: t})
 			}
 			return m
 		}
@@ -100,13 +102,13 @@ func (l *localNames) answer(cq *clientQuery, name string) *dns.Msg {
 	if !ok {
 		return nil
 	}
-	m := localReply(cq, dns.RcodeSuccess)
+	m := localReply(cq, dnswire.RcodeSuccess)
 	for _, a := range addrs {
 		switch {
-		case q.Qtype == dns.TypeA && a.Is4():
-			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dns.TypeA), A: a.AsSlice()})
-		case q.Qtype == dns.TypeAAAA && a.Is6():
-			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dns.TypeAAAA), AAAA: a.AsSlice()})
+		case q.Qtype == dnswire.TypeA && a.Is4():
+			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dnswire.TypeA), A: a.AsSlice()})
+		case q.Qtype == dnswire.TypeAAAA && a.Is6():
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dnswire.TypeAAAA), AAAA: a.AsSlice()})
 		}
 	}
 	return m
@@ -116,7 +118,7 @@ func (l *localNames) answer(cq *clientQuery, name string) *dns.Msg {
 // and an OPT record when the client sent one.
 func localReply(cq *clientQuery, rcode int) *dns.Msg {
 	m := new(dns.Msg)
-	m.Id, m.Response, m.Opcode, m.Rcode = cq.id, true, dns.OpcodeQuery, rcode
+	m.Id, m.Response, m.Opcode, m.Rcode = cq.id, true, dnswire.OpcodeQuery, rcode
 	m.RecursionDesired, m.CheckingDisabled, m.RecursionAvailable = cq.rd, cq.cd, true
 	m.Question = []dns.Question{{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}}
 	if cq.opt {
@@ -126,5 +128,5 @@ func localReply(cq *clientQuery, rcode int) *dns.Msg {
 }
 
 func localHdr(name string, t uint16) dns.RR_Header {
-	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: localTTL}
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dnswire.ClassINET, Ttl: localTTL}
 }

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/miekg/dns"
+import (
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
+)
 
 // The padding rules (RFC 7830, RFC 8467) and the error answer to a query,
 // shared by the engine's wire replies and the front ends (DoH, DoT, plain
@@ -18,7 +22,7 @@ var zeros [PaddingBlock]byte
 // PaddingBlock; 0 when that would pass the largest DNS message.
 func PaddingLen(size int) int {
 	n := (PaddingBlock - size%PaddingBlock) % PaddingBlock
-	if size+n > dns.MaxMsgSize {
+	if size+n > dnswire.MaxMsgSize {
 		return 0
 	}
 	return n
@@ -33,7 +37,7 @@ func PaddingBytes(n int) []byte { return zeros[:n] }
 func WantsPadding(q *dns.Msg) bool {
 	if o := q.IsEdns0(); o != nil {
 		for _, e := range o.Option {
-			if e.Option() == dns.EDNS0PADDING {
+			if e.Option() == dnswire.EDNS0PADDING {
 				return true
 			}
 		}
@@ -48,14 +52,14 @@ func WantsPadding(q *dns.Msg) bool {
 // once the packed length is known.
 func AddPadding(m *dns.Msg) *dns.EDNS0_PADDING {
 	pad := &dns.EDNS0_PADDING{}
-	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-	opt.SetUDPSize(dns.DefaultMsgSize)
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dnswire.TypeOPT}}
+	opt.SetUDPSize(dnswire.DefaultMsgSize)
 	extra := make([]dns.RR, 0, len(m.Extra)+1)
 	for _, rr := range m.Extra {
 		if old, ok := rr.(*dns.OPT); ok {
 			opt.Hdr.Class, opt.Hdr.Ttl = old.Hdr.Class, old.Hdr.Ttl
 			for _, e := range old.Option {
-				if e.Option() != dns.EDNS0PADDING {
+				if e.Option() != dnswire.EDNS0PADDING {
 					opt.Option = append(opt.Option, e)
 				}
 			}
@@ -85,7 +89,7 @@ func ErrorReply(q *dns.Msg, raw []byte, rcode int) *dns.Msg {
 		m.Question = q.Question
 	}
 	if q != nil && q.IsEdns0() != nil || rcode > 0xF {
-		m.SetEdns0(dns.DefaultMsgSize, false)
+		m.SetEdns0(dnswire.DefaultMsgSize, false)
 	}
 	return m
 }

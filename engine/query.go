@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // upstreamUDPSize is the EDNS0 UDP payload size of upstream queries
@@ -76,7 +78,7 @@ func appendQuery(dst []byte, client *clientQuery, name string, forwardECS bool) 
 	if forwardECS && client.ecs {
 		if co := client.message().IsEdns0(); co != nil {
 			for _, o := range co.Option {
-				if o.Option() == dns.EDNS0SUBNET {
+				if o.Option() == dnswire.EDNS0SUBNET {
 					ecs = append(ecs, o)
 				}
 			}
@@ -84,7 +86,7 @@ func appendQuery(dst []byte, client *clientQuery, name string, forwardECS bool) 
 	}
 	if len(ecs) > 0 {
 		// Rare: let miekg/dns pack the options.
-		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: upstreamUDPSize, Ttl: ttl}, Option: ecs}
+		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dnswire.TypeOPT, Class: upstreamUDPSize, Ttl: ttl}, Option: ecs}
 		off := len(dst)
 		dst = append(dst, make([]byte, dns.Len(opt)+64)...)
 		end, err := dns.PackRR(opt, dst, off, nil, false)
@@ -94,7 +96,7 @@ func appendQuery(dst []byte, client *clientQuery, name string, forwardECS bool) 
 		return dst[:end], nil
 	}
 	dst = append(dst, 0) // root name
-	dst = binary.BigEndian.AppendUint16(dst, dns.TypeOPT)
+	dst = binary.BigEndian.AppendUint16(dst, dnswire.TypeOPT)
 	dst = binary.BigEndian.AppendUint16(dst, upstreamUDPSize)
 	dst = binary.BigEndian.AppendUint32(dst, ttl)
 	dst = binary.BigEndian.AppendUint16(dst, 0) // RDLENGTH

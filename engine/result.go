@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/miekg/dns"
+import (
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
+)
 
 // Result is how a question ended.
 type Result uint8
@@ -52,15 +56,15 @@ func (r Reason) String() string {
 func (r Reason) ede() (code uint16, text string) {
 	switch r {
 	case ReasonInFlightCeiling:
-		return dns.ExtendedErrorCodeOther, "in-flight ceiling"
+		return dnswire.ExtendedErrorCodeOther, "in-flight ceiling"
 	case ReasonNoServers:
-		return dns.ExtendedErrorCodeNoReachableAuthority, "no servers"
+		return dnswire.ExtendedErrorCodeNoReachableAuthority, "no servers"
 	case ReasonQuestionTimeout:
-		return dns.ExtendedErrorCodeNoReachableAuthority, "question timeout"
+		return dnswire.ExtendedErrorCodeNoReachableAuthority, "question timeout"
 	case ReasonClientInFlight:
-		return dns.ExtendedErrorCodeProhibited, "client in-flight limit"
+		return dnswire.ExtendedErrorCodeProhibited, "client in-flight limit"
 	}
-	return dns.ExtendedErrorCodeNoReachableAuthority, ""
+	return dnswire.ExtendedErrorCodeNoReachableAuthority, ""
 }
 
 // unavailableReply is the SERVFAIL a client gets for an unavailable
@@ -71,15 +75,15 @@ func (r Reason) ede() (code uint16, text string) {
 // wrong with the servers.
 func unavailableReply(q *dns.Msg, r Reason, t *tried, hideServers bool) *dns.Msg {
 	m := new(dns.Msg)
-	rcode := dns.RcodeServerFailure
+	rcode := dnswire.RcodeServerFailure
 	if r == ReasonClientInFlight {
-		rcode = dns.RcodeRefused
+		rcode = dnswire.RcodeRefused
 	}
 	m.SetRcode(q, rcode)
 	m.RecursionAvailable = true
 	code, text := r.ede()
-	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-	opt.SetUDPSize(dns.DefaultMsgSize)
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dnswire.TypeOPT}}
+	opt.SetUDPSize(dnswire.DefaultMsgSize)
 	qo := q.IsEdns0()
 	if qo != nil && qo.Do() {
 		opt.SetDo()
@@ -106,11 +110,11 @@ func unavailableReply(q *dns.Msg, r Reason, t *tried, hideServers bool) *dns.Msg
 // before padding that still fits once padded.
 func clientSize(o *dns.OPT) int {
 	if o == nil {
-		return dns.MinMsgSize
+		return dnswire.MinMsgSize
 	}
-	size := max(int(o.UDPSize()), dns.MinMsgSize)
+	size := max(int(o.UDPSize()), dnswire.MinMsgSize)
 	for _, op := range o.Option {
-		if op.Option() == dns.EDNS0PADDING {
+		if op.Option() == dnswire.EDNS0PADDING {
 			return size/PaddingBlock*PaddingBlock - 4
 		}
 	}

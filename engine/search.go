@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // candidates appends to dst the names a question is asked as (SPEC §1.4):
@@ -53,12 +55,12 @@ func (f found) rcode() int {
 // isNXDomain reports whether f says the name does not exist, from upstream
 // or from the cache.
 func isNXDomain(f found) bool {
-	return (f.result == ResultNXDomain || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeNameError
+	return (f.result == ResultNXDomain || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dnswire.RcodeNameError
 }
 
 // isAnswer reports whether f carries a NOERROR reply (NODATA included).
 func isAnswer(f found) bool {
-	return (f.result == ResultAnswer || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeSuccess
+	return (f.result == ResultAnswer || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dnswire.RcodeSuccess
 }
 
 // viaCandidate is f, the answer for a search candidate, as the reply for
@@ -76,7 +78,7 @@ func (qn *question) viaCandidate(f found, asked, candidate string) found {
 	}
 	ttl, _ := MsgTTL(m)
 	cname := &dns.CNAME{
-		Hdr:    dns.RR_Header{Name: asked, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: ttl},
+		Hdr:    dns.RR_Header{Name: asked, Rrtype: dnswire.TypeCNAME, Class: dnswire.ClassINET, Ttl: ttl},
 		Target: candidate,
 	}
 	m.Question = []dns.Question{{Name: asked, Qtype: qn.client.qtype, Qclass: qn.client.qclass}}
