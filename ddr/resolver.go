@@ -32,8 +32,15 @@ func (r *Resolver) Designate(d Designation) { r.table.Store(NewTable(d)) }
 
 // Resolve answers q.
 func (r *Resolver) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
-	if m := r.table.Load().Answer(q); m != nil {
-		return engine.Response{Msg: m, Result: engine.ResultLocal}
+	// The table speaks wire form; this form of the question goes away with
+	// Resolve itself once the front end asks by bytes alone.
+	if raw, err := q.Pack(); err == nil {
+		if wire, ok := r.table.Load().AppendAnswer(nil, raw); ok {
+			m := new(dns.Msg)
+			if m.Unpack(wire) == nil {
+				return engine.Response{Msg: m, Result: engine.ResultLocal}
+			}
+		}
 	}
 	return r.next.Resolve(ctx, q)
 }
