@@ -35,7 +35,7 @@ func appendDDD(dst []byte, b byte) []byte {
 // rdataForm gives the fields of a type's record data in wire order, one
 // letter each (see appendField), or "" for a type shown in RFC 3597's
 // generic form. The types are those miekg/dns prints as fields, less a
-// few rare ones with forms of their own (LOC, CERT, APL, IPSECKEY,
+// few rare ones with forms of their own (CERT, APL, IPSECKEY,
 // AMTRELAY, HIP) and the pseudo-records.
 func rdataForm(t uint16) string {
 	switch t {
@@ -111,6 +111,8 @@ func rdataForm(t uint16) string {
 		return "E"
 	case TypeSVCB, TypeHTTPS:
 		return "Hnv"
+	case TypeLOC:
+		return "l"
 	}
 	return ""
 }
@@ -199,6 +201,7 @@ var base32HexNoPad = base32.HexEncoding.WithPadding(base32.NoPadding)
 //	e, E     EUI-48, EUI-64 (RFC 7043)
 //	i, I     64-bit NID / L64 locator as four groups of hex (RFC 6742)
 //	v        SvcParams to the end (RFC 9460 §2.1)
+//	l        a location (RFC 1876 §3)
 func appendField(dst, msg []byte, off int, f byte) ([]byte, int, error) {
 	rest := msg[off:]
 	need := 0
@@ -213,6 +216,8 @@ func appendField(dst, msg []byte, off int, f byte) ([]byte, int, error) {
 		need = 6
 	case 'E', 'i', 'I':
 		need = 8
+	case 'l':
+		need = 16
 	case '6':
 		need = 16
 	}
@@ -326,6 +331,8 @@ func appendField(dst, msg []byte, off int, f byte) ([]byte, int, error) {
 		return dst, off + 8, nil
 	case 'v':
 		return appendSvcParams(dst, rest, off)
+	case 'l':
+		return appendLOC(dst, rest), off + 16, nil
 	}
 	return dst, off, errTextRdata
 }
@@ -528,4 +535,75 @@ func appendSvcParamValue(dst []byte, key uint16, v []byte) ([]byte, bool) {
 		}
 	}
 	return dst, true
+}
+
+// TypeFromString is the type whose mnemonic is s, exactly as TypeString
+// writes it ("AAAA", "NSAP-PTR"); false for any other text.
+func TypeFromString(s string) (uint16, bool) {
+	for t, name := range typeNames {
+		if name == s && name != "" {
+			return uint16(t), true
+		}
+	}
+	for t, name := range bigTypeNames {
+		if name == s {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// appendLOC writes a LOC record's 16 octets (RFC 1876 §3) as miekg/dns
+// does: "52 22 23.000 N 4 53 32.000 E -2m 1m 10000m 10m", the degrees of
+// at least two digits.
+func appendLOC(dst, b []byte) []byte {
+	const equator, degree, minute = 1 << 31, 3600000, 60000 // thousandths of a second of arc
+	for i, dir := range [2]string{"NS", "EW"} {
+		v := binary.BigEndian.Uint32(b[4+4*i:])
+		d := dir[0]
+		if v > equator {
+			v -= equator
+		} else {
+			d, v = dir[1], equator-v
+		}
+		dst = appendTwoDigits(dst, v/degree)
+		dst = append(dst, ' ')
+		dst = appendTwoDigits(dst, v%degree/minute)
+		dst = append(dst, ' ')
+		dst = strconv.AppendFloat(dst, float64(v%minute)/1000, 'f', 3, 64)
+		dst = append(dst, ' ', d, ' ')
+	}
+	alt := binary.BigEndian.Uint32(b[12:])
+	prec := 0
+	if alt%100 != 0 {
+		prec = 2
+	}
+	dst = strconv.AppendFloat(dst, float64(alt)/100-100000, 'f', prec, 64)
+	dst = append(dst, 'm')
+	for _, x := range b[1:4] { // size, horizontal and vertical precision
+		dst = append(dst, ' ')
+		m, e := x>>4, x&0xF
+		switch {
+		case e < 2:
+			if e == 1 {
+				m *= 10
+			}
+			dst = append(dst, '0', '.')
+			dst = appendTwoDigits(dst, uint32(m))
+		default:
+			dst = strconv.AppendUint(dst, uint64(m), 10)
+			for ; e > 2; e-- {
+				dst = append(dst, '0')
+			}
+		}
+		dst = append(dst, 'm')
+	}
+	return dst
+}
+
+func appendTwoDigits(dst []byte, v uint32) []byte {
+	if v < 10 {
+		dst = append(dst, '0')
+	}
+	return strconv.AppendUint(dst, uint64(v), 10)
 }

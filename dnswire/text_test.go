@@ -93,6 +93,9 @@ var textSamples = []string{
 	`a.example. 300 IN EUI48 00-00-5e-00-53-2a`,
 	`a.example. 300 IN EUI64 00-00-5e-ef-10-00-00-2a`,
 	`a.example. 300 IN SVCB 0 alias.example.`,
+	`a.example. 300 IN LOC 52 22 23.000 N 4 53 32.000 E -2.00m 0.00m 10000m 10m`,
+	`a.example. 300 IN LOC 42 21 54.500 S 71 06 18.343 W 24.12m 30m 1m 200m`,
+	`a.example. 300 IN LOC 0 0 0 N 0 0 0 E 0m 1m 0m 90000000m`,
 	`a.example. 300 IN SVCB 1 . alpn="h2,h3" port="853" ipv4hint="192.0.2.1,192.0.2.2" ipv6hint="2001:db8::1" dohpath="/dns-query{?dns}"`,
 	`a.example. 300 IN HTTPS 1 . mandatory="alpn,port" alpn="h2" no-default-alpn port="443" ech="AEX+DQBBpQAgACBEYL1m" ohttp key65000="a\034b\\c\000"`,
 	`a.example. 300 IN HTTPS 1 svc.example. alpn="h\\\\2,a\\\044b,x y" key667="hello\;world"`,
@@ -194,7 +197,7 @@ func TestEveryFormHasASample(t *testing.T) {
 }
 
 func TestRdataTextUnknownTypeIsRFC3597(t *testing.T) {
-	for _, ty := range []uint16{TypeNULL, 65280, TypeLOC, TypeOPT, 4321} {
+	for _, ty := range []uint16{TypeNULL, 65280, TypeAPL, TypeOPT, 4321} {
 		msg := []byte{1, 2, 3, 0xAB}
 		got, err := AppendRdataText(nil, msg, ty, 0, 4)
 		if err != nil || string(got) != `\# 4 010203ab` {
@@ -447,4 +450,17 @@ func FuzzUnpackName(f *testing.F) {
 			t.Fatalf("%x at %d: %q next %d, miekg %q next %d", msg, off, got, next, want, mnext)
 		}
 	})
+}
+
+func TestTypeFromStringAsMiekg(t *testing.T) {
+	for s, want := range dns.StringToType {
+		if got, ok := TypeFromString(s); !ok || got != want {
+			t.Errorf("%q: %d %v, want %d", s, got, ok, want)
+		}
+	}
+	for _, s := range []string{"", "aaaa", "TYPE1", "A ", "NOPE"} {
+		if got, ok := TypeFromString(s); ok {
+			t.Errorf("%q read as %d", s, got)
+		}
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // The JSON form, as public JSON DoH services (Google, Cloudflare) answer:
@@ -183,4 +185,168 @@ func jsonRecords(rrs []dns.RR) []jsonRecord {
 // owner, TTL, class and type.
 func rdata(rr dns.RR) string {
 	return strings.TrimPrefix(rr.String(), rr.Header().String())
+}
+
+// jsonQueryWire appends the query a JSON request asks to dst: RD set, ID
+// 0, EDNS with DO when do is set, CD when cd is set; and the question's
+// name (as asked, fully qualified) and type.
+func jsonQueryWire(v url.Values, dst []byte) (query []byte, qname string, qtype uint16, err error) {
+	name := v.Get("name")
+	if name == "" {
+		return dst, "", 0, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
+	}
+	if err := checkNameWire(name); err != nil {
+		return dst, "", 0, err
+	}
+	if qtype, err = parseTypeWire(v.Get("type")); err != nil {
+		return dst, "", 0, err
+	}
+	do, err := parseFlag("do", v.Get("do"))
+	if err != nil {
+		return dst, "", 0, err
+	}
+	cd, err := parseFlag("cd", v.Get("cd"))
+	if err != nil {
+		return dst, "", 0, err
+	}
+	qname = dnswire.Fqdn(name)
+	var buf [dnswire.MaxNameLen]byte
+	wireName, err := dnswire.PackName(buf[:0], qname)
+	if err != nil { // checkName passed: not expected
+		return dst, "", 0, errors.New("bad name parameter " + strconv.Quote(name) + ": " + err.Error())
+	}
+	flags := dnswire.FlagRD
+	if cd {
+		flags |= dnswire.FlagCD
+	}
+	b := dnswire.NewBuilder(dst, dnswire.Header{Flags: flags})
+	b.Question(wireName, qtype, dnswire.ClassINET)
+	if do {
+		b.OPT(dnswire.DefaultMsgSize, dnswire.EDNSFlagDO, nil)
+	}
+	query, err = b.Finish()
+	return query, qname, qtype, err
+}
+
+// checkNameWire accepts a domain name in presentation format, at most 253
+// characters without the final dot.
+func checkNameWire(name string) error {
+	n, ok := dnswire.IsDomainName(name)
+	if !ok || n == 0 && name != "." || len(strings.TrimSuffix(name, ".")) > 253 {
+		return errors.New("bad name parameter " + strconv.Quote(name) + ": not a domain name")
+	}
+	return nil
+}
+
+// parseTypeWire reads a query type: a mnemonic ("AAAA", any case), a
+// number ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no
+// sense as a forwarded question are refused.
+func parseTypeWire(s string) (uint16, error) {
+	if s == "" {
+		return dnswire.TypeA, nil
+	}
+	var t uint16
+	if n, err := strconv.ParseUint(s, 10, 16); err == nil {
+		t = uint16(n)
+	} else if v, ok := dnswire.TypeFromString(strings.ToUpper(s)); ok {
+		t = v
+	} else if u := strings.ToUpper(s); strings.HasPrefix(u, "TYPE") {
+		if n, err := strconv.ParseUint(u[4:], 10, 16); err == nil {
+			t = uint16(n)
+		}
+	}
+	switch t {
+	case 0:
+		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": want a type name (A, AAAA, ...) or number 1-65535")
+	case dnswire.TypeOPT, dnswire.TypeTSIG, dnswire.TypeTKEY, dnswire.TypeAXFR, dnswire.TypeIXFR, dnswire.TypeMAILA, dnswire.TypeMAILB:
+		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dnswire.TypeString(t) + " cannot be asked here")
+	}
+	return t, nil
+}
+
+var errReplyUnreadable = errors.New("the reply does not read as a DNS message")
+
+// jsonFromWire converts a wire reply to the JSON form. Names and record
+// data are in presentation format (dnswire's text, as miekg/dns writes
+// it); data that does not read as its type shows in RFC 3597's generic
+// form. OPT is not a record there: its extended rcode goes into Status
+// and its Extended DNS Error becomes the Comment.
+func jsonFromWire(m []byte) (jsonMessage, error) {
+	p, ok := dnswire.NewParser(m)
+	if !ok {
+		return jsonMessage{}, errReplyUnreadable
+	}
+	h := p.Header()
+	j := jsonMessage{
+		Status: h.Rcode(), TC: h.Has(dnswire.FlagTC), RD: h.Has(dnswire.FlagRD), RA: h.Has(dnswire.FlagRA),
+		AD: h.Has(dnswire.FlagAD), CD: h.Has(dnswire.FlagCD),
+		Question: make([]jsonQuestion, 0, 1),
+	}
+	for {
+		q, ok := p.Question()
+		if !ok {
+			break
+		}
+		name, _, err := dnswire.UnpackName(m, q.NameOff)
+		if err != nil {
+			return jsonMessage{}, errReplyUnreadable
+		}
+		j.Question = append(j.Question, jsonQuestion{Name: name, Type: q.Type})
+	}
+	var data []byte
+	for {
+		rr, ok := p.Next()
+		if !ok {
+			break
+		}
+		if rr.Type == dnswire.TypeOPT && rr.Section == dnswire.SectionAdditional {
+			opt := dnswire.ReadOPT(m, rr)
+			j.Status = int(opt.ExtRcode)<<4 | h.Rcode()
+			for off := 0; ; {
+				code, value, next, ok := dnswire.NextOption(opt.Options, off)
+				if !ok {
+					break
+				}
+				if code == dnswire.EDNS0EDE && len(value) >= 2 {
+					j.Comment = edeCommentWire(uint16(value[0])<<8|uint16(value[1]), string(value[2:]))
+				}
+				off = next
+			}
+			continue
+		}
+		name, _, err := dnswire.UnpackName(m, rr.Off)
+		if err != nil {
+			return jsonMessage{}, errReplyUnreadable
+		}
+		if data, err = dnswire.AppendRdataText(data[:0], m, rr.Type, rr.Data, rr.End); err != nil {
+			data = dnswire.AppendGenericRdataText(data[:0], rr.Rdata(m))
+		}
+		rec := jsonRecord{Name: name, Type: rr.Type, TTL: rr.TTL, Data: string(data)}
+		switch rr.Section {
+		case dnswire.SectionAnswer:
+			j.Answer = append(j.Answer, rec)
+		case dnswire.SectionAuthority:
+			j.Authority = append(j.Authority, rec)
+		default:
+			j.Additional = append(j.Additional, rec)
+		}
+	}
+	if p.Err() != nil {
+		return jsonMessage{}, errReplyUnreadable
+	}
+	return j, nil
+}
+
+// edeCommentWire reads an Extended DNS Error for people: "EDE 22 (No
+// Reachable Authority): no servers", without the colon when there is no
+// extra text.
+func edeCommentWire(code uint16, extra string) string {
+	s := "EDE " + strconv.Itoa(int(code))
+	if name := dnswire.ExtendedErrorText(code); name != "" {
+		s += " (" + name + ")"
+	}
+	if extra != "" {
+		s += ": " + extra
+	}
+	return s
 }
