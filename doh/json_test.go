@@ -194,3 +194,154 @@ func TestJSONQueryWireAsMiekg(t *testing.T) {
 		}
 	}
 }
+
+// checkQueryWire sorts queries as checkQuery did with miekg/dns: the same
+// HTTP status, DNS error and question; the same problem text but for the
+// parser's own words after "malformed/undecodable DNS message:".
+func TestCheckQueryWireAsMiekg(t *testing.T) {
+	base := func(edns bool) *dns.Msg {
+		q := query(t, "www.example.org.", dns.TypeAAAA, 77)
+		if edns {
+			q.SetEdns0(1232, true)
+		}
+		return q
+	}
+	var cases [][]byte
+	add := func(m *dns.Msg) { cases = append(cases, pack(t, m)) }
+	add(base(false))
+	add(base(true))
+	for _, op := range []int{dns.OpcodeIQuery, dns.OpcodeStatus, 3, dns.OpcodeNotify, dns.OpcodeUpdate, 15} {
+		m := base(true)
+		m.Opcode = op
+		add(m)
+	}
+	for _, qt := range []uint16{dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB, dns.TypeANY, 65280} {
+		add(query(t, "example.org.", qt, 1))
+	}
+	noQ := base(false)
+	noQ.Question = nil
+	add(noQ)
+	twoQ := base(false)
+	twoQ.Question = append(twoQ.Question, twoQ.Question[0])
+	add(twoQ)
+	resp := base(false)
+	resp.Response = true
+	add(resp)
+	withAnswer := base(true)
+	rr, _ := dns.NewRR("example.org. 60 IN A 192.0.2.1")
+	withAnswer.Answer = []dns.RR{rr}
+	add(withAnswer)
+	withNs := base(false)
+	withNs.Ns = []dns.RR{rr}
+	add(withNs)
+	extraA := base(true)
+	extraA.Extra = append([]dns.RR{rr}, extraA.Extra...)
+	add(extraA)
+	twoOPT := base(true)
+	twoOPT.Extra = append(twoOPT.Extra, &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: 512}})
+	add(twoOPT)
+	namedOPT := base(false)
+	namedOPT.Extra = []dns.RR{&dns.OPT{Hdr: dns.RR_Header{Name: "example.", Rrtype: dns.TypeOPT, Class: 512}}}
+	add(namedOPT)
+	for _, v := range []uint8{1, 255} {
+		m := base(true)
+		m.IsEdns0().SetVersion(v)
+		add(m)
+	}
+	badVersAXFR := query(t, "example.org.", dns.TypeAXFR, 1)
+	badVersAXFR.SetEdns0(1232, false)
+	badVersAXFR.IsEdns0().SetVersion(1)
+	add(badVersAXFR)
+	for _, ecs := range []dns.EDNS0_SUBNET{
+		{Family: 1, SourceNetmask: 24, Address: []byte{192, 0, 2, 0}},
+		{Family: 2, SourceNetmask: 56, Address: make([]byte, 16)},
+		{Family: 0, SourceNetmask: 0, Address: []byte{0, 0, 0, 0}},
+	} {
+		m := base(true)
+		ecs.Code = dns.EDNS0SUBNET
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &ecs)
+		add(m)
+	}
+	// A client subnet option that does not read: family, netmask,
+	// length (family, source, scope, address written by hand).
+	for _, opt := range [][]byte{
+		{0, 8, 0, 4, 0, 3, 0, 0}, {0, 8, 0, 4, 0, 1, 33, 0}, {0, 8, 0, 4, 0, 1, 0, 33}, {0, 8, 0, 4, 0, 2, 129, 0},
+		{0, 8, 0, 4, 0, 0, 8, 0}, {0, 8, 0, 2, 0, 1}, {0, 8, 0, 9, 0, 1}, {0, 12, 0},
+	} {
+		w := pack(t, base(false))
+		w[11] = 1
+		w = append(w, 0, 0, 41, 4, 0xD0, 0, 0, 0, 0, byte(len(opt)>>8), byte(len(opt)))
+		cases = append(cases, append(w, opt...))
+	}
+	// A few bytes past the last record are not read.
+	cases = append(cases, append(pack(t, base(true)), 0, 0, 0))
+	// The question name: compressed (pointing back into the header's
+	// bytes), a pointer loop, a reserved label type, unusual bytes.
+	cases = append(cases,
+		[]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x0C, 0, 1, 0, 1},
+		[]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 1, 0, 1},
+		[]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, 'a', '.', 0xFF, 0, 0, 1, 0, 1},
+		[]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 'a', 0xC0, 0x03, 0, 1, 0, 1},
+		[]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 1},
+	)
+	for i, raw := range cases {
+		q, reply, status, problem := checkQuery(raw)
+		want := queryCheck{status: status, rcode: -1, problem: problem}
+		if reply != nil {
+			want.rcode = reply.Rcode
+		}
+		if q != nil && len(q.Question) == 1 && status == statusOK {
+			want.qname, want.qtype = q.Question[0].Name, q.Question[0].Qtype
+		}
+		got := checkQueryWire(raw)
+		if status != statusOK {
+			got.qname, got.qtype = "", 0 // begin does not keep them
+		}
+		for _, generic := range []string{"malformed DNS message: ", "undecodable DNS message: "} {
+			if strings.HasPrefix(want.problem, generic) && strings.HasPrefix(got.problem, generic) &&
+				!strings.Contains(want.problem, "12-byte") {
+				want.problem, got.problem = generic, generic
+			}
+		}
+		if got != want {
+			t.Errorf("case %d %x:\n got %+v\nwant %+v", i, raw, got, want)
+		}
+	}
+}
+
+// A query cut short anywhere is never forwarded. (miekg/dns read one cut
+// where a field or section starts as whole, with the rest zero: a
+// question of type 0, say, went to the resolver.)
+func TestCheckQueryWireRefusesCuts(t *testing.T) {
+	q := query(t, "www.example.org.", dns.TypeAAAA, 77)
+	q.SetEdns0(1232, true)
+	full := pack(t, q)
+	for n := 0; n < len(full); n++ {
+		if c := checkQueryWire(full[:n]); c.status == statusOK && c.rcode < 0 {
+			t.Errorf("cut at %d of %d: ready for the resolver", n, len(full))
+		}
+	}
+	if c := checkQueryWire(full); c.status != statusOK || c.rcode >= 0 || c.qname != "www.example.org." || c.qtype != dns.TypeAAAA {
+		t.Errorf("whole query: %+v", c)
+	}
+}
+
+// FuzzCheckQueryWire: any bytes are sorted without a panic, and a query
+// found ready has the question miekg/dns reads.
+func FuzzCheckQueryWire(f *testing.F) {
+	q := query(f, "www.example.org.", dns.TypeAAAA, 77)
+	q.SetEdns0(1232, true)
+	q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: []byte{192, 0, 2, 0}})
+	f.Add(pack(f, q))
+	f.Add([]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x0C, 0, 1, 0, 1})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c := checkQueryWire(raw)
+		if c.status != statusOK || c.rcode >= 0 {
+			return
+		}
+		name, off, err := dns.UnpackDomainName(raw, headerSize)
+		if err != nil || name != c.qname || off+4 > len(raw) || uint16(raw[off])<<8|uint16(raw[off+1]) != c.qtype {
+			t.Fatalf("%x: ready with %q %d; miekg/dns reads %q (%v)", raw, c.qname, c.qtype, name, err)
+		}
+	})
+}
