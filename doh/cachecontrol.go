@@ -9,7 +9,7 @@ import (
 
 // maxAge is how long an HTTP cache may keep a response (RFC 8484 section
 // 5.1), and whether it may keep it at all. The rule is the engine's, the
-// one its cache keeps answers by (engine.MsgTTL, engine.WireTTL):
+// one its cache keeps answers by (engine.WireTTL):
 //   - NOERROR with answers: the smallest TTL in the answer and authority
 //     sections (OPT is not a record and does not count);
 //   - NXDOMAIN, and NOERROR without answers (NODATA): the negative TTL of
@@ -18,7 +18,13 @@ import (
 //   - anything else (SERVFAIL, which includes the engine's unavailable,
 //     REFUSED, FORMERR, NOTIMP, ...) says something about this moment or
 //     this request, not about the name: not kept.
-func maxAge(m *dns.Msg) (seconds uint32, cacheable bool) { return engine.MsgTTL(m) }
+func maxAge(m *dns.Msg) (seconds uint32, cacheable bool) {
+	wire, err := m.Pack()
+	if err != nil {
+		return 0, false
+	}
+	return engine.WireTTL(wire)
+}
 
 // smallMaxAges holds the Cache-Control values of common small TTLs, so
 // most responses set the header without allocating.

@@ -136,7 +136,7 @@ func (c *call) reset() {
 // collector, so pooled state stays small.
 const pooledBufferSize = 4096
 
-// ImmediateResolver is a [WireResolver] that can answer some queries at
+// ImmediateResolver is a [Resolver] that can answer some queries at
 // once, from memory (its cache, local names), without waiting on the
 // network. The HTTP/2 server asks it first on the connection's own
 // goroutine; only what it cannot answer at once goes to a goroutine of
@@ -156,7 +156,6 @@ type ImmediateResolver interface {
 // this package calls its core directly.
 type Handler struct {
 	resolver  Resolver
-	wire      WireResolver      // resolver, when it answers bytes
 	immediate ImmediateResolver // resolver, when it can also answer at once
 	path      string
 	trusted   []netip.Prefix
@@ -174,10 +173,7 @@ type Handler struct {
 func NewHandler(r Resolver, o Options) *Handler {
 	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
 		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext}
-	h.wire, _ = r.(WireResolver)
-	if h.wire != nil {
-		h.immediate, _ = r.(ImmediateResolver)
-	}
+	h.immediate, _ = r.(ImmediateResolver)
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -280,14 +276,12 @@ func (h *Handler) beginWire(c *call) bool {
 		h.fail(c, statusMethodNotAllowed, "method not allowed: use GET or POST")
 		return true
 	}
-	if h.wire != nil {
-		// An ordinary query goes to the resolver as bytes without a
-		// dns.Msg; c.q is unpacked only if something needs it (query).
-		if qtype, ok := plainQueryType(raw); ok {
-			c.x.QType, c.nameLater = qtype, true
-			c.q, c.raw = nil, raw
-			return false
-		}
+	// An ordinary query goes to the resolver as bytes without a dns.Msg;
+	// c.q is unpacked only if something needs it (query).
+	if qtype, ok := plainQueryType(raw); ok {
+		c.x.QType, c.nameLater = qtype, true
+		c.q, c.raw = nil, raw
+		return false
 	}
 	q, reply, status, problem := checkQuery(raw)
 	if status != statusOK {
@@ -335,8 +329,8 @@ func (h *Handler) beginJSON(c *call) bool {
 //
 // The RFC 8484 form goes to the resolver as bytes (ResolveWire) and its
 // reply, written into c.out with the client's ID and padding, is the body
-// as it is; the JSON form (and a query the resolver could not read as
-// bytes) goes through Resolve and a dns.Msg.
+// as it is; the JSON form (and a query the front end unpacked) is packed
+// for the resolver and its reply unpacked (resolveMsg).
 func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 	// A question is about to be resolved: Admit decides, once per
 	// request (answer may be called twice: at once, then waiting).
@@ -348,9 +342,10 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 		c.admitted = true
 	}
-	byWire := h.wire != nil && c.raw != nil && c.x.Format == FormatWire
+	byWire := c.raw != nil && c.x.Format == FormatWire
 	var r engine.Response
-	asBytes := false // r.Wire is the reply, in c.out
+	var reply *dns.Msg // the reply unpacked, when not asBytes
+	asBytes := false   // r.Wire is the reply, in c.out
 	if !wait {
 		if h.immediate == nil || !byWire {
 			return false
@@ -374,12 +369,10 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 			ctx = engine.WithTrace(ctx, c.x.Trace)
 		}
 		if byWire {
-			r = h.wire.ResolveWire(ctx, c.raw, c.out[:0])
-			if asBytes = len(r.Wire) >= headerSize; !asBytes && ctx.Err() == nil {
-				r = h.resolver.Resolve(ctx, c.query()) // the resolver could not read the bytes
-			}
+			r = h.resolver.ResolveWire(ctx, c.raw, c.out[:0])
+			asBytes = len(r.Wire) >= headerSize
 		} else {
-			r = h.resolver.Resolve(ctx, c.query())
+			r, reply = h.resolveMsg(ctx, c.query())
 		}
 		if ctx.Err() != nil {
 			r.Wire = nil
@@ -391,20 +384,38 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 	if asBytes {
 		h.writeWireBytes(c, r.Wire, r.Rcode, cacheControlValue(r.TTL, r.Cacheable))
 	} else {
-		if r.Msg == nil { // a Resolver that breaks its contract
-			c.x.Response.Msg = new(dns.Msg).SetRcode(c.query(), dns.RcodeServerFailure)
+		if reply == nil { // no reply that reads
+			reply = new(dns.Msg).SetRcode(c.query(), dns.RcodeServerFailure)
 		}
 		c.x.Response.Wire = nil
 		if c.x.Format == FormatJSON {
-			h.writeJSON(c, c.x.Response.Msg)
+			h.writeJSON(c, reply)
 		} else {
-			h.writeWire(c, c.x.Response.Msg)
+			h.writeWire(c, reply)
 		}
 	}
 	if c.resp.Status == statusOK {
 		h.addOperatorHeaders(c)
 	}
 	return true
+}
+
+// resolveMsg asks the resolver for q, packed, and unpacks its reply: nil
+// when there is none that reads.
+func (h *Handler) resolveMsg(ctx context.Context, q *dns.Msg) (engine.Response, *dns.Msg) {
+	if q == nil {
+		return engine.Response{Rcode: -1}, nil
+	}
+	raw, err := q.Pack()
+	if err != nil {
+		return engine.Response{Rcode: -1}, nil
+	}
+	r := h.resolver.ResolveWire(ctx, raw, nil)
+	m := new(dns.Msg)
+	if len(r.Wire) < headerSize || m.Unpack(r.Wire) != nil {
+		return r, nil
+	}
+	return r, m
 }
 
 // query is the request's query unpacked: c.q, unpacked from c.raw on

@@ -12,7 +12,6 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/dnswire"
-	"github.com/dohfwd/dohfwd/engine"
 )
 
 var (
@@ -139,7 +138,7 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
 	err := q.Unpack(raw)
 	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
 		// The header says what it is; answer it even if the rest is odd.
-		return q, engine.ErrorReply(q, raw, dns.RcodeNotImplemented), statusOK,
+		return q, errorReply(raw, dns.RcodeNotImplemented), statusOK,
 			"opcode " + opcodeName(op) + " is not implemented"
 	}
 	if qd := int(raw[4])<<8 | int(raw[5]); qd != 1 {
@@ -148,7 +147,7 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
 	if err != nil {
 		if len(q.Question) == 1 {
 			// Header and question read: the rest is malformed.
-			return q, engine.ErrorReply(q, raw, dns.RcodeFormatError), statusOK,
+			return q, errorReply(raw, dns.RcodeFormatError), statusOK,
 				"malformed DNS message: " + err.Error()
 		}
 		return nil, nil, statusBadRequest, "undecodable DNS message: " + err.Error()
@@ -157,7 +156,7 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
 		return nil, nil, statusBadRequest, "undecodable DNS message: the question is missing"
 	}
 	if rcode, why := queryProblem(q); rcode != dns.RcodeSuccess {
-		return q, engine.ErrorReply(q, raw, rcode), statusOK, why
+		return q, errorReply(raw, rcode), statusOK, why
 	}
 	return q, nil, statusOK, ""
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/maypok86/otter/v2"
-	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/dnswire"
 )
@@ -198,7 +197,7 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 	reply := en.msg
 	if w.optStart >= 0 && !w.optLast {
 		// Cutting an OPT record out of the middle would move names that
-		// later records point to: let miekg/dns put it last, once.
+		// later records point to: copy it with the OPT last, once.
 		if r, rw, ok := optMovedLast(reply); ok {
 			reply, w = r, rw
 		}
@@ -241,24 +240,42 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 	return en
 }
 
-// optMovedLast repacks reply with its OPT record last.
+// optMovedLast copies reply with its OPT record last.
 func optMovedLast(reply []byte) ([]byte, walkedReply, bool) {
-	m := new(dns.Msg)
-	if err := m.Unpack(reply); err != nil {
+	p, ok := dnswire.NewParser(reply)
+	if !ok {
 		return nil, walkedReply{}, false
 	}
-	var opt dns.RR
-	extra := m.Extra[:0]
-	for _, rr := range m.Extra {
-		if rr.Header().Rrtype == dnswire.TypeOPT {
+	b := dnswire.NewBuilder(make([]byte, 0, len(reply)+dnswire.OPTFixedLen), p.Header())
+	for {
+		q, more := p.Question()
+		if !more {
+			break
+		}
+		name, err := dnswire.QuestionName(reply, q)
+		if err != nil {
+			return nil, walkedReply{}, false
+		}
+		b.Question(name, q.Type, q.Class)
+	}
+	var opt dnswire.RR
+	for {
+		rr, more := p.Next()
+		if !more {
+			break
+		}
+		if rr.Type == dnswire.TypeOPT {
 			opt = rr
 			continue
 		}
-		extra = append(extra, rr)
+		if err := b.CopyRR(rr.Section, reply, rr); err != nil {
+			return nil, walkedReply{}, false
+		}
 	}
-	m.Extra = append(extra, opt)
-	m.Compress = true
-	out, err := m.Pack()
+	if p.Err() != nil || opt.Type != dnswire.TypeOPT || b.CopyRR(dnswire.SectionAdditional, reply, opt) != nil {
+		return nil, walkedReply{}, false
+	}
+	out, err := b.Finish()
 	if err != nil {
 		return nil, walkedReply{}, false
 	}

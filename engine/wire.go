@@ -5,8 +5,6 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/miekg/dns"
-
 	"github.com/dohfwd/dohfwd/dnswire"
 )
 
@@ -147,28 +145,8 @@ func WireTTL(m []byte) (seconds uint32, cacheable bool) {
 	return answerTTL(w.facts)
 }
 
-// MsgTTL is WireTTL for an unpacked message: the same rule.
-func MsgTTL(m *dns.Msg) (seconds uint32, cacheable bool) {
-	f := ttlFacts{rcode: m.Rcode, answers: len(m.Answer), minPositive: ^uint32(0)}
-	for _, section := range [2][]dns.RR{m.Answer, m.Ns} {
-		for _, rr := range section {
-			if h := rr.Header(); h.Rrtype != dnswire.TypeOPT {
-				f.minPositive = min(f.minPositive, h.Ttl)
-			}
-		}
-	}
-	for _, rr := range m.Ns {
-		if soa, ok := rr.(*dns.SOA); ok {
-			f.hasSOA, f.soaTTL, f.soaMinimum = true, soa.Hdr.Ttl, soa.Minttl
-			break
-		}
-	}
-	return answerTTL(f)
-}
-
 // clientQuery is a client's query as the engine reads it: header,
-// question and OPT, without unpacking. msg is the unpacked query, made
-// only on the rare paths that want it (local answers, forwarded ECS).
+// question and OPT, without unpacking.
 type clientQuery struct {
 	raw    []byte
 	id     uint16
@@ -177,11 +155,11 @@ type clientQuery struct {
 	qname  []byte // the question name in wire form (raw's bytes)
 	qtype  uint16
 	qclass uint16
-	opt    bool // the query carries an OPT record
+	udp    uint16 // the OPT record's UDP payload size
+	opt    bool   // the query carries an OPT record
 	do     bool
 	padded bool // an EDNS Padding option (RFC 7830)
 	ecs    bool // an EDNS Client Subnet option
-	msg    *dns.Msg
 	// borrowed says name lies in a pooled buffer that goes back when the
 	// call that parsed it returns (ResolveWireImmediate): whatever keeps
 	// the name calls own first.
@@ -256,6 +234,7 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 		}
 		if typ == dnswire.TypeOPT && raw[start] == 0 && !cq.opt {
 			cq.opt, cq.do = true, ttl&(1<<15) != 0
+			cq.udp = binary.BigEndian.Uint16(raw[off+2:])
 			for o := off + dnswire.RRFixedLen; o+4 <= end; {
 				code := binary.BigEndian.Uint16(raw[o:])
 				l := int(binary.BigEndian.Uint16(raw[o+2:]))
@@ -283,9 +262,7 @@ func nameString(wire []byte) (string, bool) {
 	var buf [maxNameText]byte
 	out, simple := appendName(buf[:0], wire)
 	if !simple {
-		// Escapes: let miekg/dns write them.
-		name, _, err := dns.UnpackDomainName(wire, 0)
-		return name, err == nil
+		return dnswire.NameText(wire), true
 	}
 	return string(out), true
 }
@@ -301,7 +278,7 @@ func appendName(dst, wire []byte) ([]byte, bool) {
 			break
 		}
 		for _, c := range wire[off+1 : off+1+l] {
-			if c <= ' ' || c >= 0x7f || c == '.' || c == '\\' || c == '"' || c == '(' || c == ')' || c == ';' || c == '@' || c == '$' {
+			if c <= ' ' || c >= 0x7f || c == '.' || c == '\\' || c == '"' || c == '\'' || c == '(' || c == ')' || c == ';' || c == '@' || c == '$' {
 				return dst, false
 			}
 		}
@@ -314,44 +291,16 @@ func appendName(dst, wire []byte) ([]byte, bool) {
 	return dst, true
 }
 
-// message returns the client's query unpacked, unpacking it the first time.
-func (cq *clientQuery) message() *dns.Msg {
-	if cq.msg == nil {
-		m := new(dns.Msg)
-		if err := m.Unpack(cq.raw); err != nil {
-			// parseQuery read it: only records it skipped can fail.
-			m = new(dns.Msg)
-			m.Id, m.RecursionDesired, m.CheckingDisabled = cq.id, cq.rd, cq.cd
-			m.Question = []dns.Question{{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}}
-			if cq.opt {
-				m.SetEdns0(upstreamUDPSize, cq.do)
-			}
-		}
-		cq.msg = m
-	}
-	return cq.msg
-}
-
-// appendPacked appends m packed for cq: compressed, the client's ID, and
-// padded when the query was.
-func appendPacked(dst []byte, m *dns.Msg, cq *clientQuery) ([]byte, error) {
-	c := *m
-	c.Id, c.Compress = cq.id, true
+// appendMade appends reply, a message the engine made for cq (OPT, if
+// any, last), with the client's ID, padded when the query was.
+func appendMade(dst, reply []byte, cq *clientQuery) []byte {
 	start := len(dst)
-	spare := dst[len(dst):cap(dst)]
-	out, err := c.PackBuffer(spare)
-	if err != nil {
-		return dst, err
-	}
-	if len(out) > 0 && len(spare) >= len(out) && &spare[0] == &out[0] {
-		dst = dst[:start+len(out)] // packed in place
-	} else {
-		dst = append(dst, out...)
-	}
+	dst = append(dst, reply...)
+	binary.BigEndian.PutUint16(dst[start:], cq.id)
 	if cq.padded {
 		dst = padOPT(dst, start)
 	}
-	return dst, nil
+	return dst
 }
 
 // padOPT pads the message at dst[start:] to a multiple of PaddingBlock

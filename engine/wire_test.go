@@ -328,9 +328,6 @@ func TestAnswerTTLRule(t *testing.T) {
 		if ttl != tc.ttl || ok != tc.cacheable {
 			t.Errorf("%s: WireTTL %d %v, want %d %v", tc.name, ttl, ok, tc.ttl, tc.cacheable)
 		}
-		if ttl, ok := engine.MsgTTL(m); ttl != tc.ttl || ok != tc.cacheable {
-			t.Errorf("%s: MsgTTL %d %v, want %d %v", tc.name, ttl, ok, tc.ttl, tc.cacheable)
-		}
 	}
 }
 
