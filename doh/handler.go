@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/miekg/dns"
 )
 
 // Resolver answers one checked query (QR clear, opcode QUERY, exactly one
@@ -113,18 +112,4 @@ type Exchange struct {
 	Duration time.Duration
 	// Trace is the request's trace, with Options.TraceContext.
 	Trace engine.Trace
-}
-
-// packReply packs reply without changing it: compressed, and padded to a
-// multiple of PaddingBlock when q carries a Padding option.
-func packReply(reply, q *dns.Msg, buf []byte) ([]byte, error) {
-	m := *reply // a shallow copy: the resolver's message stays as it was
-	m.Compress = true
-	if q != nil {
-		m.Id = q.Id
-		if wantsPadding(q) {
-			return packPadded(&m, buf)
-		}
-	}
-	return m.PackBuffer(buf)
 }

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/miekg/dns"
-
 	"github.com/dohfwd/dohfwd/dnswire"
 )
 
@@ -47,74 +45,6 @@ type jsonError struct {
 	Error string `json:"error"`
 }
 
-// jsonQuery builds the query a JSON request asks: RD set, ID 0, EDNS with
-// DO when do is set, CD when cd is set.
-func jsonQuery(v url.Values) (*dns.Msg, error) {
-	name := v.Get("name")
-	if name == "" {
-		return nil, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
-	}
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	qtype, err := parseType(v.Get("type"))
-	if err != nil {
-		return nil, err
-	}
-	do, err := parseFlag("do", v.Get("do"))
-	if err != nil {
-		return nil, err
-	}
-	cd, err := parseFlag("cd", v.Get("cd"))
-	if err != nil {
-		return nil, err
-	}
-	q := new(dns.Msg)
-	q.SetQuestion(dns.Fqdn(name), qtype)
-	q.Id = 0
-	q.CheckingDisabled = cd
-	if do {
-		q.SetEdns0(dns.DefaultMsgSize, true)
-	}
-	return q, nil
-}
-
-// checkName accepts a domain name in presentation format, at most 253
-// characters without the final dot.
-func checkName(name string) error {
-	n, ok := dns.IsDomainName(name)
-	if !ok || n == 0 && name != "." || len(strings.TrimSuffix(name, ".")) > 253 {
-		return errors.New("bad name parameter " + strconv.Quote(name) + ": not a domain name")
-	}
-	return nil
-}
-
-// parseType reads a query type: a mnemonic ("AAAA", any case), a number
-// ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no sense as a
-// forwarded question are refused.
-func parseType(s string) (uint16, error) {
-	if s == "" {
-		return dns.TypeA, nil
-	}
-	var t uint16
-	if n, err := strconv.ParseUint(s, 10, 16); err == nil {
-		t = uint16(n)
-	} else if v, ok := dns.StringToType[strings.ToUpper(s)]; ok {
-		t = v
-	} else if u := strings.ToUpper(s); strings.HasPrefix(u, "TYPE") {
-		if n, err := strconv.ParseUint(u[4:], 10, 16); err == nil {
-			t = uint16(n)
-		}
-	}
-	switch t {
-	case 0:
-		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": want a type name (A, AAAA, ...) or number 1-65535")
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
-		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dns.Type(t).String() + " cannot be asked here")
-	}
-	return t, nil
-}
-
 // parseFlag reads a 0/1/true/false parameter; "" is false.
 func parseFlag(name, s string) (bool, error) {
 	switch strings.ToLower(s) {
@@ -126,79 +56,18 @@ func parseFlag(name, s string) (bool, error) {
 	return false, errors.New("bad " + name + " parameter " + strconv.Quote(s) + ": want 0, 1, true or false")
 }
 
-// toJSON converts a DNS message to the JSON form. OPT is not a record
-// there; its Extended DNS Error becomes the Comment.
-func toJSON(m *dns.Msg) jsonMessage {
-	j := jsonMessage{
-		Status: m.Rcode, TC: m.Truncated, RD: m.RecursionDesired, RA: m.RecursionAvailable,
-		AD: m.AuthenticatedData, CD: m.CheckingDisabled,
-		Question:  make([]jsonQuestion, 0, len(m.Question)),
-		Answer:    jsonRecords(m.Answer),
-		Authority: jsonRecords(m.Ns),
-	}
-	for _, q := range m.Question {
-		j.Question = append(j.Question, jsonQuestion{Name: q.Name, Type: q.Qtype})
-	}
-	for _, rr := range m.Extra {
-		opt, ok := rr.(*dns.OPT)
-		if !ok {
-			j.Additional = append(j.Additional, jsonRecord{
-				Name: rr.Header().Name, Type: rr.Header().Rrtype, TTL: rr.Header().Ttl, Data: rdata(rr)})
-			continue
-		}
-		for _, o := range opt.Option {
-			if ede, ok := o.(*dns.EDNS0_EDE); ok {
-				j.Comment = edeComment(ede)
-			}
-		}
-	}
-	return j
-}
-
-// edeComment reads an Extended DNS Error for people: "EDE 22 (No
-// Reachable Authority): no servers", without the colon when there is no
-// extra text.
-func edeComment(e *dns.EDNS0_EDE) string {
-	s := "EDE " + strconv.Itoa(int(e.InfoCode))
-	if name, ok := dns.ExtendedErrorCodeToString[e.InfoCode]; ok {
-		s += " (" + name + ")"
-	}
-	if e.ExtraText != "" {
-		s += ": " + e.ExtraText
-	}
-	return s
-}
-
-func jsonRecords(rrs []dns.RR) []jsonRecord {
-	if len(rrs) == 0 {
-		return nil
-	}
-	out := make([]jsonRecord, 0, len(rrs))
-	for _, rr := range rrs {
-		h := rr.Header()
-		out = append(out, jsonRecord{Name: h.Name, Type: h.Rrtype, TTL: h.Ttl, Data: rdata(rr)})
-	}
-	return out
-}
-
-// rdata is a record's data in presentation format: the record without its
-// owner, TTL, class and type.
-func rdata(rr dns.RR) string {
-	return strings.TrimPrefix(rr.String(), rr.Header().String())
-}
-
-// jsonQueryWire appends the query a JSON request asks to dst: RD set, ID
+// jsonQuery appends the query a JSON request asks to dst: RD set, ID
 // 0, EDNS with DO when do is set, CD when cd is set; and the question's
 // name (as asked, fully qualified) and type.
-func jsonQueryWire(v url.Values, dst []byte) (query []byte, qname string, qtype uint16, err error) {
+func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint16, err error) {
 	name := v.Get("name")
 	if name == "" {
 		return dst, "", 0, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
 	}
-	if err := checkNameWire(name); err != nil {
+	if err := checkName(name); err != nil {
 		return dst, "", 0, err
 	}
-	if qtype, err = parseTypeWire(v.Get("type")); err != nil {
+	if qtype, err = parseType(v.Get("type")); err != nil {
 		return dst, "", 0, err
 	}
 	do, err := parseFlag("do", v.Get("do"))
@@ -228,9 +97,9 @@ func jsonQueryWire(v url.Values, dst []byte) (query []byte, qname string, qtype 
 	return query, qname, qtype, err
 }
 
-// checkNameWire accepts a domain name in presentation format, at most 253
+// checkName accepts a domain name in presentation format, at most 253
 // characters without the final dot.
-func checkNameWire(name string) error {
+func checkName(name string) error {
 	n, ok := dnswire.IsDomainName(name)
 	if !ok || n == 0 && name != "." || len(strings.TrimSuffix(name, ".")) > 253 {
 		return errors.New("bad name parameter " + strconv.Quote(name) + ": not a domain name")
@@ -238,10 +107,10 @@ func checkNameWire(name string) error {
 	return nil
 }
 
-// parseTypeWire reads a query type: a mnemonic ("AAAA", any case), a
+// parseType reads a query type: a mnemonic ("AAAA", any case), a
 // number ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no
 // sense as a forwarded question are refused.
-func parseTypeWire(s string) (uint16, error) {
+func parseType(s string) (uint16, error) {
 	if s == "" {
 		return dnswire.TypeA, nil
 	}
@@ -308,7 +177,7 @@ func jsonFromWire(m []byte) (jsonMessage, error) {
 					break
 				}
 				if code == dnswire.EDNS0EDE && len(value) >= 2 {
-					j.Comment = edeCommentWire(uint16(value[0])<<8|uint16(value[1]), string(value[2:]))
+					j.Comment = edeComment(uint16(value[0])<<8|uint16(value[1]), string(value[2:]))
 				}
 				off = next
 			}
@@ -337,10 +206,10 @@ func jsonFromWire(m []byte) (jsonMessage, error) {
 	return j, nil
 }
 
-// edeCommentWire reads an Extended DNS Error for people: "EDE 22 (No
+// edeComment reads an Extended DNS Error for people: "EDE 22 (No
 // Reachable Authority): no servers", without the colon when there is no
 // extra text.
-func edeCommentWire(code uint16, extra string) string {
+func edeComment(code uint16, extra string) string {
 	s := "EDE " + strconv.Itoa(int(code))
 	if name := dnswire.ExtendedErrorText(code); name != "" {
 		s += " (" + name + ")"

@@ -2,6 +2,7 @@ package doh
 
 import (
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net/url"
 	"strconv"
@@ -164,15 +165,15 @@ func TestJSONFromWireMalformed(t *testing.T) {
 
 // The JSON request's query: the same message miekg/dns built from the
 // same parameters (SetQuestion, ID 0, CD, EDNS with DO).
-func TestJSONQueryWireAsMiekg(t *testing.T) {
+func TestJSONQueryAsMiekg(t *testing.T) {
 	for _, raw := range []string{
 		"name=example.org", "name=Example.ORG.&type=aaaa", "name=.&type=NS", "name=example.org&type=TYPE65280",
 		"name=example.org&type=65&do=1", "name=example.org&cd=true", "name=a\\.b.example&type=txt&do=true&cd=1",
 		"name=xn--bcher-kva.example&type=nsap-ptr",
 	} {
 		v, _ := url.ParseQuery(raw)
-		want, wantErr := jsonQuery(v)
-		got, qname, qtype, err := jsonQueryWire(v, []byte("pre"))
+		want, wantErr := miekgJSONQuery(v)
+		got, qname, qtype, err := jsonQuery(v, []byte("pre"))
 		if (err == nil) != (wantErr == nil) {
 			t.Fatalf("%s: err %v, want %v", raw, err, wantErr)
 		}
@@ -187,18 +188,18 @@ func TestJSONQueryWireAsMiekg(t *testing.T) {
 	for _, raw := range []string{"", "name=a..b", "name=" + strings.Repeat("a.", 130), "name=x&type=NOPE", "name=x&type=0",
 		"name=x&type=65536", "name=x&type=AXFR", "name=x&type=opt", "name=x&do=maybe", "name=x&cd=2", "name=x&type=Reserved"} {
 		v, _ := url.ParseQuery(raw)
-		_, wantErr := jsonQuery(v)
-		_, _, _, err := jsonQueryWire(v, nil)
+		_, wantErr := miekgJSONQuery(v)
+		_, _, _, err := jsonQuery(v, nil)
 		if err == nil || wantErr == nil || err.Error() != wantErr.Error() {
 			t.Errorf("%s: err %v, want %v", raw, err, wantErr)
 		}
 	}
 }
 
-// checkQueryWire sorts queries as checkQuery did with miekg/dns: the same
+// checkQuery sorts queries as it did with miekg/dns: the same
 // HTTP status, DNS error and question; the same problem text but for the
 // parser's own words after "malformed/undecodable DNS message:".
-func TestCheckQueryWireAsMiekg(t *testing.T) {
+func TestCheckQueryAsMiekg(t *testing.T) {
 	base := func(edns bool) *dns.Msg {
 		q := query(t, "www.example.org.", dns.TypeAAAA, 77)
 		if edns {
@@ -285,15 +286,12 @@ func TestCheckQueryWireAsMiekg(t *testing.T) {
 		[]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 1},
 	)
 	for i, raw := range cases {
-		q, reply, status, problem := checkQuery(raw)
-		want := queryCheck{status: status, rcode: -1, problem: problem}
-		if reply != nil {
-			want.rcode = reply.Rcode
-		}
+		q, rcode, status, problem := miekgCheckQuery(raw)
+		want := queryCheck{status: status, rcode: rcode, problem: problem}
 		if q != nil && len(q.Question) == 1 && status == statusOK {
 			want.qname, want.qtype = q.Question[0].Name, q.Question[0].Qtype
 		}
-		got := checkQueryWire(raw)
+		got := checkQuery(raw)
 		if status != statusOK {
 			got.qname, got.qtype = "", 0 // begin does not keep them
 		}
@@ -312,36 +310,159 @@ func TestCheckQueryWireAsMiekg(t *testing.T) {
 // A query cut short anywhere is never forwarded. (miekg/dns read one cut
 // where a field or section starts as whole, with the rest zero: a
 // question of type 0, say, went to the resolver.)
-func TestCheckQueryWireRefusesCuts(t *testing.T) {
+func TestCheckQueryRefusesCuts(t *testing.T) {
 	q := query(t, "www.example.org.", dns.TypeAAAA, 77)
 	q.SetEdns0(1232, true)
 	full := pack(t, q)
 	for n := 0; n < len(full); n++ {
-		if c := checkQueryWire(full[:n]); c.status == statusOK && c.rcode < 0 {
+		if c := checkQuery(full[:n]); c.status == statusOK && c.rcode < 0 {
 			t.Errorf("cut at %d of %d: ready for the resolver", n, len(full))
 		}
 	}
-	if c := checkQueryWire(full); c.status != statusOK || c.rcode >= 0 || c.qname != "www.example.org." || c.qtype != dns.TypeAAAA {
+	if c := checkQuery(full); c.status != statusOK || c.rcode >= 0 || c.qname != "www.example.org." || c.qtype != dns.TypeAAAA {
 		t.Errorf("whole query: %+v", c)
 	}
 }
 
-// FuzzCheckQueryWire: any bytes are sorted without a panic, and a query
-// found ready has the question miekg/dns reads.
-func FuzzCheckQueryWire(f *testing.F) {
-	q := query(f, "www.example.org.", dns.TypeAAAA, 77)
-	q.SetEdns0(1232, true)
-	q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: []byte{192, 0, 2, 0}})
-	f.Add(pack(f, q))
-	f.Add([]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x0C, 0, 1, 0, 1})
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		c := checkQueryWire(raw)
-		if c.status != statusOK || c.rcode >= 0 {
-			return
+// miekgJSONQuery is how the query was built with miekg/dns, the
+// reference for jsonQuery: the query a JSON request asks: RD set, ID 0, EDNS with
+// DO when do is set, CD when cd is set.
+func miekgJSONQuery(v url.Values) (*dns.Msg, error) {
+	name := v.Get("name")
+	if name == "" {
+		return nil, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
+	}
+	if err := miekgCheckName(name); err != nil {
+		return nil, err
+	}
+	qtype, err := miekgParseType(v.Get("type"))
+	if err != nil {
+		return nil, err
+	}
+	do, err := parseFlag("do", v.Get("do"))
+	if err != nil {
+		return nil, err
+	}
+	cd, err := parseFlag("cd", v.Get("cd"))
+	if err != nil {
+		return nil, err
+	}
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), qtype)
+	q.Id = 0
+	q.CheckingDisabled = cd
+	if do {
+		q.SetEdns0(dns.DefaultMsgSize, true)
+	}
+	return q, nil
+}
+
+// miekgCheckName accepts a domain name in presentation format, at most 253
+// characters without the final dot.
+func miekgCheckName(name string) error {
+	n, ok := dns.IsDomainName(name)
+	if !ok || n == 0 && name != "." || len(strings.TrimSuffix(name, ".")) > 253 {
+		return errors.New("bad name parameter " + strconv.Quote(name) + ": not a domain name")
+	}
+	return nil
+}
+
+// miekgParseType reads a query type: a mnemonic ("AAAA", any case), a number
+// ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no sense as a
+// forwarded question are refused.
+func miekgParseType(s string) (uint16, error) {
+	if s == "" {
+		return dns.TypeA, nil
+	}
+	var t uint16
+	if n, err := strconv.ParseUint(s, 10, 16); err == nil {
+		t = uint16(n)
+	} else if v, ok := dns.StringToType[strings.ToUpper(s)]; ok {
+		t = v
+	} else if u := strings.ToUpper(s); strings.HasPrefix(u, "TYPE") {
+		if n, err := strconv.ParseUint(u[4:], 10, 16); err == nil {
+			t = uint16(n)
 		}
-		name, off, err := dns.UnpackDomainName(raw, headerSize)
-		if err != nil || name != c.qname || off+4 > len(raw) || uint16(raw[off])<<8|uint16(raw[off+1]) != c.qtype {
-			t.Fatalf("%x: ready with %q %d; miekg/dns reads %q (%v)", raw, c.qname, c.qtype, name, err)
+	}
+	switch t {
+	case 0:
+		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": want a type name (A, AAAA, ...) or number 1-65535")
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
+		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dns.Type(t).String() + " cannot be asked here")
+	}
+	return t, nil
+}
+
+// miekgCheckQuery is checkQuery as it was, on miekg/dns: the reference
+// for checkQuery. It sorts a wire query into one of three cases:
+//   - status != 200: not a query we can answer at all (the problem says
+//     why); no DNS response.
+//   - rcode ≥ 0: a query answered here with a DNS error (NOTIMP,
+//     FORMERR, BADVERS); problem says why.
+//   - otherwise q is ready for the resolver: QR clear, opcode QUERY, one
+//     question.
+func miekgCheckQuery(raw []byte) (q *dns.Msg, rcode, status int, problem string) {
+	if len(raw) < headerSize {
+		return nil, -1, statusBadRequest, "undecodable DNS message: shorter than the 12-byte header"
+	}
+	if raw[2]&flagQR != 0 {
+		return nil, -1, statusBadRequest, "not a query: the message is a response (QR set)"
+	}
+	q = new(dns.Msg)
+	err := q.Unpack(raw)
+	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
+		// The header says what it is; answer it even if the rest is odd.
+		return q, dns.RcodeNotImplemented, statusOK,
+			"opcode " + opcodeName(op) + " is not implemented"
+	}
+	if qd := int(raw[4])<<8 | int(raw[5]); qd != 1 {
+		return nil, -1, statusBadRequest, "want exactly one question, QDCOUNT is " + strconv.Itoa(qd)
+	}
+	if err != nil {
+		if len(q.Question) == 1 {
+			// Header and question read: the rest is malformed.
+			return q, dns.RcodeFormatError, statusOK,
+				"malformed DNS message: " + err.Error()
 		}
-	})
+		return nil, -1, statusBadRequest, "undecodable DNS message: " + err.Error()
+	}
+	if len(q.Question) != 1 {
+		return nil, -1, statusBadRequest, "undecodable DNS message: the question is missing"
+	}
+	if rcode, why := miekgQueryProblem(q); rcode != dns.RcodeSuccess {
+		return q, rcode, statusOK, why
+	}
+	return q, -1, statusOK, ""
+}
+
+// miekgQueryProblem checks a parsed query with one question for what a DNS
+// server would refuse to read: records in the answer or authority section,
+// more than one OPT or an OPT misplaced, a meta type as the question, an
+// EDNS version above 0.
+func miekgQueryProblem(q *dns.Msg) (rcode int, why string) {
+	if len(q.Answer) != 0 || len(q.Ns) != 0 {
+		return dns.RcodeFormatError, "malformed query: records in the answer or authority section"
+	}
+	opts := 0
+	for _, rr := range q.Extra {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			opts++
+			if rr.Header().Name != "." {
+				return dns.RcodeFormatError, "malformed query: OPT record with a name other than the root"
+			}
+		}
+	}
+	if opts > 1 {
+		return dns.RcodeFormatError, "malformed query: more than one OPT record"
+	}
+	switch q.Question[0].Qtype {
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY:
+		return dns.RcodeFormatError, "malformed query: " + dns.TypeToString[q.Question[0].Qtype] + " as the question type"
+	case dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
+		return dns.RcodeNotImplemented, "question type " + dns.TypeToString[q.Question[0].Qtype] + " is not implemented"
+	}
+	if o := q.IsEdns0(); o != nil && o.Version() != 0 {
+		return dns.RcodeBadVers, "EDNS version " + strconv.Itoa(int(o.Version())) + " is not supported"
+	}
+	return dns.RcodeSuccess, ""
 }
