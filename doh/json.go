@@ -45,17 +45,6 @@ type jsonError struct {
 	Error string `json:"error"`
 }
 
-// parseFlag reads a 0/1/true/false parameter; "" is false.
-func parseFlag(name, s string) (bool, error) {
-	switch strings.ToLower(s) {
-	case "", "0", "false":
-		return false, nil
-	case "1", "true":
-		return true, nil
-	}
-	return false, errors.New("bad " + name + " parameter " + strconv.Quote(s) + ": want 0, 1, true or false")
-}
-
 // jsonQuery appends the query a JSON request asks to dst: RD set, ID
 // 0, EDNS with DO when do is set, CD when cd is set; and the question's
 // name (as asked, fully qualified) and type.
@@ -131,6 +120,17 @@ func parseType(s string) (uint16, error) {
 		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dnswire.TypeString(t) + " cannot be asked here")
 	}
 	return t, nil
+}
+
+// parseFlag reads a 0/1/true/false parameter; "" is false.
+func parseFlag(name, s string) (bool, error) {
+	switch strings.ToLower(s) {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, errors.New("bad " + name + " parameter " + strconv.Quote(s) + ": want 0, 1, true or false")
 }
 
 var errReplyUnreadable = errors.New("the reply does not read as a DNS message")
