@@ -122,7 +122,7 @@ func rdataForm(t uint16) string {
 // may point into): what miekg/dns's RR.String() gives after the owner,
 // TTL, class and type, e.g. "10 mail.example.org." for MX. A type without
 // a form here reads as RFC 3597 §5 "\# 4 c0000201". Empty record data
-// (an update's deletion) reads as "". Data that does not parse as its
+// (an update's deletion) of a type with a form reads as "". Data that does not parse as its
 // type (short, trailing bytes, a bad name, an out-of-order type bitmap or
 // SvcParam) is an error, and dst comes back as it was: the caller may
 // show the generic form instead (AppendGenericRdataText).
@@ -130,12 +130,12 @@ func AppendRdataText(dst, msg []byte, rrtype uint16, start, end int) ([]byte, er
 	if start < 0 || end < start || end > len(msg) {
 		return dst, errTextRdata
 	}
-	if start == end {
-		return dst, nil
-	}
 	form := rdataForm(rrtype)
 	if form == "" {
 		return AppendGenericRdataText(dst, msg[start:end]), nil
+	}
+	if start == end {
+		return dst, nil
 	}
 	n := len(dst)
 	msg = msg[:end] // names inside stay inside, as in miekg/dns
