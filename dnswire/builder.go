@@ -154,12 +154,14 @@ func (b *Builder) CopyRR(s Section, m []byte, rr RR) error {
 		return err
 	}
 	at := b.rrHeader(s, owner, rr.Type, rr.Class, rr.TTL)
-	n, fixed, after := rdataNames(rr.Type)
+	n, fixed := rdataNames(rr.Type)
 	off := rr.Data
 	if n > 0 && off+fixed <= rr.End {
 		b.buf = append(b.buf, m[off:off+fixed]...)
 		off += fixed
-		for range n {
+		// RDATA that ends before a name (as miekg/dns reads it) is
+		// copied as it is.
+		for ; n > 0 && off < rr.End; n-- {
 			name, next, err := AppendNameWire(buf[:0], m, off)
 			if err != nil {
 				return undo(err)
@@ -173,9 +175,6 @@ func (b *Builder) CopyRR(s Section, m []byte, rr RR) error {
 				b.buf = append(b.buf, name...)
 			}
 			off = next
-		}
-		if rr.End-off < after {
-			return undo(ErrShort)
 		}
 	}
 	b.buf = append(b.buf, m[off:rr.End]...)

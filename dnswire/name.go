@@ -53,6 +53,32 @@ func SkipName(m []byte, off int) int {
 	}
 }
 
+// skipAnyName is SkipName for a reader that follows pointers where they
+// lead (AppendNameWire, with its hop limit): a pointer is only checked to
+// land inside the message.
+func skipAnyName(m []byte, off int) int {
+	for {
+		if off >= len(m) {
+			return -1
+		}
+		l := int(m[off])
+		switch l & 0xC0 {
+		case 0x00:
+			if l == 0 {
+				return off + 1
+			}
+			off += 1 + l
+		case 0xC0:
+			if off+2 > len(m) || int(binary.BigEndian.Uint16(m[off:])&0x3FFF) >= len(m) {
+				return -1
+			}
+			return off + 2
+		default:
+			return -1
+		}
+	}
+}
+
 // AppendNameWire appends the name at m[off:] to dst in wire form with its
 // compression pointers followed, and returns the offset just past the name
 // where it sits in m.

@@ -37,7 +37,9 @@ func (rr RR) TTLOff() int { return rr.Data - 6 }
 func (rr RR) Rdata(m []byte) []byte { return m[rr.Data:rr.End] }
 
 // Parser reads a message's header, questions and records in order,
-// without unpacking them. Its zero value reads nothing.
+// without unpacking them. Compression pointers are not followed, only
+// checked to land in the message (AppendNameWire follows them). Its zero
+// value reads nothing.
 type Parser struct {
 	msg     []byte
 	h       Header
@@ -77,7 +79,7 @@ func (p *Parser) Question() (Question, bool) {
 		return Question{}, false
 	}
 	start := p.off
-	end := SkipName(p.msg, start)
+	end := skipAnyName(p.msg, start)
 	if end < 0 || end+4 > len(p.msg) {
 		p.err = ErrShort
 		return Question{}, false
@@ -107,7 +109,7 @@ func (p *Parser) Next() (RR, bool) {
 		return RR{}, false
 	}
 	start := p.off
-	off := SkipName(p.msg, start)
+	off := skipAnyName(p.msg, start)
 	if off < 0 || off+RRFixedLen > len(p.msg) {
 		p.err = ErrShort
 		return RR{}, false
@@ -133,7 +135,7 @@ func (p *Parser) Next() (RR, bool) {
 // QuestionName is the question name at q.NameOff in m, in uncompressed
 // wire form: m's own bytes when it is not compressed, else a copy.
 func QuestionName(m []byte, q Question) ([]byte, error) {
-	end := SkipName(m, q.NameOff)
+	end := skipAnyName(m, q.NameOff)
 	if end < 0 {
 		return nil, ErrShort
 	}
@@ -240,24 +242,18 @@ func AppendRRExpanded(dst, m []byte, rr RR) ([]byte, error) {
 	dst = binary.BigEndian.AppendUint32(dst, rr.TTL)
 	lenAt := len(dst)
 	dst = append(dst, 0, 0)
-	names, fixed, after := rdataNames(rr.Type)
+	names, fixed := rdataNames(rr.Type)
 	off := rr.Data
-	if off+fixed > rr.End {
-		names = 0
-	}
-	if names > 0 {
+	if names > 0 && off+fixed <= rr.End {
 		dst = append(dst, m[off:off+fixed]...)
 		off += fixed
-		for range names {
+		for ; names > 0 && off < rr.End; names-- {
 			if dst, off, err = AppendNameWire(dst, m, off); err != nil {
 				return dst[:start], err
 			}
 			if off > rr.End {
 				return dst[:start], ErrShort
 			}
-		}
-		if rr.End-off < after {
-			return dst[:start], ErrShort
 		}
 	}
 	dst = append(dst, m[off:rr.End]...)
@@ -266,21 +262,19 @@ func AppendRRExpanded(dst, m []byte, rr RR) ([]byte, error) {
 }
 
 // rdataNames says where the names in a type's RDATA are: how many, after
-// how many fixed bytes, and how many bytes at least follow them.
-func rdataNames(t uint16) (names, fixed, after int) {
+// how many fixed bytes.
+func rdataNames(t uint16) (names, fixed int) {
 	switch t {
 	case TypeNS, TypeMD, TypeMF, TypeCNAME, TypeMB, TypeMG, TypeMR, TypePTR, TypeDNAME:
-		return 1, 0, 0
-	case TypeSOA:
-		return 2, 0, 20
-	case TypeMINFO, TypeRP:
-		return 2, 0, 0
+		return 1, 0
+	case TypeSOA, TypeMINFO, TypeRP:
+		return 2, 0
 	case TypeMX, TypeAFSDB, TypeRT, TypeKX:
-		return 1, 2, 0
+		return 1, 2
 	case TypePX:
-		return 2, 2, 0
+		return 2, 2
 	case TypeSRV:
-		return 1, 6, 0
+		return 1, 6
 	}
-	return 0, 0, 0
+	return 0, 0
 }
