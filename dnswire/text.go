@@ -122,10 +122,11 @@ func rdataForm(t uint16) string {
 // may point into): what miekg/dns's RR.String() gives after the owner,
 // TTL, class and type, e.g. "10 mail.example.org." for MX. A type without
 // a form here reads as RFC 3597 §5 "\# 4 c0000201". Empty record data
-// (an update's deletion) of a type with a form reads as "". Data that does not parse as its
-// type (short, trailing bytes, a bad name, an out-of-order type bitmap or
-// SvcParam) is an error, and dst comes back as it was: the caller may
-// show the generic form instead (AppendGenericRdataText).
+// (an update's deletion) of a type with a form reads as "". Data that
+// does not parse as its type (short, trailing bytes, a bad name, an
+// out-of-order type bitmap or SvcParam) is an error, and dst comes back
+// as it was: the caller may show the generic form instead
+// (AppendGenericRdataText).
 func AppendRdataText(dst, msg []byte, rrtype uint16, start, end int) ([]byte, error) {
 	if start < 0 || end < start || end > len(msg) {
 		return dst, errTextRdata
