@@ -469,7 +469,11 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 		c.afterAsync()
 		return
 	}
-	c.respond(st, time.Now()) // st may be freed from here on
+	now := st.x.Response.Answered // the resolver's last clock reading, if it gave one
+	if now.IsZero() {
+		now = time.Now()
+	}
+	c.respond(st, now) // st may be freed from here on
 	c.flushAfterOthers()
 	c.afterAsync()
 }

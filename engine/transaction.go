@@ -38,6 +38,10 @@ type transaction struct {
 	query     []byte
 	deadline  time.Time
 	setBy     budget
+	// ended is when exchange saw the transaction end (zero when no
+	// socket opened): one clock reading for the socket's return to its
+	// pool, the attempt's RTT and the stored time of its answer.
+	ended time.Time
 }
 
 // CancelWatcher is implemented by a client's context that can close a
@@ -164,8 +168,9 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 	// A socket closed under the transaction by its client's leaving is
 	// not reused either.
 	stopped := stopClosing(ctx, sock, stop)
+	tx.ended = time.Now()
 	if pool != nil && r.clean && stopped {
-		pool.put(ps, time.Now())
+		pool.put(ps, tx.ended)
 	} else {
 		sock.Close()
 	}
