@@ -282,3 +282,16 @@ func TestCacheControlLargeTTLs(t *testing.T) {
 		t.Errorf("a repeated TTL allocates %v times", n)
 	}
 }
+
+// TestAcceptsJSONInAnyCase: the JSON media type is found in Accept
+// whatever the case of its letters, among other types.
+func TestAcceptsJSONInAnyCase(t *testing.T) {
+	for v, want := range map[string]bool{
+		"application/dns-json": true, "Application/DNS-JSON": true, "text/html, application/dns-json;q=0.9": true,
+		"application/dns-message": false, "application/dns-jso": false, "": false, "application/json": false,
+	} {
+		if got := acceptsJSON(Header{{"accept", v}}); got != want {
+			t.Errorf("Accept %q: %v, want %v", v, got, want)
+		}
+	}
+}
