@@ -44,7 +44,10 @@
 #        also compare CPU per request (from /proc/PID/stat), steadier than
 #        req/s on a shared machine; ROUNDS (1) repeats those comparisons;
 #        LOADS="cache-same nocache-distinct" runs only those loads;
-#        OPS_OFF_KEYS=", trace_context: false" changes what ops-off turns off.
+#        OPS_OFF_KEYS=", trace_context: false" changes what ops-off turns off;
+#        PEER_ROUNDS=1 also compares dohfwd with dnsdist that way, ROUNDS
+#        times per load (dohfwd, dnsdist, dohfwd: drift on the shared
+#        machine weighs on both), beside the one-shot table.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +61,7 @@ PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
 BASE_REV=${BASE_REV:-}
 OPS_OFF=${OPS_OFF:-}
+PEER_ROUNDS=${PEER_ROUNDS:-}
 ROUNDS=${ROUNDS:-1}
 LOADS=${LOADS:-}
 CONNS=4
@@ -295,8 +299,9 @@ for cache in cache nocache; do
 		read -r s_rps s_ok s_cpu <<<"$(measured "$s" "$kind")"
 		results+=("$cache $kind $d_rps $d_ok $s_rps $s_ok $d_cpu $s_cpu")
 		for round in $(seq 1 "$ROUNDS"); do
-			for other in base opsoff; do
+			for other in base opsoff dnsdist; do
 				[ -n "${port[$other-$cache]:-}" ] || continue
+				[ "$other" != dnsdist ] || [ -n "$PEER_ROUNDS" ] || continue
 				# dohfwd, the other dohfwd, dohfwd again: the ratio uses the
 				# mean of dohfwd's two loads around the other's, so drift on
 				# the machine weighs on both sides alike.
@@ -344,7 +349,7 @@ for r in "${results[@]}"; do
 done
 if [ ${#compared[@]} -gt 0 ]; then
 	echo
-	echo "dohfwd against itself (base: dohfwd at ${BASE_REV:-(none)}; ops-off: ${OPS_OFF_KEYS:-server_timing and trace_context off}):"
+	echo "dohfwd against itself and, with PEER_ROUNDS, dnsdist, interleaved (base: dohfwd at ${BASE_REV:-(none)}; ops-off: ${OPS_OFF_KEYS:-server_timing and trace_context off}):"
 	printf '%-8s %-8s %-9s %12s %12s %8s %14s %14s %8s %8s\n' other cache names "dohfwd r/s" "other r/s" ratio \
 		"dohfwd cpu/req" "other cpu/req" "ratio" "200s"
 	for r in "${compared[@]}"; do
