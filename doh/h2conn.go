@@ -87,6 +87,7 @@ type h2conn struct {
 	mu          sync.Mutex // guards the rest
 	streams     map[uint32]*stream
 	active      int    // streams not yet freed, reset ones still resolving included
+	resolving   int    // streams a worker is resolving (running)
 	maxID       uint32 // highest client stream ID seen
 	wbuf, spare []byte
 	writing     bool
@@ -292,6 +293,7 @@ func (c *h2conn) endBatch() {
 		}
 		// Not a child of c.ctx: close cancels every stream it abandons.
 		st.running = true
+		c.resolving++
 		c.srv.workers.Run(job{c, &st.ctx, st})
 	}
 	c.pending = c.pending[:0]
@@ -463,6 +465,7 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.running = false
+	c.resolving--
 	if !ok || st.reset {
 		st.cancelled()
 		c.finish(st)
