@@ -1,6 +1,9 @@
 package doh
 
-import "strconv"
+import (
+	"strconv"
+	"sync/atomic"
+)
 
 // smallMaxAges holds the Cache-Control values of common small TTLs, so
 // most responses set the header without allocating.
@@ -32,5 +35,21 @@ func cacheControlValue(s uint32, cacheable bool) string {
 	if int(s) < len(smallMaxAges) {
 		return smallMaxAges[s]
 	}
-	return "max-age=" + strconv.FormatUint(uint64(s), 10)
+	// Larger TTLs repeat too (3600, 86400: the zone's own values): the
+	// last value made for each of a few slots is kept.
+	slot := &largeMaxAges[s%uint32(len(largeMaxAges))]
+	if v := slot.Load(); v != nil && v.seconds == s {
+		return v.text
+	}
+	v := &maxAgeText{seconds: s, text: "max-age=" + strconv.FormatUint(uint64(s), 10)}
+	slot.Store(v)
+	return v.text
 }
+
+// maxAgeText is a Cache-Control value made for a TTL over 300 seconds.
+type maxAgeText struct {
+	seconds uint32
+	text    string
+}
+
+var largeMaxAges [64]atomic.Pointer[maxAgeText]

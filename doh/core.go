@@ -439,7 +439,13 @@ func (h *Handler) finish(c *call) {
 			}
 		}
 		c.x.Response.Wire = nil // c.out: reused once the call is
-		c.x.Duration = time.Since(c.x.Start)
+		// Until the response was ready: the resolver's answer, when it
+		// gave one, is the last moment the clock was read.
+		end := c.x.Response.Answered
+		if end.IsZero() {
+			end = time.Now()
+		}
+		c.x.Duration = end.Sub(c.x.Start)
 		h.observe(c.x)
 	}
 }

@@ -162,3 +162,39 @@ func TestObservedQNameOfPlainQueries(t *testing.T) {
 		t.Errorf("engine Response.QName %q", r.QName)
 	}
 }
+
+// answeredAtResolver answers from a goroutine, saying it answered at a
+// fixed moment.
+type answeredAtResolver struct {
+	laterResolver
+	at time.Time
+}
+
+func (r *answeredAtResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	resp := r.laterResolver.ResolveWire(ctx, query, dst)
+	resp.Answered = r.at
+	return resp
+}
+
+// TestHTTP2TakesTheResolversAnswerTime: an answer from the resolver's
+// goroutine carries the time the resolver answered (Response.Answered)
+// as its Date, and the exchange observed ends then: the server reads no
+// clock of its own for either.
+func TestHTTP2TakesTheResolversAnswerTime(t *testing.T) {
+	t.Parallel()
+	var seen exchanges
+	at := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := &answeredAtResolver{laterResolver{immediateResolver: newImmediateResolver(replyFor("www.example."))}, at}
+	base, c := startTLS(t, NewHandler(r, Options{Observe: seen.observe}), Limits{})
+	q := pack(t, query(t, "www.example.", dns.TypeA, 0))
+	resp, _ := do(t, c, newRequest(t, "GET", base+DefaultPath+"?dns="+b64(q), nil))
+	if resp.StatusCode != 200 || r.wire.Load() != 1 {
+		t.Fatalf("status %d, %d questions from a goroutine", resp.StatusCode, r.wire.Load())
+	}
+	if got := resp.Header.Get("Date"); got != "Thu, 02 Jan 2020 03:04:05 GMT" {
+		t.Errorf("Date %q, want the resolver's answer time", got)
+	}
+	if x := seen.last(t); x.Duration != at.Sub(x.Start) {
+		t.Errorf("observed duration %v, want %v (until the resolver's answer time)", x.Duration, at.Sub(x.Start))
+	}
+}

@@ -264,3 +264,34 @@ func TestH2CPlainServer(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheControlLargeTTLs checks the values kept for TTLs over 300
+// seconds: right for TTLs that share a slot, and made without allocating
+// when a TTL repeats.
+func TestCacheControlLargeTTLs(t *testing.T) {
+	for _, s := range []uint32{301, 3600, 3600 + 64, 86400, 3600, 2147483647, 301 + 64*1000} {
+		if got, want := cacheControlValue(s, true), "max-age="+strconv.FormatUint(uint64(s), 10); got != want {
+			t.Errorf("TTL %d: %q, want %q", s, got, want)
+		}
+	}
+	if got := cacheControlValue(3600, false); got != "no-store" {
+		t.Errorf("not cacheable: %q", got)
+	}
+	cacheControlValue(86400, true)
+	if n := testing.AllocsPerRun(100, func() { cacheControlValue(86400, true) }); n != 0 {
+		t.Errorf("a repeated TTL allocates %v times", n)
+	}
+}
+
+// TestAcceptsJSONInAnyCase: the JSON media type is found in Accept
+// whatever the case of its letters, among other types.
+func TestAcceptsJSONInAnyCase(t *testing.T) {
+	for v, want := range map[string]bool{
+		"application/dns-json": true, "Application/DNS-JSON": true, "text/html, application/dns-json;q=0.9": true,
+		"application/dns-message": false, "application/dns-jso": false, "": false, "application/json": false,
+	} {
+		if got := acceptsJSON(Header{{"accept", v}}); got != want {
+			t.Errorf("Accept %q: %v, want %v", v, got, want)
+		}
+	}
+}

@@ -87,6 +87,7 @@ type h2conn struct {
 	mu          sync.Mutex // guards the rest
 	streams     map[uint32]*stream
 	active      int    // streams not yet freed, reset ones still resolving included
+	resolving   int    // streams a worker is resolving (running)
 	maxID       uint32 // highest client stream ID seen
 	wbuf, spare []byte
 	writing     bool
@@ -292,6 +293,7 @@ func (c *h2conn) endBatch() {
 		}
 		// Not a child of c.ctx: close cancels every stream it abandons.
 		st.running = true
+		c.resolving++
 		c.srv.workers.Run(job{c, &st.ctx, st})
 	}
 	c.pending = c.pending[:0]
@@ -463,13 +465,18 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.running = false
+	c.resolving--
 	if !ok || st.reset {
 		st.cancelled()
 		c.finish(st)
 		c.afterAsync()
 		return
 	}
-	c.respond(st, time.Now()) // st may be freed from here on
+	now := st.x.Response.Answered // the resolver's last clock reading, if it gave one
+	if now.IsZero() {
+		now = time.Now()
+	}
+	c.respond(st, now) // st may be freed from here on
 	c.flushAfterOthers()
 	c.afterAsync()
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -30,6 +31,9 @@ type streamContext struct {
 	err      error         // context.Canceled once cancelled
 	watched  []io.Closer   // closed by cancel; in watchBuf while it fits
 	watchBuf [1]io.Closer
+	// cancelled is err != nil, for Err without the lock: the engine and
+	// the core ask it several times a question.
+	cancelled atomic.Bool
 }
 
 var _ engine.CancelWatcher = (*streamContext)(nil)
@@ -53,9 +57,10 @@ func (c *streamContext) Done() <-chan struct{} {
 }
 
 func (c *streamContext) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	if c.cancelled.Load() {
+		return context.Canceled
+	}
+	return nil
 }
 
 func (c *streamContext) Value(key any) any { return nil }
@@ -70,6 +75,7 @@ func (c *streamContext) cancel() {
 		return
 	}
 	c.err = context.Canceled
+	c.cancelled.Store(true)
 	if c.done != nil {
 		close(c.done)
 	}

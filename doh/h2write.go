@@ -138,9 +138,17 @@ func (c *h2conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 // together (woken by one poll) leave in one write, one TLS record, as
 // they would in an event loop that flushes once per round. Meanwhile the
 // connection counts as writing, so they append and leave the write to
-// this one.
+// this one. With no other question of the connection resolving, there is
+// nothing to wait for: it writes at once (one stream at a time, the usual
+// browser case, skips a round of the scheduler).
 func (c *h2conn) flushAfterOthers() {
 	if c.writing || c.werr != nil {
+		return
+	}
+	if c.resolving == 0 {
+		// No other worker of this connection is resolving: no answer
+		// can come to join this one (the reader flushes its own).
+		c.flushLocked()
 		return
 	}
 	c.writing = true

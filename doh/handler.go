@@ -108,6 +108,9 @@ type Exchange struct {
 	// Resolved says whether the resolver was asked; Response is its answer.
 	Resolved bool
 	Response engine.Response
+	// Start is when the request was read; Duration how long it took
+	// until its response was ready (until the resolver answered, when it
+	// did: Response.Answered).
 	Start    time.Time
 	Duration time.Duration
 	// Trace is the request's trace, with Options.TraceContext.

@@ -105,11 +105,35 @@ func isMediaType(header, want string) bool {
 // acceptsJSON reports whether the client asks for the JSON form.
 func acceptsJSON(h Header) bool {
 	for i := range h {
-		if h[i].Name == "accept" && strings.Contains(strings.ToLower(h[i].Value), MediaTypeJSON) {
+		if h[i].Name == "accept" && containsFold(h[i].Value, MediaTypeJSON) {
 			return true
 		}
 	}
 	return false
+}
+
+// containsFold reports whether s contains lower (lower-case ASCII) with
+// any ASCII letters in s in either case: what strings.Contains(
+// strings.ToLower(s), lower) answers for an ASCII media type, without the
+// lower-case copy, on every request's Accept.
+func containsFold(s, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for j < len(lower) && asciiLower(s[i+j]) == lower[j] {
+			j++
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
+}
+
+func asciiLower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // DNS header bits and sizes, for checks before a full unpack.

@@ -58,5 +58,27 @@ func AppendServerTiming(b []byte, r engine.Response) []byte {
 	}
 	b = strconv.AppendInt(b, int64(r.Attempts), 10)
 	b = append(b, ", upstream;dur="...)
-	return strconv.AppendFloat(b, float64(r.Upstream.Microseconds())/1000, 'f', -1, 64)
+	return appendMillis(b, r.Upstream.Microseconds())
+}
+
+// appendMillis appends us microseconds as milliseconds in the shortest
+// decimal form: what strconv.AppendFloat(b, float64(us)/1000, 'f', -1, 64)
+// writes (12.345, 6000, 0.5), without its search for the shortest form:
+// at these magnitudes three decimals always round-trip and none shorter do.
+func appendMillis(b []byte, us int64) []byte {
+	if us < 0 {
+		b = append(b, '-')
+		us = -us
+	}
+	b = strconv.AppendInt(b, us/1000, 10)
+	frac := us % 1000
+	if frac == 0 {
+		return b
+	}
+	digits := [3]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+	n := 3
+	for digits[n-1] == '0' {
+		n--
+	}
+	return append(append(b, '.'), digits[:n]...)
 }

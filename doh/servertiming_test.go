@@ -3,6 +3,7 @@ package doh
 import (
 	"context"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,5 +72,20 @@ func TestServerTimingSaysWhereTheTimeWent(t *testing.T) {
 	NewHandler(responseResolver{cases[0].r}, Options{ServerTiming: true}).ServeHTTP(w, httptest.NewRequest("GET", DefaultPath+"?dns="+b64(wire), nil))
 	if got := w.Header().Values("Server-Timing"); got != nil {
 		t.Errorf("NOTIMP: Server-Timing %q", got)
+	}
+}
+
+// TestAppendMillisAsAppendFloat: the milliseconds are written as
+// strconv.AppendFloat writes float64(us)/1000 in its shortest form.
+func TestAppendMillisAsAppendFloat(t *testing.T) {
+	values := []int64{0, 1, 10, 100, 999, 1000, 1001, 1010, 1100, 12345, 6000000, 123456789, 1 << 40, -1, -1500}
+	for i := int64(0); i < 20000; i += 7 {
+		values = append(values, i)
+	}
+	for _, us := range values {
+		want := strconv.AppendFloat(nil, float64(us)/1000, 'f', -1, 64)
+		if got := appendMillis(nil, us); string(got) != string(want) {
+			t.Errorf("%d µs: %q, want %q", us, got, want)
+		}
 	}
 }

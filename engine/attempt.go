@@ -11,7 +11,7 @@ const maxStackServers = 16
 // with a TCP retry to the same server after a truncated UDP reply.
 //
 // It returns how the candidate ended and, for an answer or NXDOMAIN, the
-// transaction's result carrying the reply.
+// transaction's result carrying the reply (found.at: when it came).
 func (qn *question) ask(name string) (found, exchangeResult) {
 	e, cfg := qn.e, qn.cfg
 	bp, err := packQuery(&qn.client, name, cfg.ForwardECS)
@@ -61,7 +61,10 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		if slot != nil {
 			slot.ReleaseTransaction()
 		}
-		rtt := time.Since(now)
+		if tx.ended.IsZero() { // no socket: exchange read no clock
+			tx.ended = time.Now()
+		}
+		rtt := tx.ended.Sub(now)
 
 		qn.spent++
 		c.asked[pick] = true
@@ -71,9 +74,9 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
-			return found{result: ResultAnswer}, res
+			return found{result: ResultAnswer, at: tx.ended}, res
 		case OutcomeNXDomain:
-			return found{result: ResultNXDomain}, res
+			return found{result: ResultNXDomain, at: tx.ended}, res
 		case OutcomeCancelled:
 			return qn.ended(), exchangeResult{}
 		case OutcomeTruncated:

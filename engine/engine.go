@@ -144,6 +144,11 @@ type Response struct {
 	// Shared is set when the answer came from an identical question
 	// upstream at the same time (no attempt of its own).
 	Shared bool
+	// Answered is when the reply was written (ResolveWire,
+	// ResolveWireImmediate): the end of the question event's Duration,
+	// for a front end that needs the time then and need not read the
+	// clock again.
+	Answered time.Time
 }
 
 // ResolveWire answers one client query given as bytes, appending the
@@ -152,7 +157,7 @@ type Response struct {
 // budget. On the forwarding path nothing is unpacked: the upstream's
 // reply is matched from its header and question, read by a walk of its
 // records, kept packed and copied out with the client's ID.
-func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Response {
+func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (resp Response) {
 	start := time.Now()
 	rt := e.routes.Load() // one configuration for the whole question
 	qn := question{
@@ -174,21 +179,25 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 	}
 	qn.scope = rt.route(qn.client.name)
 	qn.setBudget(start)
-	return qn.respond(dst, qn.resolve())
+	qn.respond(&resp, dst, qn.resolve())
+	return resp
 }
 
-// respond writes the client's reply for f after dst, counts the question
-// and reports its event. Not inlined: its locals (the reply's walk, the
-// event) stay off the stack while the question runs, which keeps a
-// question's goroutine within its first stack size (see
-// BenchmarkInFlight4096).
+// respond sets *resp: it writes the client's reply for f after dst, counts
+// the question and reports its event. Not inlined: its locals (the
+// reply's walk, the event) stay off the stack while the question runs,
+// which keeps a question's goroutine within its first stack size (see
+// BenchmarkInFlight4096). It fills the caller's Response rather than
+// returning one, so the frames below the question's (ResolveWire's) hold
+// no room for a second Response either.
 //
 //go:noinline
-func (qn *question) respond(dst []byte, f found) Response {
+func (qn *question) respond(resp *Response, dst []byte, f found) {
 	e, cq := qn.e, &qn.client
-	resp := Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit, Shared: f.shared,
+	*resp = Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit, Shared: f.shared,
 		Question: qn.id, QName: cq.name, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
 	resp.Wire = qn.writeReply(dst, f)
+	resp.Answered = time.Now()
 	w, _ := walkReply(resp.Wire[len(dst):], nil)
 	resp.Rcode = w.rcode
 	resp.TTL, resp.Cacheable = answerTTL(w.facts)
@@ -199,14 +208,13 @@ func (qn *question) respond(dst []byte, f found) Response {
 	ev := QuestionEvent{
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
-		CacheHit: resp.CacheHit, Duration: time.Since(qn.start),
+		CacheHit: resp.CacheHit, Duration: resp.Answered.Sub(qn.start),
 		Trace: qn.trace,
 	}
 	if qn.shared != nil {
 		ev.Joined, ev.Served = qn.shared.joined, qn.shared.served
 	}
 	e.observer.Question(ev)
-	return resp
 }
 
 // writeReply appends the client's reply for f to dst.

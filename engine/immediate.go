@@ -19,15 +19,13 @@ import (
 // stale entries and compressed question names always take ResolveWire's
 // way. trace, when not nil, is the client's trace for the question event.
 func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace) (Response, bool) {
-	start := time.Now()
 	rt := e.routes.Load()
 	qn := question{
 		e:      e,
 		ctx:    context.Background(), // answered now: nothing to cancel
 		cfg:    rt.cfg,
 		routes: rt,
-		start:  start,
-		trace:  trace,
+		trace:  trace, // start: read by immediate once it may answer
 	}
 	// Most questions asked here miss: their name is read into a pooled
 	// buffer, and made a string of its own only when it is answered.
@@ -43,23 +41,29 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace) (Response
 	}
 	qn.client.own()
 	qn.id = e.questionIDs.Add(1)
-	return qn.respond(dst, f), true
+	var resp Response
+	qn.respond(&resp, dst, f)
+	return resp, true
 }
 
 // nameBuffers hold the names ResolveWireImmediate borrows.
 var nameBuffers = sync.Pool{New: func() any { return new([maxNameText]byte) }}
 
 // immediate is resolve without the network: a local answer or a live
-// cache entry for the name as asked, or false.
+// cache entry for the name as asked, or false. It sets the question's
+// start only when it may answer: a question that goes upstream without a
+// cache to look in (the miss path with the cache off) reads no clock here.
 func (qn *question) immediate() (found, bool) {
 	rt, asked := qn.routes, qn.client.name
 	if m := rt.local.answer(&qn.client, asked); m != nil {
+		qn.start = time.Now()
 		return found{reply: m, result: ResultLocal}, true
 	}
-	if len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dnswire.CountLabel(asked) == 1 ||
+	if rt.cache == nil || len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dnswire.CountLabel(asked) == 1 ||
 		rt.cfg.ForwardECS && qn.client.ecs {
 		return found{}, false
 	}
+	qn.start = time.Now() // the cache lookup's clock
 	r, _, ok := qn.cached(keyFor(&qn.client, asked))
 	if !ok {
 		return found{}, false

@@ -141,3 +141,34 @@ func TestInFlightGaugeAndStatus(t *testing.T) {
 		}
 	})
 }
+
+// TestResponseAnsweredEndsTheQuestion: Response.Answered is when the reply
+// was written, the end of the question event's Duration (a front end uses
+// it instead of reading the clock again), for a forwarded answer and for
+// one from the cache at once.
+func TestResponseAnsweredEndsTheQuestion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := rigScope(1)
+		cfg.Cache = engine.CacheConfig{MaxEntries: 10}
+		r := newRig(t, cfg)
+		r.net.Handle(rigServer(1), memnet.Respond(memnet.After(40*time.Millisecond, memnet.Answer("@ 60 IN A 192.0.2.2"))))
+		start := time.Now()
+		res := r.ask("www.example.")
+		if res.Result != engine.ResultAnswer || res.Answered.Sub(start) != 40*time.Millisecond {
+			t.Fatalf("forwarded: %v answered %v after the start, want 40ms", res.Result, res.Answered.Sub(start))
+		}
+		time.Sleep(time.Second)
+		q, err := newQuery("www.example.", dns.TypeA).Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit, ok := r.e.ResolveWireImmediate(q, nil, nil)
+		if !ok || !hit.CacheHit || !hit.Answered.Equal(time.Now()) {
+			t.Fatalf("cache hit: ok %v hit %v answered %v, now %v", ok, hit.CacheHit, hit.Answered, time.Now())
+		}
+		qs := r.log.questionList()
+		if len(qs) != 2 || qs[0].Duration != 40*time.Millisecond || qs[1].Duration != 0 {
+			t.Fatalf("question events %+v", qs)
+		}
+	})
+}

@@ -85,3 +85,16 @@ func TestAppendQueryCopiesTheClientsName(t *testing.T) {
 		}
 	}
 }
+
+// TestNameStringAsMiekg: the presentation form of a question name is
+// miekg/dns's, escapes included, for every byte in a label.
+func TestNameStringAsMiekg(t *testing.T) {
+	for c := range 256 {
+		wire := []byte{3, 'a', byte(c), 'b', 4, 't', 'e', 's', 't', 0}
+		got, ok := nameString(wire)
+		want, _, err := dns.UnpackDomainName(wire, 0)
+		if !ok || err != nil || got != want {
+			t.Errorf("byte %#x: %q (%v), miekg/dns %q (%v)", c, got, ok, want, err)
+		}
+	}
+}

@@ -316,8 +316,7 @@ func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
 	if r.result == ResultNXDomain && searched {
 		qn.spent--
 	}
-	now := time.Now()
-	r.en, r.at = makeEntry(res.en, res.walked, r.result, qn.routes.cfg.Cache, now), now
+	r.en = makeEntry(res.en, res.walked, r.result, qn.routes.cfg.Cache, r.at) // r.at: when the reply came
 	r.en.scope = qn.scope.name
 	return r, r.en
 }

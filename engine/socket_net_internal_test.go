@@ -208,3 +208,46 @@ func TestImmediateEstimateFollowsReads(t *testing.T) {
 		t.Fatalf("after 30 replies found the estimate is %d/%d: still waiting first", v, immediateScale)
 	}
 }
+
+// A pooled socket keeps the read deadline an earlier transaction set when
+// it is at most keptDeadlineSlack earlier than the next one's; a reply
+// that comes after the kept deadline but before the transaction's own is
+// still received, and a deadline earlier than the kept one is set.
+func TestNativeExchangeKeptDeadline(t *testing.T) {
+	server := udpPeer(t, func(q []byte) [][]byte {
+		switch string(q) {
+		case "late":
+			time.Sleep(80 * time.Millisecond)
+		case "silent":
+			return nil
+		}
+		return [][]byte{q}
+	})
+	s := openNativeUDP(t, server)
+	buf := make([]byte, 512)
+	d1 := time.Now().Add(50 * time.Millisecond)
+	if n, _, err := s.Exchange([]byte("now"), buf, d1); err != nil || string(buf[:n]) != "now" {
+		t.Fatalf("first: %q %v", buf[:n], err)
+	}
+	// Within the slack: d1 stays, passes before the reply, and the
+	// exchange waits on until d2.
+	d2 := d1.Add(keptDeadlineSlack * 3 / 4)
+	if n, _, err := s.Exchange([]byte("late"), buf, d2); err != nil || string(buf[:n]) != "late" {
+		t.Fatalf("reply after the kept deadline: %q %v", buf[:n], err)
+	}
+	if !s.rdeadline.Equal(d2) {
+		t.Fatalf("deadline %v after the wait, want the transaction's %v", s.rdeadline, d2)
+	}
+	d3 := d2.Add(time.Millisecond)
+	if n, _, err := s.Exchange([]byte("now"), buf, d3); err != nil || string(buf[:n]) != "now" || !s.rdeadline.Equal(d2) {
+		t.Fatalf("within the slack: %q %v, deadline %v, want %v kept", buf[:n], err, s.rdeadline, d2)
+	}
+	// Earlier than the kept deadline: set, and the wait ends there.
+	start := time.Now()
+	d4 := start.Add(30 * time.Millisecond)
+	_, _, err := s.Exchange([]byte("silent"), buf, d4)
+	wantClass(t, err, "receive", ErrTimeout)
+	if !s.rdeadline.Equal(d4) || time.Since(start) > time.Second {
+		t.Fatalf("deadline %v, waited %v; want %v", s.rdeadline, time.Since(start), d4)
+	}
+}

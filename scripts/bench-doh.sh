@@ -44,7 +44,14 @@
 #        also compare CPU per request (from /proc/PID/stat), steadier than
 #        req/s on a shared machine; ROUNDS (1) repeats those comparisons;
 #        LOADS="cache-same nocache-distinct" runs only those loads;
-#        OPS_OFF_KEYS=", trace_context: false" changes what ops-off turns off.
+#        OPS_OFF_KEYS=", trace_context: false" changes what ops-off turns off;
+#        PEER_ROUNDS=1 also compares dohfwd with dnsdist that way, ROUNDS
+#        times per load (dohfwd, dnsdist, dohfwd: drift on the shared
+#        machine weighs on both), beside the one-shot table;
+#        PIN=1 keeps the load generator (h2load) on CPU 0 and the servers
+#        and nsd on CPU 1 (taskset), so neither server's threads compete
+#        with h2load and both get the same one CPU (dnsdist's threads and
+#        dohfwd's Go scheduler alike); default: no pinning.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +65,14 @@ PERF_DIR=${PERF_DIR:-}
 PERF_LOAD=${PERF_LOAD:-nocache-distinct}
 BASE_REV=${BASE_REV:-}
 OPS_OFF=${OPS_OFF:-}
+PEER_ROUNDS=${PEER_ROUNDS:-}
+PIN=${PIN:-}
+# gen and serve prefix the load generator's and the servers' commands.
+gen=() serve=()
+if [ -n "$PIN" ]; then
+	gen=(taskset -c 0) serve=(taskset -c 1)
+	BENCH_SERVE_PREFIX="taskset -c 1" # nsd, in bench-lib.sh (sourced below)
+fi
 ROUNDS=${ROUNDS:-1}
 LOADS=${LOADS:-}
 CONNS=4
@@ -163,10 +178,10 @@ start() {
 	[ "$kind" = opsoff ] && extra=${OPS_OFF_KEYS:-", server_timing: false, trace_context: false"}
 	if [ "$kind" != dnsdist ]; then
 		dohfwd_conf "$p" "$entries" "${4:-}" "$extra" >"$work/$name.yaml"
-		"$bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
+		"${serve[@]}" "$bin" serve --config "$work/$name.yaml" 2>"$work/$name.log" &
 	else
 		dnsdist_conf "$p" "$entries" >"$work/$name.conf"
-		dnsdist --supervised --disable-syslog -C "$work/$name.conf" >"$work/$name.log" 2>&1 </dev/null &
+		"${serve[@]}" dnsdist --supervised --disable-syslog -C "$work/$name.conf" >"$work/$name.log" 2>&1 </dev/null &
 	fi
 	pid[$name]=$!
 	pids+=($!)
@@ -203,7 +218,7 @@ status_of() { sed -n 's/^status codes: \([0-9]*\) 2xx.*/\1/p'; }
 warm() { # port
 	local out _
 	for _ in $(seq 1 50); do
-		out=$(timeout 20 h2load -n 200 -c 2 -m 4 "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1 || true)
+		out=$(timeout 20 "${gen[@]}" h2load -n 200 -c 2 -m 4 "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1 || true)
 		[ "$(echo "$out" | status_of)" = 200 ] && return 0
 		sleep 0.2
 	done
@@ -214,7 +229,7 @@ for name in "${!port[@]}"; do warm "${port[$name]}"; done
 # load_same PORT -> "REQ/S OK"
 load_same() {
 	local out
-	out=$(timeout 600 h2load -n "$N" -c "$CONNS" -m "$STREAMS" "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1) || true
+	out=$(timeout 600 "${gen[@]}" h2load -n "$N" -c "$CONNS" -m "$STREAMS" "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1) || true
 	echo "$(echo "$out" | rps_of) $(echo "$out" | status_of)"
 }
 # load_distinct PORT -> "REQ/S OK": $CONNS h2load processes on disjoint names.
@@ -230,7 +245,7 @@ load_distinct() {
 	t0=$(date +%s.%N)
 	for ((i = 0; i < CONNS; i++)); do
 		n=$(wc -l <"$work/uris.$i")
-		timeout 600 h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris.$i" >"$work/h2load.$i" 2>&1 &
+		timeout 600 "${gen[@]}" h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris.$i" >"$work/h2load.$i" 2>&1 &
 		hp+=($!)
 	done
 	for i in "${hp[@]}"; do wait "$i" || true; done
@@ -261,9 +276,9 @@ median_us() {
 	out=$work/lat.$p
 	if [ -f "$target" ]; then
 		sed "1s|^|https://127.0.0.1:$p|" "$target" | head -n "$LAT_N" >"$work/lat-uris.$p"
-		timeout 600 h2load -n "$LAT_N" -c 1 -m 1 "${H2[@]}" -i "$work/lat-uris.$p" --log-file="$out" >/dev/null 2>&1 || true
+		timeout 600 "${gen[@]}" h2load -n "$LAT_N" -c 1 -m 1 "${H2[@]}" -i "$work/lat-uris.$p" --log-file="$out" >/dev/null 2>&1 || true
 	else
-		timeout 600 h2load -n "$LAT_N" -c 1 -m 1 "${H2[@]}" "https://127.0.0.1:$p$target" --log-file="$out" >/dev/null 2>&1 || true
+		timeout 600 "${gen[@]}" h2load -n "$LAT_N" -c 1 -m 1 "${H2[@]}" "https://127.0.0.1:$p$target" --log-file="$out" >/dev/null 2>&1 || true
 	fi
 	awk -F'\t' '$2 == 200 {print $3}' "$out" | sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print 0}'
 }
@@ -295,8 +310,9 @@ for cache in cache nocache; do
 		read -r s_rps s_ok s_cpu <<<"$(measured "$s" "$kind")"
 		results+=("$cache $kind $d_rps $d_ok $s_rps $s_ok $d_cpu $s_cpu")
 		for round in $(seq 1 "$ROUNDS"); do
-			for other in base opsoff; do
+			for other in base opsoff dnsdist; do
 				[ -n "${port[$other-$cache]:-}" ] || continue
+				[ "$other" != dnsdist ] || [ -n "$PEER_ROUNDS" ] || continue
 				# dohfwd, the other dohfwd, dohfwd again: the ratio uses the
 				# mean of dohfwd's two loads around the other's, so drift on
 				# the machine weighs on both sides alike.
@@ -344,7 +360,7 @@ for r in "${results[@]}"; do
 done
 if [ ${#compared[@]} -gt 0 ]; then
 	echo
-	echo "dohfwd against itself (base: dohfwd at ${BASE_REV:-(none)}; ops-off: ${OPS_OFF_KEYS:-server_timing and trace_context off}):"
+	echo "dohfwd against itself and, with PEER_ROUNDS, dnsdist, interleaved (base: dohfwd at ${BASE_REV:-(none)}; ops-off: ${OPS_OFF_KEYS:-server_timing and trace_context off}):"
 	printf '%-8s %-8s %-9s %12s %12s %8s %14s %14s %8s %8s\n' other cache names "dohfwd r/s" "other r/s" ratio \
 		"dohfwd cpu/req" "other cpu/req" "ratio" "200s"
 	for r in "${compared[@]}"; do

@@ -72,7 +72,8 @@ zone:
   name: bench.test
   zonefile: bench.test.zone
 CONF
-	nsd -d -c "$work/nsd.conf" >"$work/nsd.out" 2>&1 &
+	# BENCH_SERVE_PREFIX (e.g. "taskset -c 1") runs nsd where the servers run.
+	${BENCH_SERVE_PREFIX:-} nsd -d -c "$work/nsd.conf" >"$work/nsd.out" 2>&1 &
 	pids+=($!)
 	waitport "$1"
 }
