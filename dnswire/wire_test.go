@@ -274,3 +274,17 @@ func TestCopyRRRecompresses(t *testing.T) {
 		t.Fatalf("copy is %d bytes, miekg/dns packs %d", len(out), len(wire))
 	}
 }
+
+func TestAppendPlainNameText(t *testing.T) {
+	for _, s := range names {
+		wire, err := dnswire.PackName(nil, s)
+		if err != nil {
+			continue
+		}
+		text := dnswire.NameText(wire)
+		got, plain := dnswire.AppendPlainNameText(nil, wire)
+		if plain != !bytes.ContainsRune([]byte(text), '\\') || plain && string(got) != text {
+			t.Errorf("AppendPlainNameText(%q) = %q, %v; text %q", s, got, plain, text)
+		}
+	}
+}
