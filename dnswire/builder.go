@@ -56,13 +56,19 @@ func (b *Builder) name(name []byte) {
 	b.buf = append(b.buf, 0)
 }
 
+// maxCompressionTargets bounds the label offsets a Builder remembers, so
+// a message with thousands of names (an upstream reply copied whole)
+// costs a bounded scan per name: later names compress against the first
+// ones only.
+const maxCompressionTargets = 256
+
 // labels appends the labels ls, remembering where each starts.
 func (b *Builder) labels(ls []byte) {
 	if b.names == nil {
 		b.names = b.room[:0]
 	}
 	for j := 0; j < len(ls); j += 1 + int(ls[j]) {
-		if off := len(b.buf) - b.start + j; off < 0x4000 {
+		if off := len(b.buf) - b.start + j; off < 0x4000 && len(b.names) < maxCompressionTargets {
 			b.names = append(b.names, uint16(off))
 		}
 	}

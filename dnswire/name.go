@@ -147,12 +147,12 @@ func AppendNameText(dst, wire []byte) []byte {
 		}
 		for _, c := range wire[off+1 : off+1+l] {
 			switch {
-			case labelSpecial(c):
-				dst = append(dst, '\\', c)
+			case !needsEscape[c]:
+				dst = append(dst, c)
 			case c < ' ' || c > '~':
 				dst = append(dst, '\\', '0'+c/100, '0'+c/10%10, '0'+c%10)
 			default:
-				dst = append(dst, c)
+				dst = append(dst, '\\', c)
 			}
 		}
 		dst = append(dst, '.')
@@ -170,13 +170,42 @@ func NameText(wire []byte) string {
 	return string(AppendNameText(buf[:0], wire))
 }
 
-func labelSpecial(c byte) bool {
-	switch c {
-	case '.', ' ', '\'', '@', ';', '(', ')', '"', '\\':
-		return true
+// AppendPlainNameText is AppendNameText for a name none of whose bytes
+// needs an escape, the common case: it reports false, having appended
+// only part of the name, when one does.
+func AppendPlainNameText(dst, wire []byte) ([]byte, bool) {
+	start := len(dst)
+	for off := 0; off < len(wire); {
+		l := int(wire[off])
+		if l == 0 || off+1+l > len(wire) {
+			break
+		}
+		for _, c := range wire[off+1 : off+1+l] {
+			if needsEscape[c] {
+				return dst, false
+			}
+		}
+		dst = append(append(dst, wire[off+1:off+1+l]...), '.')
+		off += 1 + l
 	}
-	return false
+	if len(dst) == start {
+		dst = append(dst, '.')
+	}
+	return dst, true
 }
+
+// needsEscape marks the bytes a label's presentation form escapes: those
+// special in master files with a backslash, the rest outside printable
+// ASCII as \DDD (as miekg/dns writes them).
+var needsEscape = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c < ' ' || c > '~'
+	}
+	for _, c := range []byte{'.', ' ', '\'', '@', ';', '(', ')', '"', '\\'} {
+		t[c] = true
+	}
+	return t
+}()
 
 // PackName appends the wire form of the fully qualified presentation name
 // s (escapes \X and \DDD read) to dst, uncompressed.

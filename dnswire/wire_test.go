@@ -3,6 +3,7 @@ package dnswire_test
 import (
 	"bytes"
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -272,5 +273,38 @@ func TestCopyRRRecompresses(t *testing.T) {
 	// allow: a few bytes apart at most.
 	if len(out) > len(wire)+8 {
 		t.Fatalf("copy is %d bytes, miekg/dns packs %d", len(out), len(wire))
+	}
+}
+
+func TestAppendPlainNameText(t *testing.T) {
+	for _, s := range names {
+		wire, err := dnswire.PackName(nil, s)
+		if err != nil {
+			continue
+		}
+		text := dnswire.NameText(wire)
+		got, plain := dnswire.AppendPlainNameText(nil, wire)
+		if plain != !bytes.ContainsRune([]byte(text), '\\') || plain && string(got) != text {
+			t.Errorf("AppendPlainNameText(%q) = %q, %v; text %q", s, got, plain, text)
+		}
+	}
+}
+
+// A message with many names is built in bounded time and reads back.
+func TestBuilderManyNames(t *testing.T) {
+	b := dnswire.NewBuilder(nil, dnswire.Header{})
+	q, _ := dnswire.PackName(nil, "q.example.")
+	b.Question(q, dns.TypeA, dns.ClassINET)
+	for i := range 3000 {
+		name, _ := dnswire.PackName(nil, "n"+strconv.Itoa(i)+".sub"+strconv.Itoa(i%7)+".example.")
+		b.NameRR(dnswire.SectionAnswer, name, dns.TypeCNAME, dns.ClassINET, 1, q)
+	}
+	out, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(out); err != nil || len(m.Answer) != 3000 || m.Answer[2999].Header().Name != "n2999.sub3.example." {
+		t.Fatalf("%v, %d answers", err, len(m.Answer))
 	}
 }

@@ -33,7 +33,7 @@ func (c *traceContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// WithTrace returns ctx carrying t to the question Resolve answers.
+// WithTrace returns ctx carrying t to the question ResolveWire answers.
 func WithTrace(ctx context.Context, t Trace) context.Context { return &traceContext{ctx, t} }
 
 // WithClientTrace is WithTrace(WithClient(ctx, client), t) in one

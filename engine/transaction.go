@@ -48,7 +48,7 @@ type transaction struct {
 // transaction's socket when it is cancelled for less than
 // context.AfterFunc costs (five allocations a transaction: the callback,
 // its context, the parent's child entry, the Done channel, the stop
-// function). The engine uses it, when the context Resolve is given has
+// function). The engine uses it, when the context ResolveWire is given has
 // it (through WithTrace, WithClient and WithClientTrace), to end a transaction at once
 // when its client goes away; other contexts get context.AfterFunc.
 type CancelWatcher interface {

@@ -207,7 +207,7 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 		qclass: binary.BigEndian.Uint16(raw[qe-2:]),
 	}
 	if buf != nil {
-		if n, simple := appendName(buf[:0], cq.qname); simple {
+		if n, simple := dnswire.AppendPlainNameText(buf[:0], cq.qname); simple {
 			cq.name, cq.borrowed = unsafe.String(&buf[0], len(n)), true
 		}
 	}
@@ -260,47 +260,12 @@ const maxNameText = 256
 // miekg/dns writes it (so events and routes see the same text).
 func nameString(wire []byte) (string, bool) {
 	var buf [maxNameText]byte
-	out, simple := appendName(buf[:0], wire)
+	out, simple := dnswire.AppendPlainNameText(buf[:0], wire)
 	if !simple {
 		return dnswire.NameText(wire), true
 	}
 	return string(out), true
 }
-
-// appendName appends the presentation form of an uncompressed wire name
-// to dst ("." for the root), and reports false, having appended only
-// part of it, when a label needs escapes.
-func appendName(dst, wire []byte) ([]byte, bool) {
-	start := len(dst)
-	for off := 0; off < len(wire); {
-		l := int(wire[off])
-		if l == 0 {
-			break
-		}
-		for _, c := range wire[off+1 : off+1+l] {
-			if escaped[c] {
-				return dst, false
-			}
-		}
-		dst = append(append(dst, wire[off+1:off+1+l]...), '.')
-		off += 1 + l
-	}
-	if len(dst) == start {
-		dst = append(dst, '.')
-	}
-	return dst, true
-}
-
-// escaped marks the bytes a name's presentation form escapes (and $,
-// left to miekg/dns as before): controls, space, non-ASCII and
-// . \ " ' ( ) ; @. A table: appendName looks at every byte of every
-// question's name.
-var escaped = func() (t [256]bool) {
-	for c := range t {
-		t[c] = c <= ' ' || c >= 0x7f || strings.IndexByte(`.\"'();@$`, byte(c)) >= 0
-	}
-	return t
-}()
 
 // appendMade appends reply, a message the engine made for cq (OPT, if
 // any, last), with the client's ID, padded when the query was.
