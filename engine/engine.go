@@ -217,10 +217,11 @@ func (qn *question) respond(dst []byte, f found) Response {
 	if resp.Result == ResultStale {
 		e.counters.stale[resp.Reason].Add(1)
 	}
+	d := time.Since(qn.start)
 	ev := QuestionEvent{
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
-		CacheHit: resp.CacheHit, Duration: time.Since(qn.start),
+		CacheHit: resp.CacheHit, Duration: d, End: qn.start.Add(d),
 		Trace: qn.trace,
 	}
 	if qn.shared != nil {
