@@ -217,13 +217,13 @@ func (qn *question) respond(dst []byte, f found) Response {
 	if resp.Result == ResultStale {
 		e.counters.stale[resp.Reason].Add(1)
 	}
-	d := time.Since(qn.start)
 	ev := QuestionEvent{
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
-		CacheHit: resp.CacheHit, Duration: d, End: qn.start.Add(d),
+		CacheHit: resp.CacheHit, Duration: time.Since(qn.start),
 		Trace: qn.trace,
 	}
+	ev.End = qn.start.Add(ev.Duration) // the wall time without another clock reading
 	if qn.shared != nil {
 		ev.Joined, ev.Served = qn.shared.joined, qn.shared.served
 	}
