@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"encoding/binary"
-	"hash/maphash"
 	"net/netip"
 	"strconv"
 	"time"
@@ -99,9 +98,9 @@ type attemptFields struct {
 	demoted   bool
 }
 
-func (f attemptFields) hash(seed maphash.Seed) uint64 {
+func (f attemptFields) hash() uint64 {
 	a := f.server.Addr().As16()
-	h := mix(maphash.String(seed, f.scope), binary.LittleEndian.Uint64(a[:8]))
+	h := mix(hashString(f.scope), binary.LittleEndian.Uint64(a[:8]))
 	h = mix(h, binary.LittleEndian.Uint64(a[8:]))
 	h = mix(h, uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)
 	var d uint64
@@ -134,12 +133,12 @@ type questionFields struct {
 	cacheHit bool
 }
 
-func (f questionFields) hash(seed maphash.Seed) uint64 {
+func (f questionFields) hash() uint64 {
 	var hit uint64
 	if f.cacheHit {
 		hit = 1
 	}
-	return mix(maphash.String(seed, f.scope),
+	return mix(hashString(f.scope),
 		uint64(f.qtype)|uint64(f.result)<<16|uint64(f.reason)<<24|hit<<32|uint64(f.attempts)<<33)
 }
 

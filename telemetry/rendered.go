@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"hash/maphash"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
@@ -27,7 +26,7 @@ const renderSlots = 512
 type renderKey interface {
 	comparable
 	// hash mixes the combination's fields.
-	hash(seed maphash.Seed) uint64
+	hash() uint64
 	// render writes the combination's fields into a logger's context.
 	render(zerolog.Context) zerolog.Context
 }
@@ -36,7 +35,6 @@ type renderKey interface {
 // without locks, each holding the last combination that hashed there.
 type renderCache[K renderKey] struct {
 	base  zerolog.Logger
-	seed  maphash.Seed
 	slots [renderSlots]atomic.Pointer[rendered[K]]
 }
 
@@ -46,12 +44,12 @@ type rendered[K renderKey] struct {
 }
 
 func newRenderCache[K renderKey](base zerolog.Logger) *renderCache[K] {
-	return &renderCache[K]{base: base, seed: maphash.MakeSeed()}
+	return &renderCache[K]{base: base}
 }
 
 // logger returns the logger whose context holds k's fields.
 func (c *renderCache[K]) logger(k K) *zerolog.Logger {
-	slot := &c.slots[k.hash(c.seed)%renderSlots]
+	slot := &c.slots[k.hash()%renderSlots]
 	if r := slot.Load(); r != nil && r.key == k {
 		return &r.log
 	}
@@ -77,4 +75,14 @@ func mix(h, v uint64) uint64 {
 	h ^= v
 	h *= 0xbf58476d1ce4e5b9
 	return h ^ h>>31
+}
+
+// hashString is FNV-1a of s: names from the configuration, short and not
+// chosen by clients.
+func hashString(s string) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 0x100000001b3
+	}
+	return h
 }
