@@ -28,11 +28,13 @@ type StatusSource interface {
 	Status() engine.Status
 }
 
-// Explainer explains a question without asking anyone; *engine.Engine
-// is one.
+// Explainer explains the question of a wire query without asking anyone;
+// *engine.Engine is one.
 type Explainer interface {
-	Explain(q *dns.Msg) engine.Explanation
+	Explain(query []byte) (engine.Explanation, error)
 }
+
+var _ Explainer = (*engine.Engine)(nil)
 
 // Status is the body of GET /status: the engine's snapshot and where the
 // running configuration came from. Now is the server's clock, so a page
@@ -84,7 +86,15 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 				return
 			}
-			writeJSON(w, http.StatusOK, ex.Explain(q))
+			raw, err := q.Pack()
+			if err == nil {
+				var x engine.Explanation
+				if x, err = ex.Explain(raw); err == nil {
+					writeJSON(w, http.StatusOK, x)
+					return
+				}
+			}
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		})
 	}
 	mux.HandleFunc("GET /{$}", servePage)

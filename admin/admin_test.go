@@ -83,9 +83,13 @@ type explainingStatus struct {
 	asked *dns.Msg
 }
 
-func (e *explainingStatus) Explain(q *dns.Msg) engine.Explanation {
+func (e *explainingStatus) Explain(query []byte) (engine.Explanation, error) {
+	q := new(dns.Msg)
+	if err := q.Unpack(query); err != nil {
+		return engine.Explanation{}, err
+	}
 	e.asked = q
-	return engine.Explanation{Name: q.Question[0].Name, Type: dns.Type(q.Question[0].Qtype).String(), Scope: "corp"}
+	return engine.Explanation{Name: q.Question[0].Name, Type: dns.Type(q.Question[0].Qtype).String(), Scope: "corp"}, nil
 }
 
 func TestExplainAndPage(t *testing.T) {

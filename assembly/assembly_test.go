@@ -133,12 +133,12 @@ dohfwd_doh_requests_total{rcode="NOERROR",status="200"} 1
 // The DoH handler's resolver (the engine behind DDR) answers bytes and
 // can answer cache hits at once: the HTTP/2 server then answers them on
 // the connection's goroutine. A wrapper added between them that drops
-// either interface would silently send every cache hit through a
-// goroutine (and Resolve's unpack and pack).
+// ImmediateResolver would silently send every cache hit through a
+// goroutine.
 func TestDoHResolverAnswersBytesAndAtOnce(t *testing.T) {
 	var r any = (*ddr.Resolver)(nil)
-	if _, ok := r.(doh.WireResolver); !ok {
-		t.Error("ddr.Resolver is not a doh.WireResolver")
+	if _, ok := r.(doh.Resolver); !ok {
+		t.Error("ddr.Resolver is not a doh.Resolver")
 	}
 	if _, ok := r.(doh.ImmediateResolver); !ok {
 		t.Error("ddr.Resolver is not a doh.ImmediateResolver")

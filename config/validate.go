@@ -10,8 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/miekg/dns"
-
+	"github.com/dohfwd/dohfwd/dnswire"
 	"github.com/dohfwd/dohfwd/engine"
 )
 
@@ -60,7 +59,7 @@ func (c *Config) validate(x *keyIndex) error {
 			bad("tls.acme.domains", "required with tls.mode acme")
 		}
 		for i, d := range c.TLS.ACME.Domains {
-			if _, ok := dns.IsDomainName(d); !ok || d == "" {
+			if _, ok := dnswire.IsDomainName(d); !ok || d == "" {
 				bad(fmt.Sprintf("tls.acme.domains[%d]", i), "%q is not a domain name", d)
 			}
 		}

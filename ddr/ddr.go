@@ -7,11 +7,11 @@
 package ddr
 
 import (
-	"net"
+	"encoding/binary"
 	"net/netip"
 	"strings"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // Name is the owner of the designation records (RFC 9462, section 4).
@@ -51,100 +51,162 @@ type Designation struct {
 	Endpoints []Endpoint
 }
 
-// Records are the SVCB records of d, in priority order: for each name its
-// endpoints as listed, priorities counting up from 1.
-func Records(d Designation) (answer, additional []dns.RR) {
-	var v4, v6 []net.IP
+// record is one record of the designation in wire form.
+type record struct {
+	owner  []byte // uncompressed
+	rrtype uint16
+	rdata  []byte
+}
+
+// records are the SVCB records of d, in priority order (for each name its
+// endpoints as listed, priorities counting up from 1), and the names' A
+// and AAAA records. A name that is not a domain name is left out.
+func records(d Designation) (answer, additional []record) {
+	var v4, v6 []byte // the hints' values
 	for _, a := range d.Addresses {
-		a = a.Unmap()
-		if a.Is4() {
-			v4 = append(v4, a.AsSlice())
+		if a = a.Unmap(); a.Is4() {
+			v4 = append(v4, a.AsSlice()...)
 		} else {
-			v6 = append(v6, a.AsSlice())
+			v6 = append(v6, a.AsSlice()...)
 		}
 	}
+	owner, _ := dnswire.PackName(nil, Name)
 	prio := uint16(0)
 	for _, name := range d.Names {
-		target := dns.Fqdn(strings.ToLower(name))
+		target, err := dnswire.PackName(nil, dnswire.Fqdn(strings.ToLower(name)))
+		if err != nil {
+			continue
+		}
 		for _, e := range d.Endpoints {
 			prio++
-			rr := &dns.SVCB{
-				Hdr:      dns.RR_Header{Name: Name, Rrtype: dns.TypeSVCB, Class: dns.ClassINET, Ttl: TTL},
-				Priority: prio,
-				Target:   target,
+			// SvcParams in rising key order (RFC 9460 §2.2).
+			rdata := binary.BigEndian.AppendUint16(nil, prio)
+			rdata = append(rdata, target...)
+			alpn := "h2"
+			if e.Protocol == DoT {
+				alpn = "dot"
 			}
-			switch e.Protocol {
-			case DoH:
-				rr.Value = append(rr.Value, &dns.SVCBAlpn{Alpn: []string{"h2"}}, &dns.SVCBPort{Port: e.Port})
-			case DoT:
-				rr.Value = append(rr.Value, &dns.SVCBAlpn{Alpn: []string{"dot"}}, &dns.SVCBPort{Port: e.Port})
-			}
+			rdata = appendParam(rdata, dnswire.SvcParamALPN, append([]byte{byte(len(alpn))}, alpn...))
+			rdata = appendParam(rdata, dnswire.SvcParamPort, binary.BigEndian.AppendUint16(nil, e.Port))
 			if len(v4) > 0 {
-				rr.Value = append(rr.Value, &dns.SVCBIPv4Hint{Hint: v4})
+				rdata = appendParam(rdata, dnswire.SvcParamIPv4Hint, v4)
 			}
 			if len(v6) > 0 {
-				rr.Value = append(rr.Value, &dns.SVCBIPv6Hint{Hint: v6})
+				rdata = appendParam(rdata, dnswire.SvcParamIPv6Hint, v6)
 			}
 			if e.Protocol == DoH {
-				rr.Value = append(rr.Value, &dns.SVCBDoHPath{Template: e.Path + "{?dns}"})
+				rdata = appendParam(rdata, dnswire.SvcParamDoHPath, []byte(e.Path+"{?dns}"))
 			}
-			answer = append(answer, rr)
+			answer = append(answer, record{owner, dnswire.TypeSVCB, rdata})
 		}
 		for _, a := range d.Addresses {
-			hdr := dns.RR_Header{Name: target, Class: dns.ClassINET, Ttl: TTL}
 			if a = a.Unmap(); a.Is4() {
-				hdr.Rrtype = dns.TypeA
-				additional = append(additional, &dns.A{Hdr: hdr, A: a.AsSlice()})
+				additional = append(additional, record{target, dnswire.TypeA, a.AsSlice()})
 			} else {
-				hdr.Rrtype = dns.TypeAAAA
-				additional = append(additional, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
+				additional = append(additional, record{target, dnswire.TypeAAAA, a.AsSlice()})
 			}
 		}
 	}
 	return answer, additional
 }
 
+// appendParam appends an SvcParam: key, length, value.
+func appendParam(dst []byte, key uint16, value []byte) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, key)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(value)))
+	return append(dst, value...)
+}
+
 // Table is the designation as records, built once.
 type Table struct {
-	answer, additional []dns.RR
+	answer, additional []record
 }
 
 // NewTable builds d's records.
 func NewTable(d Designation) *Table {
 	t := new(Table)
-	t.answer, t.additional = Records(d)
+	t.answer, t.additional = records(d)
 	return t
 }
 
-// Answer returns the local answer to q when its question is in
-// resolver.arpa, and nil otherwise: _dns.resolver.arpa SVCB gets the
-// table's records; other types there, and resolver.arpa itself, NODATA;
-// other names NXDOMAIN (RFC 9462, section 6.4: these names are never
-// forwarded). A nil table answers NODATA: no designation.
-func (t *Table) Answer(q *dns.Msg) *dns.Msg {
-	if len(q.Question) != 1 {
-		return nil
+// The zone and the designation's owner in wire form.
+var (
+	zoneWire = []byte("\x08resolver\x04arpa\x00")
+	nameWire = []byte("\x04_dns\x08resolver\x04arpa\x00")
+)
+
+// AppendAnswer appends the local answer to the wire query query to dst
+// when its one question is in resolver.arpa, and reports false (dst as it
+// was) otherwise: _dns.resolver.arpa SVCB gets the table's records; other
+// types there, and resolver.arpa itself, NODATA; other names NXDOMAIN (RFC
+// 9462, section 6.4: these names are never forwarded). A nil table
+// answers NODATA: no designation. The reply is authoritative, keeps the
+// query's ID, opcode, RD and CD, and has an OPT record (with the query's
+// DO) when the query has one.
+func (t *Table) AppendAnswer(dst, query []byte) ([]byte, bool) {
+	p, ok := dnswire.NewParser(query)
+	if !ok || p.Header().Counts[0] != 1 {
+		return dst, false
 	}
-	qs := q.Question[0]
-	name := strings.ToLower(qs.Name)
-	if !dns.IsSubDomain(zone, name) {
-		return nil
+	q, ok := p.Question()
+	if !ok {
+		return dst, false
 	}
-	m := new(dns.Msg)
-	m.SetReply(q)
-	m.Authoritative = true
-	m.RecursionAvailable = true
+	var buf [dnswire.MaxNameLen]byte
+	name, _, err := dnswire.AppendNameWire(buf[:0], query, q.NameOff)
+	if err != nil || !inZoneWire(name) {
+		return dst, false
+	}
+	opt, do := false, false
+	for {
+		rr, more := p.Next()
+		if !more {
+			break
+		}
+		if rr.Type == dnswire.TypeOPT && rr.Section == dnswire.SectionAdditional {
+			opt, do = true, dnswire.ReadOPT(query, rr).DO()
+		}
+	}
+	h := p.Header()
+	rcode := dnswire.RcodeSuccess
+	var answer, additional []record
 	switch {
-	case name == Name && qs.Qtype == dns.TypeSVCB && qs.Qclass == dns.ClassINET && t != nil:
-		// Capped, so that whoever appends to the sections copies them.
-		m.Answer = t.answer[:len(t.answer):len(t.answer)]
-		m.Extra = t.additional[:len(t.additional):len(t.additional)]
-	case name == Name || name == zone:
+	case dnswire.EqualNames(name, nameWire) && q.Type == dnswire.TypeSVCB && q.Class == dnswire.ClassINET && t != nil:
+		answer, additional = t.answer, t.additional
+	case dnswire.EqualNames(name, nameWire) || dnswire.EqualNames(name, zoneWire):
 	default:
-		m.Rcode = dns.RcodeNameError
+		rcode = dnswire.RcodeNameError
 	}
-	if o := q.IsEdns0(); o != nil {
-		m.SetEdns0(dns.DefaultMsgSize, o.Do())
+	b := dnswire.NewBuilder(dst, dnswire.Header{ID: h.ID, Flags: dnswire.Flags(h.Opcode(), rcode,
+		dnswire.FlagQR|dnswire.FlagAA|dnswire.FlagRA|h.Flags&(dnswire.FlagRD|dnswire.FlagCD))})
+	b.Question(name, q.Type, q.Class)
+	for _, rr := range answer {
+		b.RR(dnswire.SectionAnswer, rr.owner, rr.rrtype, dnswire.ClassINET, TTL, rr.rdata)
 	}
-	return m
+	for _, rr := range additional {
+		b.RR(dnswire.SectionAdditional, rr.owner, rr.rrtype, dnswire.ClassINET, TTL, rr.rdata)
+	}
+	if opt {
+		var ttl uint32
+		if do {
+			ttl = dnswire.EDNSFlagDO
+		}
+		b.OPT(dnswire.DefaultMsgSize, ttl, nil)
+	}
+	out, err := b.Finish()
+	if err != nil {
+		return dst, false
+	}
+	return out, true
+}
+
+// inZoneWire reports whether the uncompressed wire name is resolver.arpa
+// or under it.
+func inZoneWire(name []byte) bool {
+	for off := 0; off < len(name) && name[off] != 0; off += 1 + int(name[off]) {
+		if len(name)-off == len(zoneWire) {
+			return dnswire.EqualNames(name[off:], zoneWire)
+		}
+	}
+	return false
 }

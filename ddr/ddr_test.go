@@ -9,6 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 )
 
 // params reads an SVCB record's parameters as key=value text.
@@ -34,36 +35,93 @@ var example = Designation{
 // RFC 9462 section 4 and RFC 9461: DoH is alpn=h2 with dohpath, DoT is
 // alpn=dot; the port is the listener's; the hints and the name's A and
 // AAAA records carry the configured addresses. Read back from the wire.
-func TestDesignationRecordsOnTheWire(t *testing.T) {
+// answer asks tab about name and qtype with a query packed by miekg/dns
+// (edns: with an OPT record, DO set) and reads the reply with miekg/dns;
+// nil when the table does not answer.
+func answer(t *testing.T, tab *Table, name string, qtype uint16, edns bool) *dns.Msg {
+	t.Helper()
 	q := new(dns.Msg)
-	q.SetQuestion(Name, dns.TypeSVCB)
-	reply := NewTable(example).Answer(q)
-	wire, err := reply.Pack()
+	q.SetQuestion(name, qtype)
+	q.Id, q.CheckingDisabled = 4321, true
+	if edns {
+		q.SetEdns0(1232, true)
+	}
+	raw, err := q.Pack()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := new(dns.Msg)
-	if err := m.Unpack(wire); err != nil {
-		t.Fatal(err)
+	wire, ok := tab.AppendAnswer([]byte("prefix"), raw)
+	if string(wire[:6]) != "prefix" {
+		t.Fatalf("dst overwritten: %q", wire)
 	}
-	if m.Rcode != dns.RcodeSuccess || !m.Authoritative || len(m.Answer) != 2 {
+	if !ok {
+		if len(wire) != 6 {
+			t.Errorf("%s: not answered but %d bytes appended", name, len(wire)-6)
+		}
+		return nil
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(wire[6:]); err != nil {
+		t.Fatalf("%s: reply does not unpack: %v", name, err)
+	}
+	if m.Id != q.Id || !m.Response || !m.RecursionDesired || !m.CheckingDisabled || !m.RecursionAvailable ||
+		len(m.Question) != 1 || m.Question[0] != q.Question[0] {
+		t.Errorf("%s: reply header or question %v", name, m)
+	}
+	if o := m.IsEdns0(); (o != nil) != edns || edns && (!o.Do() || o.UDPSize() != dns.DefaultMsgSize) {
+		t.Errorf("%s: OPT %v, query had one: %v", name, o, edns)
+	}
+	return m
+}
+
+// RFC 9462 section 4 and RFC 9461: DoH is alpn=h2 with dohpath, DoT is
+// alpn=dot; the port is the listener's; the hints and the name's A and
+// AAAA records carry the configured addresses. Read back from the wire.
+func TestDesignationRecordsOnTheWire(t *testing.T) {
+	for _, edns := range []bool{false, true} {
+		m := answer(t, NewTable(example), Name, dns.TypeSVCB, edns)
+		if m == nil || m.Rcode != dns.RcodeSuccess || !m.Authoritative || len(m.Answer) != 2 {
+			t.Fatalf("reply %v", m)
+		}
+		want := []map[string]string{
+			{"alpn": "h2", "port": "8443", "ipv4hint": "192.0.2.53", "ipv6hint": "2001:db8::53", "dohpath": "/dns-query{?dns}"},
+			{"alpn": "dot", "port": "853", "ipv4hint": "192.0.2.53", "ipv6hint": "2001:db8::53"},
+		}
+		for i, rr := range m.Answer {
+			s := rr.(*dns.SVCB)
+			if s.Hdr.Name != Name || s.Hdr.Ttl != TTL || s.Target != "dns.example.net." || s.Priority != uint16(i+1) {
+				t.Errorf("record %d: %v", i, s)
+			}
+			if got := params(t, rr); !reflect.DeepEqual(got, want[i]) {
+				t.Errorf("record %d params %v, want %v", i, got, want[i])
+			}
+		}
+		extra := m.Extra[:len(m.Extra)-map[bool]int{false: 0, true: 1}[edns]]
+		if len(extra) != 2 || extra[0].(*dns.A).A.String() != "192.0.2.53" || extra[1].(*dns.AAAA).AAAA.String() != "2001:db8::53" ||
+			extra[0].Header().Name != "dns.example.net." {
+			t.Errorf("additional %v", m.Extra)
+		}
+	}
+}
+
+// Several names and addresses of each family: every name gets a record
+// per endpoint, the hints list every address, the name in lower case.
+func TestDesignationSeveralNamesAndAddresses(t *testing.T) {
+	d := Designation{
+		Names:     []string{"A.example", "b.example."},
+		Addresses: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("::ffff:192.0.2.2"), netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")},
+		Endpoints: []Endpoint{{Protocol: DoT, Port: 853}},
+	}
+	m := answer(t, NewTable(d), Name, dns.TypeSVCB, false)
+	if m == nil || len(m.Answer) != 2 || len(m.Extra) != 8 {
 		t.Fatalf("reply %v", m)
 	}
-	want := []map[string]string{
-		{"alpn": "h2", "port": "8443", "ipv4hint": "192.0.2.53", "ipv6hint": "2001:db8::53", "dohpath": "/dns-query{?dns}"},
-		{"alpn": "dot", "port": "853", "ipv4hint": "192.0.2.53", "ipv6hint": "2001:db8::53"},
-	}
-	for i, rr := range m.Answer {
-		s := rr.(*dns.SVCB)
-		if s.Hdr.Name != Name || s.Target != "dns.example.net." || s.Priority != uint16(i+1) {
+	for i, target := range []string{"a.example.", "b.example."} {
+		s := m.Answer[i].(*dns.SVCB)
+		p := params(t, s)
+		if s.Target != target || s.Priority != uint16(i+1) || p["ipv4hint"] != "192.0.2.1,192.0.2.2" || p["ipv6hint"] != "2001:db8::1,2001:db8::2" || p["alpn"] != "dot" {
 			t.Errorf("record %d: %v", i, s)
 		}
-		if got := params(t, rr); !reflect.DeepEqual(got, want[i]) {
-			t.Errorf("record %d params %v, want %v", i, got, want[i])
-		}
-	}
-	if len(m.Extra) != 2 || m.Extra[0].(*dns.A).A.String() != "192.0.2.53" || m.Extra[1].(*dns.AAAA).AAAA.String() != "2001:db8::53" {
-		t.Errorf("additional %v", m.Extra)
 	}
 }
 
@@ -80,38 +138,46 @@ func TestResolverArpaIsAnsweredLocally(t *testing.T) {
 		{"_DNS.Resolver.Arpa.", dns.TypeSVCB, dns.RcodeSuccess, 2},
 		{Name, dns.TypeA, dns.RcodeSuccess, 0},
 		{"resolver.arpa.", dns.TypeSOA, dns.RcodeSuccess, 0},
+		{"RESOLVER.ARPA.", dns.TypeSVCB, dns.RcodeSuccess, 0},
 		{"other.resolver.arpa.", dns.TypeSVCB, dns.RcodeNameError, 0},
+		{"a.b._dns.resolver.arpa.", dns.TypeSVCB, dns.RcodeNameError, 0},
 		{"example.net.", dns.TypeSVCB, -1, 0},
 		{"arpa.", dns.TypeNS, -1, 0},
+		{"xresolver.arpa.", dns.TypeNS, -1, 0},
+		{"resolver.arpa.example.", dns.TypeNS, -1, 0},
+		{".", dns.TypeNS, -1, 0},
 	} {
-		q := new(dns.Msg)
-		q.SetQuestion(tc.name, tc.qtype)
-		m := tab.Answer(q)
+		m := answer(t, tab, tc.name, tc.qtype, false)
 		switch {
 		case tc.rcode < 0 && m != nil:
 			t.Errorf("%s %s answered locally", tc.name, dns.TypeToString[tc.qtype])
-		case tc.rcode >= 0 && (m == nil || m.Rcode != tc.rcode || len(m.Answer) != tc.n):
+		case tc.rcode >= 0 && (m == nil || m.Rcode != tc.rcode || len(m.Answer) != tc.n || !m.Authoritative):
 			t.Errorf("%s %s: %v", tc.name, dns.TypeToString[tc.qtype], m)
 		}
 	}
 	var none *Table // no designation yet: NODATA, not the upstream's
-	q := new(dns.Msg)
-	q.SetQuestion(Name, dns.TypeSVCB)
-	if m := none.Answer(q); m == nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
+	if m := answer(t, none, Name, dns.TypeSVCB, true); m == nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
 		t.Errorf("without a designation: %v", m)
+	}
+	// What does not read as one question is not answered here.
+	for _, raw := range [][]byte{nil, {0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 4, '_', 'd'}} {
+		if out, ok := tab.AppendAnswer(nil, raw); ok || len(out) != 0 {
+			t.Errorf("%x answered: %x", raw, out)
+		}
 	}
 }
 
-type countingNext struct{ n, wire int }
+// countingNext answers every query REFUSED, counting them.
+type countingNext struct{ wire int }
 
 func (c *countingNext) ResolveWire(_ context.Context, query, dst []byte) engine.Response {
 	c.wire++
-	return engine.Response{Wire: append(dst, query...)}
-}
-
-func (c *countingNext) Resolve(_ context.Context, q *dns.Msg) engine.Response {
-	c.n++
-	return engine.Response{Msg: new(dns.Msg).SetRcode(q, dns.RcodeRefused)}
+	q := new(dns.Msg)
+	if err := q.Unpack(query); err != nil {
+		return engine.Response{Wire: dst, Rcode: -1}
+	}
+	out, _ := new(dns.Msg).SetRcode(q, dns.RcodeRefused).Pack()
+	return engine.Response{Wire: append(dst, out...), Rcode: dns.RcodeRefused}
 }
 
 func TestResolverForwardsTheRest(t *testing.T) {
@@ -120,18 +186,18 @@ func TestResolverForwardsTheRest(t *testing.T) {
 	r.Designate(example)
 	q := new(dns.Msg)
 	q.SetQuestion(Name, dns.TypeSVCB)
-	if resp := r.Resolve(t.Context(), q); len(resp.Msg.Answer) != 2 || resp.Result != engine.ResultLocal || next.n != 0 {
-		t.Fatalf("DDR: %v (next asked %d)", resp.Msg, next.n)
+	if resp := enginetest.Resolve(r, t.Context(), q); len(resp.Msg.Answer) != 2 || resp.Result != engine.ResultLocal || next.wire != 0 {
+		t.Fatalf("DDR: %v (next asked %d)", resp.Msg, next.wire)
 	}
 	q.SetQuestion("www.example.net.", dns.TypeA)
-	if resp := r.Resolve(t.Context(), q); resp.Msg.Rcode != dns.RcodeRefused || next.n != 1 {
+	if resp := enginetest.Resolve(r, t.Context(), q); resp.Msg.Rcode != dns.RcodeRefused || next.wire != 1 {
 		t.Fatalf("other: %v", resp.Msg)
 	}
 }
 
 // The DoH wire path reaches the engine as bytes for every name outside
-// resolver.arpa; names inside it are left to Resolve and the table.
-func TestResolverWirePathLeavesZoneToTable(t *testing.T) {
+// resolver.arpa; names inside it are answered from the table.
+func TestResolverWirePathAnswersZoneFromTable(t *testing.T) {
 	next := new(countingNext)
 	r := Wrap(next)
 	r.Designate(example)
@@ -159,12 +225,12 @@ func TestResolverWirePathLeavesZoneToTable(t *testing.T) {
 		if forwarded == c.inZone {
 			t.Errorf("%s: forwarded as bytes = %v, want %v", c.name, forwarded, !c.inZone)
 		}
-		if c.inZone && len(resp.Wire) != 0 {
-			t.Errorf("%s: wire answer %x, want none (Resolve answers it)", c.name, resp.Wire)
+		if c.inZone && (len(resp.Wire) < 12 || resp.Result != engine.ResultLocal) {
+			t.Errorf("%s: wire answer %x (%v), want the table's", c.name, resp.Wire, resp.Result)
 		}
 	}
 	if !inZone([]byte{0, 1, 2}) {
-		t.Error("a query cut short must take the unpacking path")
+		t.Error("a query cut short must be unpacked")
 	}
 }
 

@@ -4,14 +4,12 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/miekg/dns"
-
+	"github.com/dohfwd/dohfwd/dnswire"
 	"github.com/dohfwd/dohfwd/engine"
 )
 
 // Next is the resolver behind the designation: the engine.
 type Next interface {
-	Resolve(ctx context.Context, q *dns.Msg) engine.Response
 	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
 }
 
@@ -30,23 +28,38 @@ func Wrap(next Next) *Resolver { return &Resolver{next: next} }
 // Designate sets what _dns.resolver.arpa answers.
 func (r *Resolver) Designate(d Designation) { r.table.Store(NewTable(d)) }
 
-// Resolve answers q.
-func (r *Resolver) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
-	if m := r.table.Load().Answer(q); m != nil {
-		return engine.Response{Msg: m, Result: engine.ResultLocal}
-	}
-	return r.next.Resolve(ctx, q)
-}
-
-// ResolveWire hands every query outside resolver.arpa to the next
-// resolver as bytes. For a resolver.arpa name it answers nothing (an empty
-// Wire), so the caller asks Resolve, which answers from the table: these
-// names are rare and a dns.Msg is what the table speaks.
+// ResolveWire answers a resolver.arpa query from the table, after dst,
+// and hands every other query to the next resolver as bytes.
 func (r *Resolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
 	if inZone(query) {
-		return engine.Response{Wire: dst, Rcode: -1, Result: engine.ResultLocal}
+		if resp, ok := r.answer(query, dst); ok {
+			return resp
+		}
 	}
 	return r.next.ResolveWire(ctx, query, dst)
+}
+
+// answer is the table's reply to query, after dst, padded when the
+// query was; false when the table has none (a name outside the zone, or a
+// query whose question does not read: the next resolver reads it).
+func (r *Resolver) answer(query, dst []byte) (engine.Response, bool) {
+	out, ok := r.table.Load().AppendAnswer(dst, query)
+	if !ok {
+		return engine.Response{}, false
+	}
+	start := len(dst)
+	if engine.WantsPadding(query) {
+		out = engine.PadReply(out, start)
+	}
+	reply := out[start:]
+	resp := engine.Response{Wire: out, Rcode: int(reply[3] & 0xF), Result: engine.ResultLocal}
+	if p, ok := dnswire.NewParser(reply); ok {
+		if q, ok := p.Question(); ok {
+			resp.QName, _, _ = dnswire.UnpackName(reply, q.NameOff)
+		}
+	}
+	resp.TTL, resp.Cacheable = engine.WireTTL(reply)
+	return resp, true
 }
 
 // immediateNext is a Next that can answer some queries at once, from
@@ -57,8 +70,8 @@ type immediateNext interface {
 
 // ResolveWireImmediate passes a query outside resolver.arpa to the next
 // resolver's ResolveWireImmediate, when it has one. A resolver.arpa name
-// is never answered at once (false): it takes ResolveWire's way, and from
-// there Resolve's, which answers from the table.
+// is never answered at once (false): it takes ResolveWire's way, which
+// answers from the table.
 func (r *Resolver) ResolveWireImmediate(query, dst []byte, trace *engine.Trace) (engine.Response, bool) {
 	next, ok := r.next.(immediateNext)
 	if !ok || inZone(query) {
@@ -70,7 +83,7 @@ func (r *Resolver) ResolveWireImmediate(query, dst []byte, trace *engine.Trace) 
 // inZone reports whether the question of the wire query query is in
 // resolver.arpa, reading only the header and the question name. A name
 // it cannot read (compressed, cut short) counts as in the zone, so the
-// caller takes the unpacking path and decides there.
+// caller unpacks it and decides there.
 func inZone(query []byte) bool {
 	const header = 12
 	if len(query) < header+1 {

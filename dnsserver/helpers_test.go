@@ -20,6 +20,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
@@ -49,14 +50,18 @@ var testCert = sync.OnceValues(func() (tls.Certificate, *x509.CertPool) {
 // fixedResolver answers every query with one A record and counts calls.
 type fixedResolver struct{ calls atomic.Int64 }
 
-func (r *fixedResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+func (r *fixedResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Response {
 	r.calls.Add(1)
 	m := new(dns.Msg)
 	m.SetReply(q)
 	m.RecursionAvailable = true
 	rr, _ := dns.NewRR(q.Question[0].Name + " 120 IN A 192.0.2.7")
 	m.Answer = append(m.Answer, rr)
-	return engine.Response{Msg: m, Result: engine.ResultAnswer}
+	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
+}
+
+func (r *fixedResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }
 
 // newEngine is a real engine forwarding to the programmable upstream h.

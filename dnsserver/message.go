@@ -36,21 +36,71 @@ func checkQuery(raw []byte) (q, reply *dns.Msg, err error) {
 	q = new(dns.Msg)
 	unpackErr := q.Unpack(raw)
 	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
-		return q, engine.ErrorReply(q, raw, dns.RcodeNotImplemented), nil
+		return q, errorReply(raw, dns.RcodeNotImplemented), nil
 	}
 	if qd := binary.BigEndian.Uint16(raw[4:]); qd != 1 {
-		return q, engine.ErrorReply(nil, raw, dns.RcodeFormatError), nil
+		return q, errorReply(raw, dns.RcodeFormatError), nil
 	}
 	if len(q.Question) != 1 {
 		return nil, nil, errNotDNS // the question itself is unreadable
 	}
 	if unpackErr != nil {
-		return q, engine.ErrorReply(q, raw, dns.RcodeFormatError), nil
+		return q, errorReply(raw, dns.RcodeFormatError), nil
 	}
 	if rcode := queryProblem(q); rcode != dns.RcodeSuccess {
-		return q, engine.ErrorReply(q, raw, rcode), nil
+		return q, errorReply(raw, rcode), nil
 	}
 	return q, nil, nil
+}
+
+// errorReply is the DNS error answer to the query raw
+// (engine.AppendErrorReply), unpacked.
+func errorReply(raw []byte, rcode int) *dns.Msg {
+	m := new(dns.Msg)
+	if err := m.Unpack(engine.AppendErrorReply(nil, raw, rcode)); err != nil {
+		m.Id, m.Response, m.Rcode = binary.BigEndian.Uint16(raw), true, rcode
+	}
+	return m
+}
+
+// wantsPadding reports whether q carries an EDNS(0) Padding option (RFC
+// 7830): only then is its answer padded (RFC 8467 §4).
+func wantsPadding(q *dns.Msg) bool {
+	if o := q.IsEdns0(); o != nil {
+		for _, e := range o.Option {
+			if e.Option() == dns.EDNS0PADDING {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// addPadding gives m, a shallow copy the caller owns (its Extra is
+// replaced, not changed), an OPT record of its own that keeps the reply's
+// OPT header (size, DO, extended rcode) and its options but any padding,
+// plus an empty Padding option, which it returns for the caller to size
+// once the packed length is known.
+func addPadding(m *dns.Msg) *dns.EDNS0_PADDING {
+	pad := &dns.EDNS0_PADDING{}
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+	opt.SetUDPSize(dns.DefaultMsgSize)
+	extra := make([]dns.RR, 0, len(m.Extra)+1)
+	for _, rr := range m.Extra {
+		if old, ok := rr.(*dns.OPT); ok {
+			opt.Hdr.Class, opt.Hdr.Ttl = old.Hdr.Class, old.Hdr.Ttl
+			for _, e := range old.Option {
+				if e.Option() != dns.EDNS0PADDING {
+					opt.Option = append(opt.Option, e)
+				}
+			}
+			continue
+		}
+		extra = append(extra, rr)
+	}
+	opt.Option = append(opt.Option, pad)
+	m.Extra = append(extra, opt)
+	return pad
 }
 
 // queryProblem is the rcode for a parsed query a DNS server refuses to
@@ -91,8 +141,8 @@ func packReply(reply, q *dns.Msg, limit int, buf []byte) ([]byte, error) {
 		m.Id = q.Id
 	}
 	var pad *dns.EDNS0_PADDING
-	if q != nil && engine.WantsPadding(q) {
-		pad = engine.AddPadding(&m)
+	if q != nil && wantsPadding(q) {
+		pad = addPadding(&m)
 	}
 	// PackBuffer reuses a buffer only up to its length: hand it all.
 	wire, err := m.PackBuffer(buf[:cap(buf)])

@@ -10,12 +10,13 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 )
 
 // bigResolver answers with 40 A records: more than 512 bytes.
 type bigResolver struct{}
 
-func (bigResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+func (bigResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Response {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	for i := range 40 {
@@ -23,7 +24,11 @@ func (bigResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
 		rr.(*dns.A).A[3] = byte(i)
 		m.Answer = append(m.Answer, rr)
 	}
-	return engine.Response{Msg: m}
+	return enginetest.Response{Msg: m}
+}
+
+func (r bigResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }
 
 func startUDP(t *testing.T, r Resolver) (*Server, string) {
@@ -88,12 +93,16 @@ func TestUDPGarbageIsDropped(t *testing.T) {
 // hugeResolver answers with 60 TXT records of 100 bytes: about 7 KB.
 type hugeResolver struct{}
 
-func (hugeResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+func (hugeResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Response {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	for i := range 60 {
 		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60},
 			Txt: []string{strings.Repeat(string(rune('a'+i%26)), 100)}})
 	}
-	return engine.Response{Msg: m}
+	return enginetest.Response{Msg: m}
+}
+
+func (r hugeResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }

@@ -16,11 +16,12 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// Resolver answers one checked query: QR clear, opcode QUERY, exactly one
-// question. ctx ends when the client goes away. *engine.Engine satisfies
-// it, as does the DoH front end's resolver.
+// Resolver answers one checked query given as bytes, appending the reply
+// to dst (Response.Wire): QR clear, opcode QUERY, exactly one question.
+// ctx ends when the client goes away. *engine.Engine and *ddr.Resolver
+// satisfy it.
 type Resolver interface {
-	Resolve(ctx context.Context, q *dns.Msg) engine.Response
+	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
 }
 
 // Limits bound what one client may hold. Zero fields take the values of
@@ -138,11 +139,18 @@ func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dn
 		}
 		ctx = engine.WithClient(ctx, client)
 	}
-	r := s.Resolver.Resolve(ctx, q)
-	if r.Msg == nil { // a Resolver that breaks its contract
+	// The query is packed again and the reply unpacked: packReply
+	// truncates and pads an unpacked reply.
+	raw, err := q.Pack()
+	if err != nil {
 		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
 	}
-	return r.Msg
+	r := s.Resolver.ResolveWire(ctx, raw, nil)
+	m := new(dns.Msg)
+	if err := m.Unpack(r.Wire); err != nil || len(r.Wire) == 0 {
+		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
+	}
+	return m
 }
 
 // Shutdown stops accepting, closes idle connections and waits for the

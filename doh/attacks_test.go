@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 	"golang.org/x/net/http2"
@@ -287,15 +288,19 @@ type blockingResolver struct {
 	release chan struct{}
 }
 
-func (b *blockingResolver) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
+func (b *blockingResolver) ResolveMsg(ctx context.Context, q *dns.Msg) enginetest.Response {
 	b.calls.Add(1)
 	select {
 	case <-ctx.Done():
-		return engine.Response{Msg: new(dns.Msg).SetRcode(q, dns.RcodeServerFailure), Result: engine.ResultCancelled}
+		return enginetest.Response{Msg: new(dns.Msg).SetRcode(q, dns.RcodeServerFailure), Response: engine.Response{Result: engine.ResultCancelled}}
 	case <-b.release:
 	}
 	m := new(dns.Msg).SetReply(q)
-	return engine.Response{Msg: m, Result: engine.ResultAnswer}
+	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
+}
+
+func (b *blockingResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(b, ctx, query, dst)
 }
 
 // TestContinuationFlood: HEADERS without END_HEADERS and then CONTINUATION

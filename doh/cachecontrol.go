@@ -1,24 +1,6 @@
 package doh
 
-import (
-	"strconv"
-
-	"github.com/dohfwd/dohfwd/engine"
-	"github.com/miekg/dns"
-)
-
-// maxAge is how long an HTTP cache may keep a response (RFC 8484 section
-// 5.1), and whether it may keep it at all. The rule is the engine's, the
-// one its cache keeps answers by (engine.MsgTTL, engine.WireTTL):
-//   - NOERROR with answers: the smallest TTL in the answer and authority
-//     sections (OPT is not a record and does not count);
-//   - NXDOMAIN, and NOERROR without answers (NODATA): the negative TTL of
-//     RFC 2308, the smaller of the SOA's TTL and its MINIMUM; with no SOA
-//     the answer is not kept (RFC 2308 section 5);
-//   - anything else (SERVFAIL, which includes the engine's unavailable,
-//     REFUSED, FORMERR, NOTIMP, ...) says something about this moment or
-//     this request, not about the name: not kept.
-func maxAge(m *dns.Msg) (seconds uint32, cacheable bool) { return engine.MsgTTL(m) }
+import "strconv"
 
 // smallMaxAges holds the Cache-Control values of common small TTLs, so
 // most responses set the header without allocating.
@@ -30,11 +12,19 @@ var smallMaxAges = func() []string {
 	return v
 }()
 
-// cacheControl is the Cache-Control header value for a response.
-func cacheControl(m *dns.Msg) string { return cacheControlValue(maxAge(m)) }
-
 // cacheControlValue is the Cache-Control header value for an answer whose
-// TTL is s, or no-store when it may not be kept.
+// TTL is s, or no-store when it may not be kept: how long an HTTP cache
+// may keep a response (RFC 8484 section 5.1). The rule is the engine's,
+// the one its cache keeps answers by (engine.WireTTL, which gives s and
+// cacheable with every reply):
+//   - NOERROR with answers: the smallest TTL in the answer and authority
+//     sections (OPT is not a record and does not count);
+//   - NXDOMAIN, and NOERROR without answers (NODATA): the negative TTL of
+//     RFC 2308, the smaller of the SOA's TTL and its MINIMUM; with no SOA
+//     the answer is not kept (RFC 2308 section 5);
+//   - anything else (SERVFAIL, which includes the engine's unavailable,
+//     REFUSED, FORMERR, NOTIMP, ...) says something about this moment or
+//     this request, not about the name: not kept.
 func cacheControlValue(s uint32, cacheable bool) string {
 	if !cacheable {
 		return "no-store"

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dohfwd/dohfwd/dnswire"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/miekg/dns"
 )
 
 // This file is the DoH semantics, once, for every transport: a [Request]
@@ -86,17 +86,16 @@ type call struct {
 	resp Response
 	x    Exchange
 
-	q         *dns.Msg // the checked query, once begin passes it
-	raw       []byte   // its bytes (in, or the body): for a resolver that takes bytes
-	onDoHPath bool     // the response varies with Accept
-	page      bool     // a setup page, not a DNS exchange: not observed
-	admitted  bool     // Options.Admit let the question through
+	raw       []byte // the checked query (in, or the body), once begin passes it
+	onDoHPath bool   // the response varies with Accept
+	page      bool   // a setup page, not a DNS exchange: not observed
+	admitted  bool   // Options.Admit let the question through
 	// nameLater: the query is plain and x.QName not made yet: finish
 	// takes the resolver's (Response.QName) or makes it from raw, and
 	// only for an observer.
 	nameLater bool
 
-	in  []byte // the decoded GET query
+	in  []byte // the decoded GET query, or the JSON form's query
 	out []byte // the response body
 
 	// received is when the transport had the request, if it keeps a
@@ -126,7 +125,7 @@ func (c *call) reset() {
 	c.req = Request{Header: hdr, Body: body}
 	c.resp = Response{Header: rh}
 	c.x = Exchange{}
-	c.q, c.raw = nil, nil
+	c.raw = nil
 	c.onDoHPath, c.page, c.admitted, c.nameLater = false, false, false, false
 	c.received = time.Time{}
 	c.in, c.out = c.in[:0], c.out[:0]
@@ -136,7 +135,7 @@ func (c *call) reset() {
 // collector, so pooled state stays small.
 const pooledBufferSize = 4096
 
-// ImmediateResolver is a [WireResolver] that can answer some queries at
+// ImmediateResolver is a [Resolver] that can answer some queries at
 // once, from memory (its cache, local names), without waiting on the
 // network. The HTTP/2 server asks it first on the connection's own
 // goroutine; only what it cannot answer at once goes to a goroutine of
@@ -156,7 +155,6 @@ type ImmediateResolver interface {
 // this package calls its core directly.
 type Handler struct {
 	resolver  Resolver
-	wire      WireResolver      // resolver, when it answers bytes
 	immediate ImmediateResolver // resolver, when it can also answer at once
 	path      string
 	trusted   []netip.Prefix
@@ -174,10 +172,7 @@ type Handler struct {
 func NewHandler(r Resolver, o Options) *Handler {
 	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
 		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext}
-	h.wire, _ = r.(WireResolver)
-	if h.wire != nil {
-		h.immediate, _ = r.(ImmediateResolver)
-	}
+	h.immediate, _ = r.(ImmediateResolver)
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -203,8 +198,8 @@ func acceptsHTML(h Header) bool {
 }
 
 // begin reads and checks c.req. It reports true when the response is
-// ready (an HTTP error, or a DNS error answered here); otherwise c.q waits
-// for answer.
+// ready (an HTTP error, or a DNS error answered here); otherwise c.raw
+// waits for answer.
 func (h *Handler) begin(c *call) (done bool) {
 	r := &c.req
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
@@ -280,27 +275,23 @@ func (h *Handler) beginWire(c *call) bool {
 		h.fail(c, statusMethodNotAllowed, "method not allowed: use GET or POST")
 		return true
 	}
-	if h.wire != nil {
-		// An ordinary query goes to the resolver as bytes without a
-		// dns.Msg; c.q is unpacked only if something needs it (query).
-		if qtype, ok := plainQueryType(raw); ok {
-			c.x.QType, c.nameLater = qtype, true
-			c.q, c.raw = nil, raw
-			return false
-		}
+	// An ordinary query is read from the bytes alone, its name made only
+	// when wanted; anything else is read through (checkQuery).
+	if qtype, ok := plainQueryType(raw); ok {
+		c.x.QType, c.nameLater = qtype, true
+		c.raw = raw
+		return false
 	}
-	q, reply, status, problem := checkQuery(raw)
-	if status != statusOK {
-		h.fail(c, status, problem)
+	chk := checkQuery(raw)
+	if chk.status != statusOK {
+		h.fail(c, chk.status, chk.problem)
 		return true
 	}
-	if q != nil && len(q.Question) == 1 {
-		c.x.QName, c.x.QType = q.Question[0].Name, q.Question[0].Qtype
-	}
-	c.q, c.raw = q, raw
-	if reply != nil {
-		c.x.Problem = problem
-		h.writeWire(c, reply)
+	c.x.QName, c.x.QType = chk.qname, chk.qtype
+	c.raw = raw
+	if chk.rcode >= 0 {
+		c.x.Problem = chk.problem
+		h.writeErrorReply(c, chk.rcode)
 		return true
 	}
 	return false
@@ -316,27 +307,26 @@ func (h *Handler) beginJSON(c *call) bool {
 		return true
 	}
 	v, _ := url.ParseQuery(c.req.RawQuery)
-	q, err := jsonQuery(v)
+	q, qname, qtype, err := jsonQuery(v, c.in[:0])
 	if err != nil {
 		h.failJSON(c, statusBadRequest, err.Error())
 		return true
 	}
-	c.x.QName, c.x.QType = q.Question[0].Name, q.Question[0].Qtype
-	c.q = q
+	c.x.QName, c.x.QType = qname, qtype
+	c.in, c.raw = q, q
 	return false
 }
 
-// answer asks the resolver for c.q and builds the response from its
+// answer asks the resolver for c.raw and builds the response from its
 // reply: the one place the front end meets the engine. With wait false it
 // takes only an answer the resolver has at once and reports false when
 // there is none (nothing is written then; ask again with wait true). With
 // wait true it reports false when the client went away meanwhile: there
 // is no one to answer.
 //
-// The RFC 8484 form goes to the resolver as bytes (ResolveWire) and its
-// reply, written into c.out with the client's ID and padding, is the body
-// as it is; the JSON form (and a query the resolver could not read as
-// bytes) goes through Resolve and a dns.Msg.
+// The query goes to the resolver as bytes (ResolveWire) and its reply,
+// written into c.out with the client's ID and padding, is the RFC 8484
+// form's body as it is; the JSON form is written from it.
 func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 	// A question is about to be resolved: Admit decides, once per
 	// request (answer may be called twice: at once, then waiting).
@@ -348,9 +338,8 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 		c.admitted = true
 	}
-	byWire := h.wire != nil && c.raw != nil && c.x.Format == FormatWire
+	byWire := c.raw != nil && c.x.Format == FormatWire
 	var r engine.Response
-	asBytes := false // r.Wire is the reply, in c.out
 	if !wait {
 		if h.immediate == nil || !byWire {
 			return false
@@ -363,7 +352,6 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		if r, ok = h.immediate.ResolveWireImmediate(c.raw, c.out[:0], tr); !ok {
 			return false
 		}
-		asBytes = len(r.Wire) >= headerSize
 	} else {
 		switch {
 		case h.admit != nil && h.traceContext:
@@ -373,14 +361,7 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		case h.traceContext:
 			ctx = engine.WithTrace(ctx, c.x.Trace)
 		}
-		if byWire {
-			r = h.wire.ResolveWire(ctx, c.raw, c.out[:0])
-			if asBytes = len(r.Wire) >= headerSize; !asBytes && ctx.Err() == nil {
-				r = h.resolver.Resolve(ctx, c.query()) // the resolver could not read the bytes
-			}
-		} else {
-			r = h.resolver.Resolve(ctx, c.query())
-		}
+		r = h.resolver.ResolveWire(ctx, c.raw, c.out[:0])
 		if ctx.Err() != nil {
 			r.Wire = nil
 			c.x.Resolved, c.x.Response, c.x.Status = true, r, StatusClientClosed
@@ -388,36 +369,18 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 	}
 	c.x.Resolved, c.x.Response = true, r
-	if asBytes {
+	switch {
+	case len(r.Wire) < headerSize: // a resolver that breaks its contract
+		h.writeErrorReply(c, dnswire.RcodeServerFailure)
+	case c.x.Format == FormatJSON:
+		h.writeJSON(c, r)
+	default:
 		h.writeWireBytes(c, r.Wire, r.Rcode, cacheControlValue(r.TTL, r.Cacheable))
-	} else {
-		if r.Msg == nil { // a Resolver that breaks its contract
-			c.x.Response.Msg = new(dns.Msg).SetRcode(c.query(), dns.RcodeServerFailure)
-		}
-		c.x.Response.Wire = nil
-		if c.x.Format == FormatJSON {
-			h.writeJSON(c, c.x.Response.Msg)
-		} else {
-			h.writeWire(c, c.x.Response.Msg)
-		}
 	}
 	if c.resp.Status == statusOK {
 		h.addOperatorHeaders(c)
 	}
 	return true
-}
-
-// query is the request's query unpacked: c.q, unpacked from c.raw on
-// first use when begin took the bytes alone (plainQuery passed them, so
-// they unpack).
-func (c *call) query() *dns.Msg {
-	if c.q == nil && c.raw != nil {
-		q := new(dns.Msg)
-		if err := q.Unpack(c.raw); err == nil {
-			c.q = q
-		}
-	}
-	return c.q
 }
 
 // refuse answers a client over its limits: 429 with Retry-After in whole
@@ -481,15 +444,19 @@ func (h *Handler) finish(c *call) {
 	}
 }
 
-// writeWire packs reply for the client: the client's ID, compressed,
-// padded when the query was.
-func (h *Handler) writeWire(c *call, reply *dns.Msg) {
-	wire, err := packReply(reply, c.query(), c.out[:0])
-	if err != nil {
-		h.fail(c, statusInternalServerError, "cannot pack the answer: "+err.Error())
+// writeErrorReply answers c.raw with a DNS error made here
+// (engine.AppendErrorReply), padded when the query was, in the request's
+// form; such an answer is not kept (no-store).
+func (h *Handler) writeErrorReply(c *call, rcode int) {
+	wire := engine.AppendErrorReply(c.out[:0], c.raw, rcode)
+	if engine.WantsPadding(c.raw) {
+		wire = engine.PadReply(wire, 0)
+	}
+	if c.x.Format == FormatJSON {
+		h.writeJSON(c, engine.Response{Wire: wire, Rcode: rcode})
 		return
 	}
-	h.writeWireBytes(c, wire, reply.Rcode, cacheControl(reply))
+	h.writeWireBytes(c, wire, rcode, cacheControlValue(0, false))
 }
 
 // writeWireBytes answers with wire, a reply ready for the client (in
@@ -507,9 +474,14 @@ func (h *Handler) writeWireBytes(c *call, wire []byte, rcode int, cacheControl s
 	c.x.Status, c.x.Rcode = statusOK, rcode
 }
 
-// writeJSON writes reply in the JSON form.
-func (h *Handler) writeJSON(c *call, reply *dns.Msg) {
-	body, err := json.Marshal(toJSON(reply))
+// writeJSON writes the resolver's reply r in the JSON form.
+func (h *Handler) writeJSON(c *call, r engine.Response) {
+	j, err := jsonFromWire(r.Wire)
+	if err != nil {
+		h.failJSON(c, statusInternalServerError, "cannot read the answer: "+err.Error())
+		return
+	}
+	body, err := json.Marshal(j) // a copy: c.out, which holds the reply, is reused
 	if err != nil {
 		h.failJSON(c, statusInternalServerError, "cannot encode the answer: "+err.Error())
 		return
@@ -519,11 +491,11 @@ func (h *Handler) writeJSON(c *call, reply *dns.Msg) {
 	c.resp.Header = append(c.resp.Header,
 		HeaderField{"content-type", MediaTypeJSON},
 		HeaderField{"content-length", itoa(len(c.out))},
-		HeaderField{"cache-control", cacheControl(reply)})
+		HeaderField{"cache-control", cacheControlValue(r.TTL, r.Cacheable)})
 	if c.onDoHPath {
 		c.resp.Header.Add("vary", "Accept")
 	}
-	c.x.Status, c.x.Rcode = statusOK, reply.Rcode
+	c.x.Status, c.x.Rcode = statusOK, r.Rcode
 }
 
 // fail answers with an HTTP error and a short text saying what is wrong.

@@ -6,24 +6,16 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/miekg/dns"
 )
 
-// Resolver answers one checked query: QR clear, opcode QUERY, exactly one
-// question. ctx is the client's budget: it ends when the client goes away.
-// The returned Msg must not be in use by another goroutine (the handler
-// packs it, which touches its OPT record). *engine.Engine satisfies it.
+// Resolver answers one checked query (QR clear, opcode QUERY, exactly one
+// question) given as bytes, appending the client's reply to dst as
+// Response.Wire: the client's ID, padded when the query was, with its
+// rcode and TTL for Cache-Control; an empty Wire when it cannot read the
+// query. ctx is the client's budget: it ends when the client goes away.
+// *engine.Engine and *ddr.Resolver satisfy it; the RFC 8484 path then
+// neither unpacks nor packs an answer.
 type Resolver interface {
-	Resolve(ctx context.Context, q *dns.Msg) engine.Response
-}
-
-// WireResolver is a Resolver that also answers a query given as bytes,
-// appending the client's reply to dst as Response.Wire: the client's ID,
-// padded when the query was, with its rcode and TTL for Cache-Control.
-// *engine.Engine satisfies it; the RFC 8484 path then neither unpacks nor
-// packs an answer.
-type WireResolver interface {
-	Resolver
 	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
 }
 
@@ -57,8 +49,8 @@ type Options struct {
 	// header is believed when working out the client's address.
 	TrustedProxies []netip.Prefix
 	// Observe, if set, is called once per request after the response is
-	// written, for metrics and logs. It must not block or keep
-	// x.Response.Msg (x.Response.Wire is cleared once written).
+	// written, for metrics and logs. It must not block (x.Response.Wire
+	// is cleared once written).
 	Observe func(x Exchange)
 	// Setup, if set, serves the device setup pages: GET / from a browser
 	// (Accept: text/html) and SetupProfilePath (see package setup).
@@ -120,18 +112,4 @@ type Exchange struct {
 	Duration time.Duration
 	// Trace is the request's trace, with Options.TraceContext.
 	Trace engine.Trace
-}
-
-// packReply packs reply without changing it: compressed, and padded to a
-// multiple of PaddingBlock when q carries a Padding option.
-func packReply(reply, q *dns.Msg, buf []byte) ([]byte, error) {
-	m := *reply // a shallow copy: the resolver's message stays as it was
-	m.Compress = true
-	if q != nil {
-		m.Id = q.Id
-		if engine.WantsPadding(q) {
-			return packPadded(&m, buf)
-		}
-	}
-	return m.PackBuffer(buf)
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/miekg/dns"
 	"golang.org/x/net/http2"
 )
@@ -30,14 +31,18 @@ type recordingResolver struct {
 	calls atomic.Int64
 }
 
-func (r *recordingResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+func (r *recordingResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Response {
 	r.calls.Add(1)
 	m := new(dns.Msg)
 	m.SetReply(q)
 	m.RecursionAvailable = true
 	rr, _ := dns.NewRR(q.Question[0].Name + " 120 IN A 192.0.2.7")
 	m.Answer = append(m.Answer, rr)
-	return engine.Response{Msg: m, Result: engine.ResultAnswer}
+	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
+}
+
+func (r *recordingResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }
 
 // testCert is a self-signed certificate for 127.0.0.1, made once.

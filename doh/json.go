@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // The JSON form, as public JSON DoH services (Google, Cloudflare) answer:
@@ -45,59 +45,68 @@ type jsonError struct {
 	Error string `json:"error"`
 }
 
-// jsonQuery builds the query a JSON request asks: RD set, ID 0, EDNS with
-// DO when do is set, CD when cd is set.
-func jsonQuery(v url.Values) (*dns.Msg, error) {
+// jsonQuery appends the query a JSON request asks to dst: RD set, ID
+// 0, EDNS with DO when do is set, CD when cd is set; and the question's
+// name (as asked, fully qualified) and type.
+func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint16, err error) {
 	name := v.Get("name")
 	if name == "" {
-		return nil, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
+		return dst, "", 0, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
 	}
 	if err := checkName(name); err != nil {
-		return nil, err
+		return dst, "", 0, err
 	}
-	qtype, err := parseType(v.Get("type"))
-	if err != nil {
-		return nil, err
+	if qtype, err = parseType(v.Get("type")); err != nil {
+		return dst, "", 0, err
 	}
 	do, err := parseFlag("do", v.Get("do"))
 	if err != nil {
-		return nil, err
+		return dst, "", 0, err
 	}
 	cd, err := parseFlag("cd", v.Get("cd"))
 	if err != nil {
-		return nil, err
+		return dst, "", 0, err
 	}
-	q := new(dns.Msg)
-	q.SetQuestion(dns.Fqdn(name), qtype)
-	q.Id = 0
-	q.CheckingDisabled = cd
+	qname = dnswire.Fqdn(name)
+	var buf [dnswire.MaxNameLen]byte
+	wireName, err := dnswire.PackName(buf[:0], qname)
+	if err != nil { // checkName passed: not expected
+		return dst, "", 0, errors.New("bad name parameter " + strconv.Quote(name) + ": " + err.Error())
+	}
+	flags := dnswire.FlagRD
+	if cd {
+		flags |= dnswire.FlagCD
+	}
+	b := dnswire.NewBuilder(dst, dnswire.Header{Flags: flags})
+	b.Question(wireName, qtype, dnswire.ClassINET)
 	if do {
-		q.SetEdns0(dns.DefaultMsgSize, true)
+		b.OPT(dnswire.DefaultMsgSize, dnswire.EDNSFlagDO, nil)
 	}
-	return q, nil
+	query, err = b.Finish()
+	return query, qname, qtype, err
 }
 
 // checkName accepts a domain name in presentation format, at most 253
 // characters without the final dot.
 func checkName(name string) error {
-	n, ok := dns.IsDomainName(name)
+	n, ok := dnswire.IsDomainName(name)
 	if !ok || n == 0 && name != "." || len(strings.TrimSuffix(name, ".")) > 253 {
 		return errors.New("bad name parameter " + strconv.Quote(name) + ": not a domain name")
 	}
 	return nil
 }
 
-// parseType reads a query type: a mnemonic ("AAAA", any case), a number
-// ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no sense as a
-// forwarded question are refused.
+// parseType reads a query type: a mnemonic ("AAAA", any case), a
+// number ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no
+// sense as a forwarded question are refused.
 func parseType(s string) (uint16, error) {
 	if s == "" {
-		return dns.TypeA, nil
+		return dnswire.TypeA, nil
 	}
 	var t uint16
 	if n, err := strconv.ParseUint(s, 10, 16); err == nil {
 		t = uint16(n)
-	} else if v, ok := dns.StringToType[strings.ToUpper(s)]; ok {
+	} else if v, ok := dnswire.TypeFromString(strings.ToUpper(s)); ok {
 		t = v
 	} else if u := strings.ToUpper(s); strings.HasPrefix(u, "TYPE") {
 		if n, err := strconv.ParseUint(u[4:], 10, 16); err == nil {
@@ -107,8 +116,8 @@ func parseType(s string) (uint16, error) {
 	switch t {
 	case 0:
 		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": want a type name (A, AAAA, ...) or number 1-65535")
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
-		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dns.Type(t).String() + " cannot be asked here")
+	case dnswire.TypeOPT, dnswire.TypeTSIG, dnswire.TypeTKEY, dnswire.TypeAXFR, dnswire.TypeIXFR, dnswire.TypeMAILA, dnswire.TypeMAILB:
+		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dnswire.TypeString(t) + " cannot be asked here")
 	}
 	return t, nil
 }
@@ -124,63 +133,89 @@ func parseFlag(name, s string) (bool, error) {
 	return false, errors.New("bad " + name + " parameter " + strconv.Quote(s) + ": want 0, 1, true or false")
 }
 
-// toJSON converts a DNS message to the JSON form. OPT is not a record
-// there; its Extended DNS Error becomes the Comment.
-func toJSON(m *dns.Msg) jsonMessage {
+var errReplyUnreadable = errors.New("the reply does not read as a DNS message")
+
+// jsonFromWire converts a wire reply to the JSON form. Names and record
+// data are in presentation format (dnswire's text, as miekg/dns writes
+// it); data that does not read as its type shows in RFC 3597's generic
+// form. OPT is not a record there: its extended rcode goes into Status
+// and its Extended DNS Error becomes the Comment.
+func jsonFromWire(m []byte) (jsonMessage, error) {
+	p, ok := dnswire.NewParser(m)
+	if !ok {
+		return jsonMessage{}, errReplyUnreadable
+	}
+	h := p.Header()
 	j := jsonMessage{
-		Status: m.Rcode, TC: m.Truncated, RD: m.RecursionDesired, RA: m.RecursionAvailable,
-		AD: m.AuthenticatedData, CD: m.CheckingDisabled,
-		Question:  make([]jsonQuestion, 0, len(m.Question)),
-		Answer:    jsonRecords(m.Answer),
-		Authority: jsonRecords(m.Ns),
+		Status: h.Rcode(), TC: h.Has(dnswire.FlagTC), RD: h.Has(dnswire.FlagRD), RA: h.Has(dnswire.FlagRA),
+		AD: h.Has(dnswire.FlagAD), CD: h.Has(dnswire.FlagCD),
+		Question: make([]jsonQuestion, 0, 1),
 	}
-	for _, q := range m.Question {
-		j.Question = append(j.Question, jsonQuestion{Name: q.Name, Type: q.Qtype})
-	}
-	for _, rr := range m.Extra {
-		opt, ok := rr.(*dns.OPT)
+	for {
+		q, ok := p.Question()
 		if !ok {
-			j.Additional = append(j.Additional, jsonRecord{
-				Name: rr.Header().Name, Type: rr.Header().Rrtype, TTL: rr.Header().Ttl, Data: rdata(rr)})
+			break
+		}
+		name, _, err := dnswire.UnpackName(m, q.NameOff)
+		if err != nil {
+			return jsonMessage{}, errReplyUnreadable
+		}
+		j.Question = append(j.Question, jsonQuestion{Name: name, Type: q.Type})
+	}
+	var data []byte
+	for {
+		rr, ok := p.Next()
+		if !ok {
+			break
+		}
+		if rr.Type == dnswire.TypeOPT && rr.Section == dnswire.SectionAdditional {
+			opt := dnswire.ReadOPT(m, rr)
+			j.Status = int(opt.ExtRcode)<<4 | h.Rcode()
+			for off := 0; ; {
+				code, value, next, ok := dnswire.NextOption(opt.Options, off)
+				if !ok {
+					break
+				}
+				if code == dnswire.EDNS0EDE && len(value) >= 2 {
+					j.Comment = edeComment(uint16(value[0])<<8|uint16(value[1]), string(value[2:]))
+				}
+				off = next
+			}
 			continue
 		}
-		for _, o := range opt.Option {
-			if ede, ok := o.(*dns.EDNS0_EDE); ok {
-				j.Comment = edeComment(ede)
-			}
+		name, _, err := dnswire.UnpackName(m, rr.Off)
+		if err != nil {
+			return jsonMessage{}, errReplyUnreadable
+		}
+		if data, err = dnswire.AppendRdataText(data[:0], m, rr.Type, rr.Data, rr.End); err != nil {
+			data = dnswire.AppendGenericRdataText(data[:0], rr.Rdata(m))
+		}
+		rec := jsonRecord{Name: name, Type: rr.Type, TTL: rr.TTL, Data: string(data)}
+		switch rr.Section {
+		case dnswire.SectionAnswer:
+			j.Answer = append(j.Answer, rec)
+		case dnswire.SectionAuthority:
+			j.Authority = append(j.Authority, rec)
+		default:
+			j.Additional = append(j.Additional, rec)
 		}
 	}
-	return j
+	if p.Err() != nil {
+		return jsonMessage{}, errReplyUnreadable
+	}
+	return j, nil
 }
 
 // edeComment reads an Extended DNS Error for people: "EDE 22 (No
 // Reachable Authority): no servers", without the colon when there is no
 // extra text.
-func edeComment(e *dns.EDNS0_EDE) string {
-	s := "EDE " + strconv.Itoa(int(e.InfoCode))
-	if name, ok := dns.ExtendedErrorCodeToString[e.InfoCode]; ok {
+func edeComment(code uint16, extra string) string {
+	s := "EDE " + strconv.Itoa(int(code))
+	if name := dnswire.ExtendedErrorText(code); name != "" {
 		s += " (" + name + ")"
 	}
-	if e.ExtraText != "" {
-		s += ": " + e.ExtraText
+	if extra != "" {
+		s += ": " + extra
 	}
 	return s
-}
-
-func jsonRecords(rrs []dns.RR) []jsonRecord {
-	if len(rrs) == 0 {
-		return nil
-	}
-	out := make([]jsonRecord, 0, len(rrs))
-	for _, rr := range rrs {
-		h := rr.Header()
-		out = append(out, jsonRecord{Name: h.Name, Type: h.Rrtype, TTL: h.Ttl, Data: rdata(rr)})
-	}
-	return out
-}
-
-// rdata is a record's data in presentation format: the record without its
-// owner, TTL, class and type.
-func rdata(rr dns.RR) string {
-	return strings.TrimPrefix(rr.String(), rr.Header().String())
 }

@@ -9,9 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/miekg/dns"
-
-	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 var (
@@ -120,82 +118,11 @@ const (
 	flagQR     = 0x80 // in byte 2
 )
 
-// checkQuery reads a wire query and sorts it into one of three cases:
-//   - status != 200: not a query we can answer at all (the problem says
-//     why); no DNS response.
-//   - reply != nil: a query answered here with a DNS error (NOTIMP,
-//     FORMERR, BADVERS); problem says why.
-//   - otherwise q is ready for the resolver: QR clear, opcode QUERY, one
-//     question.
-func checkQuery(raw []byte) (q, reply *dns.Msg, status int, problem string) {
-	if len(raw) < headerSize {
-		return nil, nil, statusBadRequest, "undecodable DNS message: shorter than the 12-byte header"
-	}
-	if raw[2]&flagQR != 0 {
-		return nil, nil, statusBadRequest, "not a query: the message is a response (QR set)"
-	}
-	q = new(dns.Msg)
-	err := q.Unpack(raw)
-	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
-		// The header says what it is; answer it even if the rest is odd.
-		return q, engine.ErrorReply(q, raw, dns.RcodeNotImplemented), statusOK,
-			"opcode " + opcodeName(op) + " is not implemented"
-	}
-	if qd := int(raw[4])<<8 | int(raw[5]); qd != 1 {
-		return nil, nil, statusBadRequest, "want exactly one question, QDCOUNT is " + strconv.Itoa(qd)
-	}
-	if err != nil {
-		if len(q.Question) == 1 {
-			// Header and question read: the rest is malformed.
-			return q, engine.ErrorReply(q, raw, dns.RcodeFormatError), statusOK,
-				"malformed DNS message: " + err.Error()
-		}
-		return nil, nil, statusBadRequest, "undecodable DNS message: " + err.Error()
-	}
-	if len(q.Question) != 1 {
-		return nil, nil, statusBadRequest, "undecodable DNS message: the question is missing"
-	}
-	if rcode, why := queryProblem(q); rcode != dns.RcodeSuccess {
-		return q, engine.ErrorReply(q, raw, rcode), statusOK, why
-	}
-	return q, nil, statusOK, ""
-}
-
-// queryProblem checks a parsed query with one question for what a DNS
-// server would refuse to read: records in the answer or authority section,
-// more than one OPT or an OPT misplaced, a meta type as the question, an
-// EDNS version above 0.
-func queryProblem(q *dns.Msg) (rcode int, why string) {
-	if len(q.Answer) != 0 || len(q.Ns) != 0 {
-		return dns.RcodeFormatError, "malformed query: records in the answer or authority section"
-	}
-	opts := 0
-	for _, rr := range q.Extra {
-		if rr.Header().Rrtype == dns.TypeOPT {
-			opts++
-			if rr.Header().Name != "." {
-				return dns.RcodeFormatError, "malformed query: OPT record with a name other than the root"
-			}
-		}
-	}
-	if opts > 1 {
-		return dns.RcodeFormatError, "malformed query: more than one OPT record"
-	}
-	switch q.Question[0].Qtype {
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY:
-		return dns.RcodeFormatError, "malformed query: " + dns.TypeToString[q.Question[0].Qtype] + " as the question type"
-	case dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
-		return dns.RcodeNotImplemented, "question type " + dns.TypeToString[q.Question[0].Qtype] + " is not implemented"
-	}
-	if o := q.IsEdns0(); o != nil && o.Version() != 0 {
-		return dns.RcodeBadVers, "EDNS version " + strconv.Itoa(int(o.Version())) + " is not supported"
-	}
-	return dns.RcodeSuccess, ""
-}
-
+// opcodeName is an opcode's mnemonic, or its number when it has none.
 func opcodeName(op int) string {
-	if s, ok := dns.OpcodeToString[op]; ok {
-		return s
+	switch op {
+	case dnswire.OpcodeQuery, dnswire.OpcodeIQuery, dnswire.OpcodeStatus, dnswire.OpcodeNotify, dnswire.OpcodeUpdate:
+		return dnswire.OpcodeString(op)
 	}
 	return strconv.Itoa(op)
 }
@@ -206,9 +133,9 @@ func opcodeName(op int) string {
 // '-' and '_'), no answer or authority records, and at most one record
 // beside it, an OPT of EDNS version 0 whose options fill its data, ending
 // the message; and the question's type. Anything else takes checkQuery's
-// unpacking path, which knows every error answer; so the RFC 8484 path
-// reads an ordinary query without building a dns.Msg. The name is made
-// only when wanted (plainName), usually by the engine.
+// full reading, which knows every error answer; so the RFC 8484 path reads
+// an ordinary query without making its name, which is made only when
+// wanted (plainName), usually by the engine.
 func plainQueryType(raw []byte) (qtype uint16, ok bool) {
 	if len(raw) < headerSize || raw[2]&(flagQR|0x78) != 0 || // QR, opcode
 		raw[4] != 0 || raw[5] != 1 || raw[6]|raw[7]|raw[8]|raw[9] != 0 || raw[10] != 0 || raw[11] > 1 {
@@ -239,7 +166,7 @@ func plainQueryType(raw []byte) (qtype uint16, ok bool) {
 	}
 	qtype = uint16(raw[nameEnd])<<8 | uint16(raw[nameEnd+1])
 	switch qtype {
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
+	case dnswire.TypeOPT, dnswire.TypeTSIG, dnswire.TypeTKEY, dnswire.TypeAXFR, dnswire.TypeIXFR, dnswire.TypeMAILA, dnswire.TypeMAILB:
 		return 0, false
 	}
 	off = nameEnd + 4
@@ -272,7 +199,7 @@ func plainName(raw []byte) string {
 // of EDNS version 0, whose options (cookie and padding) fill its data.
 func plainOPT(rr []byte) bool {
 	// name (1) type (2) class (2) ttl (4) rdlength (2)
-	if len(rr) < 11 || rr[0] != 0 || rr[1] != 0 || rr[2] != byte(dns.TypeOPT) || rr[6] != 0 {
+	if len(rr) < 11 || rr[0] != 0 || rr[1] != 0 || rr[2] != byte(dnswire.TypeOPT) || rr[6] != 0 {
 		return false
 	}
 	rdlen := int(rr[9])<<8 | int(rr[10])
@@ -284,8 +211,8 @@ func plainOPT(rr []byte) bool {
 		if len(data) < 4 {
 			return false
 		}
-		// Cookie and Padding only: miekg/dns reads these whatever they
-		// hold; others (ECS …) may be refused there, so checkQuery decides.
+		// Cookie and Padding only: they read whatever they hold; others
+		// (ECS …) may not (optProblem), so checkQuery decides.
 		if data[0] != 0 || data[1] != 10 && data[1] != 12 {
 			return false
 		}
@@ -296,4 +223,133 @@ func plainOPT(rr []byte) bool {
 		data = data[n:]
 	}
 	return true
+}
+
+// queryCheck is what checkQuery found: an HTTP error (status other
+// than 200), or a DNS error to answer here (rcode ≥ 0), or a query ready
+// for the resolver; problem says what is wrong. qname and qtype are the
+// question's, when it read.
+type queryCheck struct {
+	status  int
+	rcode   int
+	problem string
+	qname   string
+	qtype   uint16
+}
+
+// checkQuery reads a wire query and sorts it into one of three cases:
+//   - status != 200: not a query we can answer at all (the problem says
+//     why); no DNS response.
+//   - rcode ≥ 0: a query answered here with a DNS error (NOTIMP, FORMERR,
+//     BADVERS); problem says why.
+//   - otherwise the query is ready for the resolver: QR clear, opcode
+//     QUERY, one question, records that read.
+func checkQuery(raw []byte) queryCheck {
+	c := queryCheck{status: statusOK, rcode: -1}
+	if len(raw) < headerSize {
+		return queryCheck{status: statusBadRequest, rcode: -1, problem: "undecodable DNS message: shorter than the 12-byte header"}
+	}
+	if raw[2]&flagQR != 0 {
+		return queryCheck{status: statusBadRequest, rcode: -1, problem: "not a query: the message is a response (QR set)"}
+	}
+	p, _ := dnswire.NewParser(raw)
+	h := p.Header()
+	var qerr error
+	if q, ok := p.Question(); ok {
+		if c.qname, _, qerr = dnswire.UnpackName(raw, q.NameOff); qerr == nil {
+			c.qtype = q.Type
+		}
+	} else if qerr = p.Err(); qerr == nil {
+		qerr = errors.New("the question is missing")
+	}
+	if h.Counts[0] != 1 {
+		c.qname, c.qtype = "", 0
+	}
+	if op := h.Opcode(); op != dnswire.OpcodeQuery {
+		// The header says what it is; answer it even if the rest is odd.
+		c.rcode, c.problem = dnswire.RcodeNotImplemented, "opcode "+opcodeName(op)+" is not implemented"
+		return c
+	}
+	if h.Counts[0] != 1 {
+		return queryCheck{status: statusBadRequest, rcode: -1, problem: "want exactly one question, QDCOUNT is " + strconv.Itoa(int(h.Counts[0]))}
+	}
+	if qerr != nil {
+		return queryCheck{status: statusBadRequest, rcode: -1, problem: "undecodable DNS message: " + qerr.Error()}
+	}
+	// Header and question read: what is wrong from here is FORMERR, or
+	// another DNS error.
+	c.rcode = dnswire.RcodeFormatError
+	opts, version, records := 0, 0, false
+	for {
+		rr, ok := p.Next()
+		if !ok {
+			break
+		}
+		if rr.Section != dnswire.SectionAdditional {
+			records = true
+			continue
+		}
+		if rr.Type != dnswire.TypeOPT {
+			continue
+		}
+		if why := optProblem(rr.Rdata(raw)); why != "" {
+			c.problem = "malformed DNS message: " + why
+			return c
+		}
+		opts++
+		if raw[rr.Off] != 0 && c.problem == "" {
+			c.problem = "malformed query: OPT record with a name other than the root"
+		}
+		version = int(dnswire.ReadOPT(raw, rr).Version)
+	}
+	switch {
+	case p.Err() != nil:
+		c.problem = "malformed DNS message: " + p.Err().Error()
+	case records:
+		c.problem = "malformed query: records in the answer or authority section"
+	case c.problem != "":
+	case opts > 1:
+		c.problem = "malformed query: more than one OPT record"
+	default:
+		switch c.qtype {
+		case dnswire.TypeOPT, dnswire.TypeTSIG, dnswire.TypeTKEY:
+			c.problem = "malformed query: " + dnswire.TypeString(c.qtype) + " as the question type"
+		case dnswire.TypeAXFR, dnswire.TypeIXFR, dnswire.TypeMAILA, dnswire.TypeMAILB:
+			c.rcode, c.problem = dnswire.RcodeNotImplemented, "question type "+dnswire.TypeString(c.qtype)+" is not implemented"
+		default:
+			if opts == 1 && version != 0 {
+				c.rcode, c.problem = dnswire.RcodeBadVers, "EDNS version "+strconv.Itoa(version)+" is not supported"
+			} else {
+				c.rcode = -1
+			}
+		}
+	}
+	return c
+}
+
+// optProblem says what is wrong with an OPT record's options, "" when
+// they read: each whole, and a client subnet (RFC 7871 §6) of a known
+// family within its prefix lengths, as miekg/dns reads them.
+func optProblem(data []byte) string {
+	off := 0
+	for off < len(data) {
+		code, value, next, ok := dnswire.NextOption(data, off)
+		if !ok {
+			return "an EDNS option runs past its record"
+		}
+		if code == dnswire.EDNS0SUBNET {
+			if len(value) < 4 {
+				return "client subnet option cut short"
+			}
+			family, source, scope := int(value[0])<<8|int(value[1]), value[2], value[3]
+			switch {
+			case family == 0 && source != 0, family > 2:
+				return "client subnet: bad address family"
+			case family == 1 && (source > 32 || scope > 32), family == 2 && (source > 128 || scope > 128):
+				return "client subnet: bad netmask"
+			}
+		}
+		off = next
+	}
+	return ""
 }

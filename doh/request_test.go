@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 // TestServeRequest: a request held in memory (the edge module's) gets
@@ -70,5 +72,55 @@ func TestServeRequestClientGone(t *testing.T) {
 	}
 	if x := seen.last(t); x.Status != StatusClientClosed {
 		t.Fatalf("observed status %d, want %d", x.Status, StatusClientClosed)
+	}
+}
+
+// brokenResolver answers nothing: an empty Wire, as a resolver that
+// cannot read the query does.
+type brokenResolver struct{}
+
+func (brokenResolver) ResolveWire(_ context.Context, _, dst []byte) engine.Response {
+	return engine.Response{Wire: dst, Rcode: -1}
+}
+
+// TestErrorAnswersPaddedAndFormed: a DNS error made here (NOTIMP for an
+// opcode, SERVFAIL for a resolver without an answer) keeps the query's ID
+// and question, is padded like any answer when the query was, is not
+// kept (no-store), and reads in the JSON form too.
+func TestErrorAnswersPaddedAndFormed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		res    Resolver
+		opcode int
+		rcode  int
+	}{
+		{"NOTIFY", &recordingResolver{}, dns.OpcodeNotify, dns.RcodeNotImplemented},
+		{"no answer from the resolver", brokenResolver{}, dns.OpcodeQuery, dns.RcodeServerFailure},
+	} {
+		h := NewHandler(tc.res, Options{})
+		for _, padded := range []bool{false, true} {
+			q := query(t, "a.example.", dns.TypeA, 0x5151)
+			q.Opcode = tc.opcode
+			if padded {
+				q.SetEdns0(1232, false)
+				q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_PADDING{Padding: make([]byte, 20)})
+			}
+			body := pack(t, q)
+			resp, _ := h.ServeRequest(t.Context(), &Request{Method: "POST", Path: DefaultPath, Proto: "HTTP/1.1",
+				Header: Header{{"content-type", MediaTypeDNS}}, ContentLength: int64(len(body)), Body: body})
+			m := new(dns.Msg)
+			if resp.Status != 200 || m.Unpack(resp.Body) != nil || m.Id != 0x5151 || m.Rcode != tc.rcode ||
+				len(m.Question) != 1 || m.Question[0].Name != "a.example." || resp.Header.Get("cache-control") != "no-store" {
+				t.Fatalf("%s padded=%v: status %d, %v, headers %v", tc.name, padded, resp.Status, m, resp.Header)
+			}
+			if got := len(resp.Body)%PaddingBlock == 0; got != padded {
+				t.Errorf("%s padded=%v: %d bytes", tc.name, padded, len(resp.Body))
+			}
+		}
+	}
+	h := NewHandler(brokenResolver{}, Options{})
+	resp, _ := h.ServeRequest(t.Context(), &Request{Method: "GET", Path: JSONPath, RawQuery: "name=a.example", Proto: "HTTP/1.1"})
+	if resp.Status != 200 || !strings.Contains(string(resp.Body), `"Status":2,`) || resp.Header.Get("cache-control") != "no-store" {
+		t.Errorf("JSON: status %d, body %s", resp.Status, resp.Body)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/miekg/dns"
 )
 
@@ -14,10 +15,12 @@ import (
 // reply to the query.
 type responseResolver struct{ r engine.Response }
 
-func (f responseResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
-	r := f.r
-	r.Msg = new(dns.Msg).SetReply(q)
-	return r
+func (f responseResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Response {
+	return enginetest.Response{Response: f.r, Msg: new(dns.Msg).SetReply(q)}
+}
+
+func (f responseResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(f, ctx, query, dst)
 }
 
 // Server-Timing says where the answer came from, how many attempts it

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/miekg/dns"
 )
 
@@ -41,12 +42,16 @@ func TestTraceparentIsReadAsTheRecommendationSays(t *testing.T) {
 // traceResolver records the trace each question came with.
 type traceResolver struct{ got *engine.Trace }
 
-func (r *traceResolver) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
+func (r *traceResolver) ResolveMsg(ctx context.Context, q *dns.Msg) enginetest.Response {
 	if tr := engine.TraceFrom(ctx); tr != nil {
 		c := *tr
 		r.got = &c
 	}
-	return engine.Response{Msg: new(dns.Msg).SetReply(q), Result: engine.ResultAnswer}
+	return enginetest.Response{Msg: new(dns.Msg).SetReply(q), Response: engine.Response{Result: engine.ResultAnswer}}
+}
+
+func (r *traceResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }
 
 // The question reaches the resolver in the caller's trace, and the answer

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/miekg/dns"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -25,10 +26,14 @@ type gatedResolver struct {
 	waiting atomic.Int64
 }
 
-func (r *gatedResolver) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
+func (r *gatedResolver) ResolveMsg(ctx context.Context, q *dns.Msg) enginetest.Response {
 	r.waiting.Add(1)
 	<-r.gate
-	return r.recordingResolver.Resolve(ctx, q)
+	return r.recordingResolver.ResolveMsg(ctx, q)
+}
+
+func (r *gatedResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }
 
 // recordConn is a connection that reads from a pipe the test writes and
@@ -150,12 +155,16 @@ type cancelCounter struct {
 	cancelled atomic.Int64
 }
 
-func (r *cancelCounter) Resolve(ctx context.Context, q *dns.Msg) engine.Response {
-	resp := r.blockingResolver.Resolve(ctx, q)
+func (r *cancelCounter) ResolveMsg(ctx context.Context, q *dns.Msg) enginetest.Response {
+	resp := r.blockingResolver.ResolveMsg(ctx, q)
 	if ctx.Err() != nil {
 		r.cancelled.Add(1)
 	}
 	return resp
+}
+
+func (r *cancelCounter) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }
 
 // TestConnectionEndCancelsQuestions: a client that drops its connection

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -80,7 +81,7 @@ func TestThirdFailureIsUnavailable(t *testing.T) {
 		// server 3 silent
 		q := newQuery("x.example.", dns.TypeA)
 		q.Id = 777
-		res := r.e.Resolve(t.Context(), q)
+		res := enginetest.Resolve(r.e, t.Context(), q)
 		if res.Result != engine.ResultUnavailable || res.Reason != engine.ReasonAttemptsSpent || res.Attempts != 3 {
 			t.Fatalf("result %v (%v) after %d attempts, want unavailable (attempts spent) after 3", res.Result, res.Reason, res.Attempts)
 		}
@@ -100,8 +101,8 @@ func TestThirdFailureIsUnavailable(t *testing.T) {
 		cfg.Cache.MaxEntries = 100
 		r.e.Reconfigure(cfg)
 		r.net.Reset()
-		r.e.Resolve(t.Context(), newQuery("x.example.", dns.TypeA))
-		r.e.Resolve(t.Context(), newQuery("x.example.", dns.TypeA))
+		enginetest.Resolve(r.e, t.Context(), newQuery("x.example.", dns.TypeA))
+		enginetest.Resolve(r.e, t.Context(), newQuery("x.example.", dns.TypeA))
 		if n := len(r.net.Transactions()); n != 6 {
 			t.Fatalf("%d transactions for two unavailable questions, want 6: unavailable is never cached", n)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -33,7 +34,7 @@ func benchmarkResolveInMemory(b *testing.B, ctx context.Context) {
 	q.SetEdns0(4096, false)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if r := e.Resolve(ctx, q); r.Result != engine.ResultAnswer {
+		if r := enginetest.Resolve(e, ctx, q); r.Result != engine.ResultAnswer {
 			b.Fatalf("result %v", r.Result)
 		}
 		if i%1024 == 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/dohfwd/dohfwd/internal/testtool"
 	"github.com/miekg/dns"
@@ -171,7 +172,7 @@ func BenchmarkInFlight4096(b *testing.B) {
 		var wg sync.WaitGroup
 		for i := range n {
 			q := newQuery(fmt.Sprintf("q%d.example.test.", i), dns.TypeA)
-			wg.Go(func() { e.Resolve(ctx, q) })
+			wg.Go(func() { enginetest.Resolve(e, ctx, q) })
 		}
 		for e.InFlight() < n {
 			time.Sleep(time.Millisecond)

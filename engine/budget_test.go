@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -35,7 +36,7 @@ func TestBudgetClientDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
+		res := enginetest.Resolve(r.e, ctx, newQuery("x.example.", dns.TypeA))
 		if res.Result != engine.ResultCancelled || time.Since(start) != 500*time.Millisecond {
 			t.Fatalf("%v after %v, want cancelled at 500ms", res.Result, time.Since(start))
 		}
@@ -55,7 +56,7 @@ func TestBudgetClientGoesAway(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(700*time.Millisecond, cancel)
 		start := time.Now()
-		res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
+		res := enginetest.Resolve(r.e, ctx, newQuery("x.example.", dns.TypeA))
 		if res.Result != engine.ResultCancelled || time.Since(start) != 700*time.Millisecond {
 			t.Fatalf("%v after %v, want cancelled when the client left at 700ms", res.Result, time.Since(start))
 		}
@@ -120,7 +121,7 @@ func TestBudgetEarliestWins(t *testing.T) {
 					defer cancel()
 				}
 				start := time.Now()
-				res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
+				res := enginetest.Resolve(r.e, ctx, newQuery("x.example.", dns.TypeA))
 				if time.Since(start) != c.ends || res.Result != c.result {
 					t.Fatalf("%v after %v, want %v after %v", res.Result, time.Since(start), c.result, c.ends)
 				}
@@ -135,7 +136,7 @@ func TestBudgetNoTimeLeftSendsNothing(t *testing.T) {
 			r := newRig(t, rigScope(1))
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
+			res := enginetest.Resolve(r.e, ctx, newQuery("x.example.", dns.TypeA))
 			if n := len(r.net.Transactions()); n != 0 || res.Result != engine.ResultCancelled {
 				t.Fatalf("%d transactions, %v; want nothing sent, cancelled", n, res.Result)
 			}
@@ -146,7 +147,7 @@ func TestBudgetNoTimeLeftSendsNothing(t *testing.T) {
 			r := newRig(t, rigScope(1))
 			ctx, cancel := context.WithDeadline(context.Background(), time.Now())
 			defer cancel()
-			r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
+			enginetest.Resolve(r.e, ctx, newQuery("x.example.", dns.TypeA))
 			if n := len(r.net.Transactions()); n != 0 {
 				t.Fatalf("%d transactions, want none", n)
 			}
@@ -179,7 +180,7 @@ func TestBudgetClientGoesAwayDuringTCPConnect(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(200*time.Millisecond, cancel)
 		start := time.Now()
-		res := r.e.Resolve(ctx, newQuery("big.example.", dns.TypeTXT))
+		res := enginetest.Resolve(r.e, ctx, newQuery("big.example.", dns.TypeTXT))
 		if res.Result != engine.ResultCancelled || time.Since(start) != 200*time.Millisecond {
 			t.Fatalf("%v after %v, want cancelled when the client left at 200ms", res.Result, time.Since(start))
 		}

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/maypok86/otter/v2"
-	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // cacheKey names one cached answer. DO and CD change what an upstream
@@ -196,7 +197,7 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 	reply := en.msg
 	if w.optStart >= 0 && !w.optLast {
 		// Cutting an OPT record out of the middle would move names that
-		// later records point to: let miekg/dns put it last, once.
+		// later records point to: copy it with the OPT last, once.
 		if r, rw, ok := optMovedLast(reply); ok {
 			reply, w = r, rw
 		}
@@ -208,13 +209,13 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 		en.optClass = w.optClass
 		en.optData = hopOptionsRemoved(w.optData)
 		reply = reply[:w.optStart]
-		binary.BigEndian.PutUint16(reply[offARCount:], binary.BigEndian.Uint16(reply[offARCount:])-1)
+		binary.BigEndian.PutUint16(reply[dnswire.OffARCount:], binary.BigEndian.Uint16(reply[dnswire.OffARCount:])-1)
 	}
-	reply[offFlags] &^= 0x02 // TC
+	reply[dnswire.OffFlags] &^= 0x02 // TC
 	binary.BigEndian.PutUint16(reply, 0)
 	en.msg = reply
 
-	positive := w.rcode == dns.RcodeSuccess && w.ancount > 0
+	positive := w.rcode == dnswire.RcodeSuccess && w.ancount > 0
 	soaDone := false
 	var life uint32
 	walkReply(reply, func(section, off int, typ uint16) {
@@ -223,7 +224,7 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 		switch {
 		case positive:
 			binary.BigEndian.PutUint32(reply[off:], clampSeconds(ttl, conf.MinTTL, conf.MaxTTL))
-		case section == 1 && typ == dns.TypeSOA && !soaDone:
+		case section == 1 && typ == dnswire.TypeSOA && !soaDone:
 			// RFC 2308 §5: the SOA carries the negative TTL.
 			soaDone = true
 			life = clampSeconds(min(ttl, w.facts.soaMinimum), conf.MinTTL, conf.NegativeMaxTTL)
@@ -239,24 +240,42 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 	return en
 }
 
-// optMovedLast repacks reply with its OPT record last.
+// optMovedLast copies reply with its OPT record last.
 func optMovedLast(reply []byte) ([]byte, walkedReply, bool) {
-	m := new(dns.Msg)
-	if err := m.Unpack(reply); err != nil {
+	p, ok := dnswire.NewParser(reply)
+	if !ok {
 		return nil, walkedReply{}, false
 	}
-	var opt dns.RR
-	extra := m.Extra[:0]
-	for _, rr := range m.Extra {
-		if rr.Header().Rrtype == dns.TypeOPT {
+	b := dnswire.NewBuilder(make([]byte, 0, len(reply)+dnswire.OPTFixedLen), p.Header())
+	for {
+		q, more := p.Question()
+		if !more {
+			break
+		}
+		name, err := dnswire.QuestionName(reply, q)
+		if err != nil {
+			return nil, walkedReply{}, false
+		}
+		b.Question(name, q.Type, q.Class)
+	}
+	var opt dnswire.RR
+	for {
+		rr, more := p.Next()
+		if !more {
+			break
+		}
+		if rr.Type == dnswire.TypeOPT {
 			opt = rr
 			continue
 		}
-		extra = append(extra, rr)
+		if err := b.CopyRR(rr.Section, reply, rr); err != nil {
+			return nil, walkedReply{}, false
+		}
 	}
-	m.Extra = append(extra, opt)
-	m.Compress = true
-	out, err := m.Pack()
+	if p.Err() != nil || opt.Type != dnswire.TypeOPT || b.CopyRR(dnswire.SectionAdditional, reply, opt) != nil {
+		return nil, walkedReply{}, false
+	}
+	out, err := b.Finish()
 	if err != nil {
 		return nil, walkedReply{}, false
 	}
@@ -273,7 +292,7 @@ func hopOptionsRemoved(data []byte) []byte {
 		code := binary.BigEndian.Uint16(data[o:])
 		end := min(o+4+int(binary.BigEndian.Uint16(data[o+2:])), len(data))
 		switch code {
-		case dns.EDNS0COOKIE, dns.EDNS0PADDING, dns.EDNS0TCPKEEPALIVE, dns.EDNS0SUBNET:
+		case dnswire.EDNS0COOKIE, dnswire.EDNS0PADDING, dnswire.EDNS0TCPKEEPALIVE, dnswire.EDNS0SUBNET:
 		default:
 			out = append(out, data[o:end]...)
 		}
@@ -314,12 +333,12 @@ func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time,
 	dst = append(dst, en.msg...)
 	m := dst[start:]
 	binary.BigEndian.PutUint16(m, cq.id)
-	m[offFlags] &^= 0x01
+	m[dnswire.OffFlags] &^= 0x01
 	if cq.rd {
-		m[offFlags] |= 0x01
+		m[dnswire.OffFlags] |= 0x01
 	}
-	if len(qname) > 0 && headerLen+len(qname) <= len(m) {
-		copy(m[headerLen:], qname)
+	if len(qname) > 0 && dnswire.HeaderLen+len(qname) <= len(m) {
+		copy(m[dnswire.HeaderLen:], qname)
 	}
 	if staleTTL >= 0 {
 		for _, off := range en.ttls {
@@ -334,7 +353,7 @@ func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time,
 	if !cq.opt {
 		return dst
 	}
-	binary.BigEndian.PutUint16(m[offARCount:], binary.BigEndian.Uint16(m[offARCount:])+1)
+	binary.BigEndian.PutUint16(m[dnswire.OffARCount:], binary.BigEndian.Uint16(m[dnswire.OffARCount:])+1)
 	class := en.optClass
 	if class == 0 {
 		class = upstreamUDPSize
@@ -344,7 +363,7 @@ func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time,
 		ttl = 1 << 15
 	}
 	dst = append(dst, 0) // root
-	dst = binary.BigEndian.AppendUint16(dst, dns.TypeOPT)
+	dst = binary.BigEndian.AppendUint16(dst, dnswire.TypeOPT)
 	dst = binary.BigEndian.AppendUint16(dst, class)
 	dst = binary.BigEndian.AppendUint32(dst, ttl)
 	optLen := len(en.optData)

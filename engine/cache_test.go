@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -36,7 +37,9 @@ func TestCacheTTLCountsDown(t *testing.T) {
 		nw := memnet.New()
 		nw.Handle(cacheServer, memnet.Respond(memnet.Answer("@ 3 IN A 192.0.2.1")))
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
-		ask := func() engine.Response { return e.Resolve(context.Background(), queryFor("ttl.example.", dns.TypeA)) }
+		ask := func() enginetest.Response {
+			return enginetest.Resolve(e, context.Background(), queryFor("ttl.example.", dns.TypeA))
+		}
 
 		r := ask()
 		if r.Result != engine.ResultAnswer || r.CacheHit || r.Msg.Answer[0].Header().Ttl != 3 {
@@ -71,14 +74,14 @@ func TestCacheNegative(t *testing.T) {
 		nw.Handle(cacheServer, memnet.Respond(negativeReply))
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} { // NXDOMAIN, NODATA
-			r := e.Resolve(context.Background(), queryFor("missing.example.", qtype))
+			r := enginetest.Resolve(e, context.Background(), queryFor("missing.example.", qtype))
 			if r.CacheHit || len(r.Msg.Ns) != 1 || r.Msg.Ns[0].Header().Ttl != 2 {
 				t.Fatalf("%s first: hit %v authority %v; want the SOA with TTL min(300, 2) = 2", dns.TypeToString[qtype], r.CacheHit, r.Msg.Ns)
 			}
 		}
 		time.Sleep(1100 * time.Millisecond)
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} {
-			r := e.Resolve(context.Background(), queryFor("missing.example.", qtype))
+			r := enginetest.Resolve(e, context.Background(), queryFor("missing.example.", qtype))
 			if !r.CacheHit || r.Msg.Ns[0].Header().Ttl != 1 {
 				t.Fatalf("%s after 1.1 s: hit %v authority %v; want a hit with the SOA at TTL 1", dns.TypeToString[qtype], r.CacheHit, r.Msg.Ns)
 			}
@@ -90,7 +93,7 @@ func TestCacheNegative(t *testing.T) {
 			t.Fatalf("upstream saw %d queries, want 2", n)
 		}
 		time.Sleep(time.Second) // 2.1 s: both expired
-		e.Resolve(context.Background(), queryFor("missing.example.", dns.TypeA))
+		enginetest.Resolve(e, context.Background(), queryFor("missing.example.", dns.TypeA))
 		if n := len(nw.Transactions()); n != 3 {
 			t.Fatalf("upstream saw %d queries after the negative TTL, want 3", n)
 		}
@@ -128,7 +131,9 @@ func TestCacheTTLClamps(t *testing.T) {
 				nw := memnet.New()
 				nw.Handle(cacheServer, memnet.Respond(c.reply))
 				e := startEngine(t, cacheConfig(c.conf), nw)
-				ask := func() engine.Response { return e.Resolve(context.Background(), queryFor("clamp.example.", dns.TypeA)) }
+				ask := func() enginetest.Response {
+					return enginetest.Resolve(e, context.Background(), queryFor("clamp.example.", dns.TypeA))
+				}
 				if got := minTTL(c.section(ask().Msg)); got != c.want {
 					t.Fatalf("served TTL %d, want %d", got, c.want)
 				}
@@ -157,9 +162,9 @@ func TestCacheNeverKeepsFailures(t *testing.T) {
 				nw := memnet.New()
 				nw.Handle(cacheServer, h)
 				e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
-				e.Resolve(context.Background(), queryFor("fail.example.", dns.TypeA))
+				enginetest.Resolve(e, context.Background(), queryFor("fail.example.", dns.TypeA))
 				before := len(nw.Transactions())
-				r := e.Resolve(context.Background(), queryFor("fail.example.", dns.TypeA))
+				r := enginetest.Resolve(e, context.Background(), queryFor("fail.example.", dns.TypeA))
 				if r.CacheHit || len(nw.Transactions()) == before {
 					t.Fatalf("second question: hit %v, %d new transactions; want it asked upstream again", r.CacheHit, len(nw.Transactions())-before)
 				}
@@ -195,7 +200,7 @@ func TestCacheKey(t *testing.T) {
 			{withDO, true},
 			{withCD, true},
 		} {
-			r := e.Resolve(context.Background(), c.q)
+			r := enginetest.Resolve(e, context.Background(), c.q)
 			if r.CacheHit != c.hit {
 				t.Fatalf("question %d (%v, DO %v, CD %v): hit %v, want %v", i, c.q.Question[0], c.q.IsEdns0() != nil && c.q.IsEdns0().Do(), c.q.CheckingDisabled, r.CacheHit, c.hit)
 			}
@@ -215,17 +220,17 @@ func TestCacheCopyNotChangedByCaller(t *testing.T) {
 		nw.Handle(cacheServer, memnet.Respond(memnet.Answer("@ 300 IN A 192.0.2.1")))
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
 		q := queryFor("copy.example.", dns.TypeA)
-		e.Resolve(context.Background(), q)
+		enginetest.Resolve(e, context.Background(), q)
 		// What a front end does to its reply: a new ID, padding, and
 		// (a careless one) more records.
-		r := e.Resolve(context.Background(), q)
+		r := enginetest.Resolve(e, context.Background(), q)
 		r.Msg.Id = 1
 		r.Msg.IsEdns0().Option = append(r.Msg.IsEdns0().Option, &dns.EDNS0_PADDING{Padding: make([]byte, 100)})
 		r.Msg.Answer = append(r.Msg.Answer, r.Msg.Answer[0])
 		r.Msg.Extra = append(r.Msg.Extra, r.Msg.Answer[0])
 		r.Msg.Question[0].Name = "changed."
 
-		again := e.Resolve(context.Background(), q)
+		again := enginetest.Resolve(e, context.Background(), q)
 		if !again.CacheHit || again.Msg.Id != q.Id || len(again.Msg.Answer) != 1 || len(again.Msg.Extra) != 1 ||
 			len(again.Msg.IsEdns0().Option) != 0 || again.Msg.Question[0].Name != "copy.example." {
 			t.Fatalf("the next hit sees the last caller's changes: %v", again.Msg)
@@ -239,11 +244,11 @@ func TestCacheMaxEntriesBound(t *testing.T) {
 		nw.Handle(cacheServer, memnet.Respond(memnet.Answer("@ 300 IN A 192.0.2.1")))
 		e := startEngine(t, cacheConfig(engine.CacheConfig{MaxEntries: 10}), nw)
 		for i := range 500 {
-			e.Resolve(context.Background(), queryFor(fmt.Sprintf("n%d.example.", i), dns.TypeA))
+			enginetest.Resolve(e, context.Background(), queryFor(fmt.Sprintf("n%d.example.", i), dns.TypeA))
 		}
 		hits := 0
 		for i := range 500 {
-			if e.Resolve(context.Background(), queryFor(fmt.Sprintf("n%d.example.", i), dns.TypeA)).CacheHit {
+			if enginetest.Resolve(e, context.Background(), queryFor(fmt.Sprintf("n%d.example.", i), dns.TypeA)).CacheHit {
 				hits++
 			}
 		}
@@ -261,8 +266,8 @@ func TestCacheOffWithZeroEntries(t *testing.T) {
 		cfg := cacheConfig(engine.CacheConfig{})
 		cfg.Cache.MaxEntries = 0
 		e := startEngine(t, cfg, nw)
-		e.Resolve(context.Background(), queryFor("off.example.", dns.TypeA))
-		if r := e.Resolve(context.Background(), queryFor("off.example.", dns.TypeA)); r.CacheHit || len(nw.Transactions()) != 2 {
+		enginetest.Resolve(e, context.Background(), queryFor("off.example.", dns.TypeA))
+		if r := enginetest.Resolve(e, context.Background(), queryFor("off.example.", dns.TypeA)); r.CacheHit || len(nw.Transactions()) != 2 {
 			t.Fatalf("max_entries 0: hit %v, %d transactions; want no cache", r.CacheHit, len(nw.Transactions()))
 		}
 	})
@@ -281,13 +286,13 @@ func BenchmarkCacheHit(b *testing.B) {
 		b.Fatal(err)
 	}
 	q := queryFor("www.example.com.", dns.TypeA)
-	if r := e.Resolve(context.Background(), q); r.Result != engine.ResultAnswer {
+	if r := enginetest.Resolve(e, context.Background(), q); r.Result != engine.ResultAnswer {
 		b.Fatalf("warming: %v", r.Result)
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := e.Resolve(ctx, q); !r.CacheHit {
+		if r := enginetest.Resolve(e, ctx, q); !r.CacheHit {
 			b.Fatal("not a cache hit")
 		}
 	}

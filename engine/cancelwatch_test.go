@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -80,7 +81,7 @@ func TestCancelWatcherClosesTheSocket(t *testing.T) {
 		ctx := engine.WithClientTrace(wc, netip.MustParseAddr("192.0.2.1"), engine.Trace{})
 		time.AfterFunc(700*time.Millisecond, wc.cancel)
 		start := time.Now()
-		res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
+		res := enginetest.Resolve(r.e, ctx, newQuery("x.example.", dns.TypeA))
 		if res.Result != engine.ResultCancelled || time.Since(start) != 700*time.Millisecond {
 			t.Fatalf("%v after %v, want cancelled when the client left at 700ms", res.Result, time.Since(start))
 		}
@@ -112,7 +113,7 @@ func TestCancelWatcherEndsEachWatch(t *testing.T) {
 			memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.7"))))
 		wc := &watchingContext{Context: context.Background()}
 		ctx := engine.WithTrace(engine.WithClient(wc, netip.MustParseAddr("192.0.2.1")), engine.Trace{})
-		res := r.e.Resolve(ctx, newQuery("x.example.", dns.TypeA))
+		res := enginetest.Resolve(r.e, ctx, newQuery("x.example.", dns.TypeA))
 		if res.Result != engine.ResultAnswer {
 			t.Fatalf("%v, want an answer", res.Result)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -22,7 +23,7 @@ func fill(t *testing.T, r *rig, n int, scopeName string) {
 	before := r.e.InFlight()
 	for i := range n {
 		q := newQuery(fmt.Sprintf("fill%d.%s", i, scopeName), dns.TypeA)
-		r.bg.Go(func() { r.e.Resolve(context.Background(), q) })
+		r.bg.Go(func() { enginetest.Resolve(r.e, context.Background(), q) })
 	}
 	synctest.Wait()
 	if got := r.e.InFlight(); got != before+int64(n) {
@@ -70,7 +71,7 @@ func TestInFlightCeilingRefusesNewTransactions(t *testing.T) {
 		start := time.Now()
 		q := newQuery("x.example.", dns.TypeA)
 		q.Id = 99
-		res := r.e.Resolve(context.Background(), q)
+		res := enginetest.Resolve(r.e, context.Background(), q)
 		if res.Result != engine.ResultUnavailable || res.Reason != engine.ReasonInFlightCeiling || time.Since(start) != 0 {
 			t.Fatalf("%v (%v) after %v, want unavailable (ceiling) at once", res.Result, res.Reason, time.Since(start))
 		}
@@ -123,7 +124,7 @@ func TestRetriesCheckedAgainstCeiling(t *testing.T) {
 	// Each case runs question "q1" on the root goroutine with a ceiling of
 	// 1; when q1's attempt number `at` ends, another question takes the
 	// free slot before q1 can send again.
-	run := func(t *testing.T, server memnet.Handler, at int) (engine.Response, *rig) {
+	run := func(t *testing.T, server memnet.Handler, at int) (enginetest.Response, *rig) {
 		cfg := rigScope(2)
 		cfg.InFlightCeiling = 1
 		// The other question goes to a silent server of its own.

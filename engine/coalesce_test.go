@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
@@ -24,12 +25,12 @@ func TestCoalesceHundredQuestionsOneUpstreamQuery(t *testing.T) {
 		before := len(srv.Queries())
 		const n = 100
 		var wg sync.WaitGroup
-		replies := make([]engine.Response, n)
+		replies := make([]enginetest.Response, n)
 		for i := range n {
 			wg.Go(func() {
 				q := queryFor("shared.example.", dns.TypeA)
 				q.Id = uint16(i)
-				replies[i] = e.Resolve(context.Background(), q)
+				replies[i] = enginetest.Resolve(e, context.Background(), q)
 			})
 		}
 		wg.Wait()
@@ -54,9 +55,9 @@ func TestCoalesceFollowersNotRefusedByCeiling(t *testing.T) {
 		cfg := cacheConfig(engine.CacheConfig{})
 		cfg.InFlightCeiling = 1
 		e := startEngine(t, cfg, nw)
-		results := make(chan engine.Response, 10)
+		results := make(chan enginetest.Response, 10)
 		for range 10 {
-			go func() { results <- e.Resolve(context.Background(), queryFor("one.example.", dns.TypeA)) }()
+			go func() { results <- enginetest.Resolve(e, context.Background(), queryFor("one.example.", dns.TypeA)) }()
 		}
 		synctest.Wait()
 		if e.InFlight() != 1 {
@@ -80,12 +81,12 @@ func TestCoalesceLeaderCancelledFollowersAnswered(t *testing.T) {
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
 
 		leaderCtx, leave := context.WithCancel(context.Background())
-		leader := make(chan engine.Response)
-		go func() { leader <- e.Resolve(leaderCtx, queryFor("left.example.", dns.TypeA)) }()
+		leader := make(chan enginetest.Response)
+		go func() { leader <- enginetest.Resolve(e, leaderCtx, queryFor("left.example.", dns.TypeA)) }()
 		synctest.Wait() // the leader is upstream
-		followers := make(chan engine.Response, 5)
+		followers := make(chan enginetest.Response, 5)
 		for range 5 {
-			go func() { followers <- e.Resolve(context.Background(), queryFor("left.example.", dns.TypeA)) }()
+			go func() { followers <- enginetest.Resolve(e, context.Background(), queryFor("left.example.", dns.TypeA)) }()
 		}
 		synctest.Wait()
 		time.Sleep(500 * time.Millisecond)
@@ -110,12 +111,12 @@ func TestCoalesceFollowerLeavesAlone(t *testing.T) {
 		nw := memnet.New()
 		nw.Handle(cacheServer, memnet.Respond(memnet.After(time.Second, memnet.Answer("@ 60 IN A 192.0.2.1"))))
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
-		leader := make(chan engine.Response)
-		go func() { leader <- e.Resolve(context.Background(), queryFor("stay.example.", dns.TypeA)) }()
+		leader := make(chan enginetest.Response)
+		go func() { leader <- enginetest.Resolve(e, context.Background(), queryFor("stay.example.", dns.TypeA)) }()
 		synctest.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		if r := e.Resolve(ctx, queryFor("stay.example.", dns.TypeA)); r.Result != engine.ResultCancelled {
+		if r := enginetest.Resolve(e, ctx, queryFor("stay.example.", dns.TypeA)); r.Result != engine.ResultCancelled {
 			t.Fatalf("follower whose client left got %v, want cancelled", r.Result)
 		}
 		if r := <-leader; r.Result != engine.ResultAnswer {
@@ -128,9 +129,9 @@ func TestCoalesceFollowersShareUnavailable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		nw := memnet.New() // silent: the leader spends its three attempts
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
-		results := make(chan engine.Response, 4)
+		results := make(chan enginetest.Response, 4)
 		for range 4 {
-			go func() { results <- e.Resolve(context.Background(), queryFor("down.example.", dns.TypeA)) }()
+			go func() { results <- enginetest.Resolve(e, context.Background(), queryFor("down.example.", dns.TypeA)) }()
 		}
 		for range 4 {
 			r := <-results

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -29,7 +30,7 @@ func TestEDENamesEachAttempt(t *testing.T) {
 		threeFailures(r)
 		q := newQuery("x.example.", dns.TypeA)
 		q.SetEdns0(1232, false)
-		res := r.e.Resolve(context.Background(), q)
+		res := enginetest.Resolve(r.e, context.Background(), q)
 		if res.Result != engine.ResultUnavailable || edeCode(res.Msg) != int(dns.ExtendedErrorCodeNoReachableAuthority) {
 			t.Fatalf("result %v EDE %d", res.Result, edeCode(res.Msg))
 		}

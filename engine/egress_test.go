@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
@@ -36,7 +37,7 @@ func TestEgressSourceRoundRobinSeenByUpstream(t *testing.T) {
 	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
 	e := startEngine(t, egressConfig(srv, []string{"127.0.0.2", "127.0.0.3"}, []string{"::1"}), engine.NativeNetwork{})
 	for i := range 4 {
-		if r := e.Resolve(context.Background(), queryFor(fmt.Sprintf("e%d.example.", i), dns.TypeA)); r.Result != engine.ResultAnswer {
+		if r := enginetest.Resolve(e, context.Background(), queryFor(fmt.Sprintf("e%d.example.", i), dns.TypeA)); r.Result != engine.ResultAnswer {
 			t.Fatalf("question %d: %v (%v)", i, r.Result, r.Reason)
 		}
 	}
@@ -55,7 +56,7 @@ func TestEgressSourceOverTCPRetry(t *testing.T) {
 	}
 	srv := upstreamtest.Start(t, upstreamtest.ByTransport(truncated, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
 	e := startEngine(t, egressConfig(srv, []string{"127.0.0.2", "127.0.0.3"}, nil), engine.NativeNetwork{})
-	if r := e.Resolve(context.Background(), queryFor("tc.example.", dns.TypeA)); r.Result != engine.ResultAnswer {
+	if r := enginetest.Resolve(e, context.Background(), queryFor("tc.example.", dns.TypeA)); r.Result != engine.ResultAnswer {
 		t.Fatalf("%v (%v), want the TCP answer", r.Result, r.Reason)
 	}
 	want := "udp 127.0.0.2,tcp 127.0.0.3"
@@ -85,7 +86,7 @@ func TestEgressSourceIPv6(t *testing.T) {
 	cfg := engine.Config{Scopes: []engine.ScopeConfig{{Name: "v6", DefaultRoute: true,
 		Servers: []string{pc.LocalAddr().String()}, SourcesV4: []string{"127.0.0.2"}, SourcesV6: []string{"::1"}}}}
 	e := startEngine(t, cfg, engine.NativeNetwork{})
-	if r := e.Resolve(context.Background(), queryFor("six.example.", dns.TypeA)); r.Result != engine.ResultAnswer {
+	if r := enginetest.Resolve(e, context.Background(), queryFor("six.example.", dns.TypeA)); r.Result != engine.ResultAnswer {
 		t.Fatalf("%v (%v), want the answer over IPv6", r.Result, r.Reason)
 	}
 	mu.Lock()
@@ -111,7 +112,7 @@ func TestEgressUnbindableSourceIsLocalError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := e.Resolve(context.Background(), queryFor("nobind.example.", dns.TypeA))
+	r := enginetest.Resolve(e, context.Background(), queryFor("nobind.example.", dns.TypeA))
 	if r.Result != engine.ResultUnavailable || r.Attempts != 3 {
 		t.Fatalf("%v (%v) after %d attempts, want unavailable after 3", r.Result, r.Reason, r.Attempts)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // Engine answers questions by forwarding them upstream under the resolvd
@@ -118,12 +118,11 @@ func (e *Engine) now() time.Duration { return time.Since(e.epoch) }
 
 // Response is a question's result.
 //
-// From ResolveWire, Wire is the client's reply: the client's ID, an OPT
-// record when the client sent one, padded to a multiple of PaddingBlock
-// when the query was padded. From Resolve, Msg is that reply unpacked.
+// Wire is the client's reply: the client's ID, an OPT record when the
+// client sent one, padded to a multiple of PaddingBlock when the query was
+// padded. It is empty (and Rcode -1) when the query did not read.
 type Response struct {
-	Msg  *dns.Msg // set by Resolve
-	Wire []byte   // set by ResolveWire
+	Wire []byte
 	// Rcode is the reply's rcode, extended bits included.
 	Rcode int
 	// TTL is the answer's TTL as the reply carries it, for Cache-Control;
@@ -147,25 +146,6 @@ type Response struct {
 	Shared bool
 }
 
-// Resolve answers one client query given unpacked. The front end has
-// checked it: opcode QUERY and exactly one question. ctx is the client's
-// budget. It packs q and unpacks the reply around ResolveWire: use it where
-// a dns.Msg is wanted anyway (the JSON form, tests).
-func (e *Engine) Resolve(ctx context.Context, q *dns.Msg) Response {
-	raw, err := q.Pack()
-	if err != nil {
-		raw = nil
-	}
-	resp := e.ResolveWire(ctx, raw, nil)
-	m := new(dns.Msg)
-	if err := m.Unpack(resp.Wire); err != nil || resp.Wire == nil {
-		m = unavailableReply(q, ReasonAttemptsSpent, nil, false)
-		m.Id = q.Id
-	}
-	resp.Msg = m
-	return resp
-}
-
 // ResolveWire answers one client query given as bytes, appending the
 // client's reply to dst (Response.Wire). The front end has checked the
 // query: opcode QUERY and exactly one question. ctx is the client's
@@ -185,8 +165,7 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) Resp
 		trace:  TraceFrom(ctx),
 	}
 	if !qn.client.parse(query) {
-		// Not readable without unpacking (a compressed question name):
-		// rare enough to go through miekg/dns.
+		// A compressed question name: rare enough to copy the query.
 		cq, ok := unpackedQuery(query)
 		if !ok {
 			return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
@@ -237,17 +216,10 @@ func (qn *question) writeReply(dst []byte, f found) []byte {
 	switch {
 	case f.en != nil:
 		return qn.appendEntry(dst, f, cq.qname)
-	case f.msg != nil:
-		if out, err := appendPacked(dst, f.msg, cq); err == nil {
-			return out
-		}
+	case f.reply != nil:
+		return appendMade(dst, f.reply, cq)
 	}
-	m := unavailableReply(cq.message(), f.reason, qn.tried, qn.cfg.EDEHideServers)
-	out, err := appendPacked(dst, m, cq)
-	if err != nil {
-		return dst
-	}
-	return out
+	return appendMade(dst, unavailableReply(cq, f.reason, qn.tried, qn.cfg.EDEHideServers), cq)
 }
 
 // appendEntry appends the client's reply from f's entry: its stale form
@@ -259,23 +231,36 @@ func (qn *question) appendEntry(dst []byte, f found, qname []byte) []byte {
 	return f.en.appendReply(dst, &qn.client, qname, f.at)
 }
 
-// unpackedQuery reads a query through miekg/dns, for the few that
-// parseQuery cannot read (a compressed question name).
+// unpackedQuery reads a query that parseQuery cannot read (a compressed
+// question name) from a copy with every name written out in full.
 func unpackedQuery(raw []byte) (*clientQuery, bool) {
-	m := new(dns.Msg)
-	if err := m.Unpack(raw); err != nil || len(m.Question) != 1 {
+	p, ok := dnswire.NewParser(raw)
+	if !ok || p.Header().Counts[0] != 1 {
 		return nil, false
 	}
-	m.Compress = false
-	plain, err := m.Pack()
+	q, ok := p.Question()
+	if !ok {
+		return nil, false
+	}
+	plain := append(make([]byte, 0, len(raw)+dnswire.MaxNameLen), raw[:dnswire.HeaderLen]...)
+	plain, _, err := dnswire.AppendNameWire(plain, raw, q.NameOff)
 	if err != nil {
 		return nil, false
 	}
-	cq, ok := parseQuery(plain)
-	if ok {
-		cq.msg = m
+	plain = append(plain, raw[p.Offset()-4:p.Offset()]...)
+	for {
+		rr, more := p.Next()
+		if !more {
+			break
+		}
+		if plain, err = dnswire.AppendRRExpanded(plain, raw, rr); err != nil {
+			return nil, false
+		}
 	}
-	return cq, ok
+	if p.Err() != nil {
+		return nil, false
+	}
+	return parseQuery(plain)
 }
 
 // sharedTraces are the traces of the questions one question shared an

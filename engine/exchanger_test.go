@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
@@ -101,7 +102,7 @@ func TestDatagramExchangerCarriesTheQuery(t *testing.T) {
 	n := &exchangerNet{mode: "reply"}
 	e, _ := exchangerEngine(t, n)
 	for range 5 {
-		if r := e.Resolve(context.Background(), newQuery("x.example.test.", dns.TypeA)); r.Result != engine.ResultAnswer {
+		if r := enginetest.Resolve(e, context.Background(), newQuery("x.example.test.", dns.TypeA)); r.Result != engine.ResultAnswer {
 			t.Fatalf("result %v, want answer", r.Result)
 		}
 	}
@@ -115,7 +116,7 @@ func TestDatagramExchangerCarriesTheQuery(t *testing.T) {
 func TestDatagramExchangerStrayThenReceive(t *testing.T) {
 	n := &exchangerNet{mode: "stray-then-reply"}
 	e, _ := exchangerEngine(t, n)
-	if r := e.Resolve(context.Background(), newQuery("x.example.test.", dns.TypeA)); r.Result != engine.ResultAnswer {
+	if r := enginetest.Resolve(e, context.Background(), newQuery("x.example.test.", dns.TypeA)); r.Result != engine.ResultAnswer {
 		t.Fatalf("result %v, want answer", r.Result)
 	}
 	if n.exchanges != 1 || n.sends != 0 || n.receives != 1 {
@@ -133,7 +134,7 @@ func TestDatagramExchangerErrorOps(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			n := &exchangerNet{mode: mode}
 			e, log := exchangerEngine(t, n)
-			e.Resolve(context.Background(), newQuery("x.example.test.", dns.TypeA))
+			enginetest.Resolve(e, context.Background(), newQuery("x.example.test.", dns.TypeA))
 			as := log.attemptList()
 			if len(as) == 0 {
 				t.Fatal("no attempts")

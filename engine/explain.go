@@ -1,9 +1,10 @@
 package engine
 
 import (
+	"errors"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // Explanation says what a question would do at this moment, without
@@ -64,16 +65,25 @@ type ServerExplanation struct {
 	Next         bool       `json:"next"`
 }
 
-// Explain explains client's question (one question, as Resolve takes it).
-// Nothing is sent; the cache is read, not changed.
-func (e *Engine) Explain(client *dns.Msg) Explanation {
+// Explain explains the question of the wire query (one question, as
+// ResolveWire takes it). Nothing is sent; the cache is read, not changed.
+// It fails only for a query that does not read.
+func (e *Engine) Explain(query []byte) (Explanation, error) {
+	cq, ok := parseQuery(query)
+	if !ok {
+		if cq, ok = unpackedQuery(query); !ok {
+			return Explanation{}, errors.New("engine: the query to explain does not read")
+		}
+	}
+	return e.explain(cq), nil
+}
+
+func (e *Engine) explain(cq *clientQuery) Explanation {
 	rt := e.routes.Load()
 	now, mono := time.Now(), e.now()
-	qs := client.Question[0]
-	cq := explainedQuery(client)
-	s, by, domain := rt.routeFor(qs.Name)
+	s, by, domain := rt.routeFor(cq.name)
 	x := Explanation{
-		Name: qs.Name, Type: dns.Type(qs.Qtype).String(), Scope: s.name,
+		Name: cq.name, Type: dnswire.TypeString(cq.qtype), Scope: s.name,
 		Route: by.String(), Domain: domain, Attempts: rt.cfg.Attempts,
 		InFlight: e.inFlight.n.Load(), InFlightCeiling: e.inFlight.ceiling.Load(),
 		Candidates: []CandidateExplanation{}, Servers: []ServerExplanation{},
@@ -87,7 +97,7 @@ func (e *Engine) Explain(client *dns.Msg) Explanation {
 	default:
 		x.Why = "no routing domain matches and no default-route scope has servers"
 	}
-	if rt.local.answer(cq, qs.Name) != nil {
+	if rt.local.answer(cq, cq.name) != nil {
 		x.Local = true
 		x.Outcome = "answered locally (RFC 6761 name or hosts)"
 		return x
@@ -112,7 +122,7 @@ func (e *Engine) Explain(client *dns.Msg) Explanation {
 		x.Servers = append(x.Servers, sv)
 	}
 
-	names := candidates(nil, qs.Name, s.search)
+	names := candidates(nil, cq.name, s.search)
 	for i, name := range names {
 		c := CandidateExplanation{Name: name}
 		if i < len(names)-1 && rt.local.answer(cq, name) != nil {
@@ -154,25 +164,6 @@ func (e *Engine) Explain(client *dns.Msg) Explanation {
 		}
 	}
 	return x
-}
-
-// explainedQuery is client as the question path reads it (local answers
-// and cache keys take a clientQuery).
-func explainedQuery(client *dns.Msg) *clientQuery {
-	c := client.Copy()
-	c.Compress = false
-	raw, err := c.Pack()
-	if err == nil {
-		if cq, ok := parseQuery(raw); ok {
-			return cq
-		}
-		if cq, ok := unpackedQuery(raw); ok {
-			return cq
-		}
-	}
-	q := client.Question[0]
-	return &clientQuery{rd: client.RecursionDesired, cd: client.CheckingDisabled,
-		name: q.Name, qtype: q.Qtype, qclass: q.Qclass, msg: client}
 }
 
 // firstTransport is the transport of an attempt that follows no

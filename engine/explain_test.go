@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -21,7 +22,7 @@ func TestExplainAgreesWithTheNextQuestion(t *testing.T) {
 		r.net.Handle(rigServer(2), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.2")))
 		r.net.Handle(rigServer(3), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.3")))
 
-		x := r.e.Explain(newQuery("a.example.", dns.TypeA))
+		x := enginetest.Explain(r.e, newQuery("a.example.", dns.TypeA))
 		if x.Scope != "main" || x.Route != "default route" || x.Next != rigServer(1).String() {
 			t.Fatalf("before: scope %q route %q next %q", x.Scope, x.Route, x.Next)
 		}
@@ -33,7 +34,7 @@ func TestExplainAgreesWithTheNextQuestion(t *testing.T) {
 			t.Fatalf("question asked %v first, explain said %s", got, x.Next)
 		}
 
-		x = r.e.Explain(newQuery("b.example.", dns.TypeA))
+		x = enginetest.Explain(r.e, newQuery("b.example.", dns.TypeA))
 		order := []string{}
 		for _, s := range x.Servers {
 			order = append(order, s.Address)
@@ -65,17 +66,17 @@ func TestExplainRoutingSearchCacheCeiling(t *testing.T) {
 		r := newRig(t, cfg)
 		r.net.Handle(rigServer(9), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.9")))
 
-		x := r.e.Explain(newQuery("db.corp.example.", dns.TypeA))
+		x := enginetest.Explain(r.e, newQuery("db.corp.example.", dns.TypeA))
 		if x.Scope != "corp" || x.Route != "routing domain" || x.Domain != "corp.example." {
 			t.Fatalf("scope %q route %q domain %q", x.Scope, x.Route, x.Domain)
 		}
-		x = r.e.Explain(newQuery("printer.", dns.TypeA))
+		x = enginetest.Explain(r.e, newQuery("printer.", dns.TypeA))
 		if x.Scope != "main" || len(x.Candidates) != 1 {
 			t.Fatalf("single label without search in scope main: %+v", x)
 		}
 		r.ask("db.corp.example.")
 		time.Sleep(20 * time.Second)
-		x = r.e.Explain(newQuery("db.corp.example.", dns.TypeA))
+		x = enginetest.Explain(r.e, newQuery("db.corp.example.", dns.TypeA))
 		c := x.Candidates[0]
 		if c.Cached != "answer" || c.TTLRemaining != 40 {
 			t.Fatalf("cache: %+v, want answer with 40 s left", c)
@@ -83,7 +84,7 @@ func TestExplainRoutingSearchCacheCeiling(t *testing.T) {
 		if x.CeilingRefuses || x.InFlightCeiling != engine.DefaultInFlightCeiling {
 			t.Fatalf("ceiling: refuses %v of %d", x.CeilingRefuses, x.InFlightCeiling)
 		}
-		x = r.e.Explain(newQuery("localhost.", dns.TypeA))
+		x = enginetest.Explain(r.e, newQuery("localhost.", dns.TypeA))
 		if !x.Local {
 			t.Fatal("localhost. not explained as local")
 		}
@@ -98,7 +99,7 @@ func TestExplainSearchCandidatesAndFullCeiling(t *testing.T) {
 			Servers: []string{rigServer(1).String()}, Search: []string{"corp.example", "lab.example"}}}}
 		r := newRig(t, cfg)
 		r.net.Handle(rigServer(1), memnet.Silent())
-		x := r.e.Explain(newQuery("printer.", dns.TypeA))
+		x := enginetest.Explain(r.e, newQuery("printer.", dns.TypeA))
 		var names []string
 		for _, c := range x.Candidates {
 			names = append(names, c.Name)
@@ -111,7 +112,7 @@ func TestExplainSearchCandidatesAndFullCeiling(t *testing.T) {
 		}
 		r.bg.Go(func() { r.ask("slow.example.") }) // holds the one slot for 2 s
 		synctest.Wait()
-		x = r.e.Explain(newQuery("other.example.", dns.TypeA))
+		x = enginetest.Explain(r.e, newQuery("other.example.", dns.TypeA))
 		if !x.CeilingRefuses || x.InFlight != 1 || !strings.Contains(x.Outcome, "ceiling") {
 			t.Fatalf("full ceiling: refuses %v in flight %d outcome %q", x.CeilingRefuses, x.InFlight, x.Outcome)
 		}

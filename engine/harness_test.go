@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -60,8 +61,8 @@ func newQuery(name string, qtype uint16) *dns.Msg {
 }
 
 // ask resolves name/A with no client deadline.
-func (r *rig) ask(name string) engine.Response {
-	return r.e.Resolve(context.Background(), newQuery(name, dns.TypeA))
+func (r *rig) ask(name string) enginetest.Response {
+	return enginetest.Resolve(r.e, context.Background(), newQuery(name, dns.TypeA))
 }
 
 // servers returns the server of each recorded transaction, in order.

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // ResolveWireImmediate is ResolveWire for an answer the engine has in
@@ -54,9 +54,9 @@ var nameBuffers = sync.Pool{New: func() any { return new([maxNameText]byte) }}
 func (qn *question) immediate() (found, bool) {
 	rt, asked := qn.routes, qn.client.name
 	if m := rt.local.answer(&qn.client, asked); m != nil {
-		return found{msg: m, result: ResultLocal}, true
+		return found{reply: m, result: ResultLocal}, true
 	}
-	if len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dns.CountLabel(asked) == 1 ||
+	if len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dnswire.CountLabel(asked) == 1 ||
 		rt.cfg.ForwardECS && qn.client.ecs {
 		return found{}, false
 	}

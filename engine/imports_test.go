@@ -42,3 +42,21 @@ func TestEngineBuildsForWasip1(t *testing.T) {
 		t.Fatal("the wasip1 engine depends on net/http")
 	}
 }
+
+// The engine reads and writes DNS messages with dnswire: miekg/dns, whose
+// client and server bring crypto/tls into the edge module, is for the
+// native front ends and the tests only. config and telemetry, which the
+// module links beside the engine, do not bring it back either.
+func TestEngineLinksNoMiekg(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", ".", "../config", "../telemetry", "../dnswire")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "github.com/miekg/") {
+			t.Errorf("engine, config or telemetry depends on %s", p)
+		}
+	}
+}

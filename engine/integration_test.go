@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
@@ -30,11 +31,11 @@ func realEngine(t *testing.T, timeout time.Duration, servers ...string) (*engine
 	return e, log
 }
 
-func realAsk(t *testing.T, e *engine.Engine, name string, qtype uint16) engine.Response {
+func realAsk(t *testing.T, e *engine.Engine, name string, qtype uint16) enginetest.Response {
 	t.Helper()
 	q := newQuery(name, qtype)
 	q.Id = 0x1234
-	res := e.Resolve(context.Background(), q)
+	res := enginetest.Resolve(e, context.Background(), q)
 	if res.Msg.Id != 0x1234 {
 		t.Fatalf("client ID %#x, want 0x1234", res.Msg.Id)
 	}

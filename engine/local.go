@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // localTTL is the TTL of local answers: short, since hosts change on reload.
@@ -49,7 +49,7 @@ func buildLocal(hosts map[string][]string) (*localNames, error) {
 			if !slices.Contains(l.addrs[fqdn], a) {
 				l.addrs[fqdn] = append(l.addrs[fqdn], a)
 			}
-			rev, _ := dns.ReverseAddr(a.String())
+			rev := dnswire.ReverseAddr(a)
 			if !slices.Contains(l.ptrs[rev], fqdn) {
 				l.ptrs[rev] = append(l.ptrs[rev], fqdn)
 			}
@@ -59,72 +59,113 @@ func buildLocal(hosts map[string][]string) (*localNames, error) {
 }
 
 // answer returns the local reply to client's question asked as name, or
-// nil when name is not local. Only class IN is answered locally.
-func (l *localNames) answer(cq *clientQuery, name string) *dns.Msg {
-	if cq.qclass != dns.ClassINET {
+// nil when name is not local. Only class IN is answered locally. The
+// reply has ID 0: appendMade writes the client's.
+func (l *localNames) answer(cq *clientQuery, name string) []byte {
+	if cq.qclass != dnswire.ClassINET {
 		return nil
 	}
-	q := dns.Question{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}
 	switch {
 	case inDomain(name, invalidDomain):
-		return localReply(cq, dns.RcodeNameError)
+		r := startLocal(cq, dnswire.RcodeNameError)
+		return r.finish(cq)
 	case inDomain(name, localhostDomain):
-		m := localReply(cq, dns.RcodeSuccess)
-		switch q.Qtype {
-		case dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dns.TypeA), A: netip.MustParseAddr("127.0.0.1").AsSlice()})
-		case dns.TypeAAAA:
-			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dns.TypeAAAA), AAAA: netip.IPv6Loopback().AsSlice()})
+		r := startLocal(cq, dnswire.RcodeSuccess)
+		switch cq.qtype {
+		case dnswire.TypeA:
+			r.addr(cq, name, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+		case dnswire.TypeAAAA:
+			r.addr(cq, name, netip.IPv6Loopback())
 		}
-		return m
+		return r.finish(cq)
 	}
-	if q.Qtype == dns.TypePTR && (strings.EqualFold(name, ptrLocalhostV4) || strings.EqualFold(name, ptrLocalhostV6)) {
-		m := localReply(cq, dns.RcodeSuccess)
-		m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: localhostDomain})
-		return m
+	if cq.qtype == dnswire.TypePTR && (strings.EqualFold(name, ptrLocalhostV4) || strings.EqualFold(name, ptrLocalhostV6)) {
+		r := startLocal(cq, dnswire.RcodeSuccess)
+		r.ptr(cq, name, localhostDomain)
+		return r.finish(cq)
 	}
 	if len(l.addrs) == 0 {
 		return nil
 	}
 	key := strings.ToLower(name)
-	if q.Qtype == dns.TypePTR {
+	if cq.qtype == dnswire.TypePTR {
 		if targets, ok := l.ptrs[key]; ok {
-			m := localReply(cq, dns.RcodeSuccess)
+			r := startLocal(cq, dnswire.RcodeSuccess)
 			for _, t := range targets {
-				m.Answer = append(m.Answer, &dns.PTR{Hdr: localHdr(name, dns.TypePTR), Ptr: t})
+				r.ptr(cq, name, t)
 			}
-			return m
+			return r.finish(cq)
 		}
 	}
 	addrs, ok := l.addrs[key]
 	if !ok {
 		return nil
 	}
-	m := localReply(cq, dns.RcodeSuccess)
+	r := startLocal(cq, dnswire.RcodeSuccess)
 	for _, a := range addrs {
-		switch {
-		case q.Qtype == dns.TypeA && a.Is4():
-			m.Answer = append(m.Answer, &dns.A{Hdr: localHdr(name, dns.TypeA), A: a.AsSlice()})
-		case q.Qtype == dns.TypeAAAA && a.Is6():
-			m.Answer = append(m.Answer, &dns.AAAA{Hdr: localHdr(name, dns.TypeAAAA), AAAA: a.AsSlice()})
+		if cq.qtype == dnswire.TypeA && a.Is4() || cq.qtype == dnswire.TypeAAAA && a.Is6() {
+			r.addr(cq, name, a)
 		}
 	}
-	return m
+	return r.finish(cq)
 }
 
-// localReply is a reply to client with rcode and no records yet: RA set,
-// and an OPT record when the client sent one.
-func localReply(cq *clientQuery, rcode int) *dns.Msg {
-	m := new(dns.Msg)
-	m.Id, m.Response, m.Opcode, m.Rcode = cq.id, true, dns.OpcodeQuery, rcode
-	m.RecursionDesired, m.CheckingDisabled, m.RecursionAvailable = cq.rd, cq.cd, true
-	m.Question = []dns.Question{{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}}
-	if cq.opt {
-		m.SetEdns0(upstreamUDPSize, cq.do)
+// localReply is a local reply being built: RA set, the client's question,
+// then its records.
+type localReply struct{ b dnswire.Builder }
+
+func startLocal(cq *clientQuery, rcode int) *localReply {
+	set := dnswire.FlagQR | dnswire.FlagRA
+	if cq.rd {
+		set |= dnswire.FlagRD
 	}
-	return m
+	if cq.cd {
+		set |= dnswire.FlagCD
+	}
+	r := &localReply{b: dnswire.NewBuilder(make([]byte, 0, 128), dnswire.Header{Flags: dnswire.Flags(dnswire.OpcodeQuery, rcode, set)})}
+	r.b.Question(cq.qname, cq.qtype, cq.qclass)
+	return r
 }
 
-func localHdr(name string, t uint16) dns.RR_Header {
-	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: localTTL}
+// owner is name in wire form: the client's own bytes when it is the name
+// asked.
+func owner(cq *clientQuery, name string) []byte {
+	if name == cq.name {
+		return cq.qname
+	}
+	wire, err := dnswire.PackName(nil, name)
+	if err != nil {
+		return cq.qname // not reached: local names are checked names
+	}
+	return wire
+}
+
+func (r *localReply) addr(cq *clientQuery, name string, a netip.Addr) {
+	t, data := dnswire.TypeA, a.AsSlice()
+	if a.Is6() {
+		t = dnswire.TypeAAAA
+	}
+	r.b.RR(dnswire.SectionAnswer, owner(cq, name), t, dnswire.ClassINET, localTTL, data)
+}
+
+func (r *localReply) ptr(cq *clientQuery, name, target string) {
+	wire, err := dnswire.PackName(nil, target)
+	if err != nil {
+		return
+	}
+	r.b.NameRR(dnswire.SectionAnswer, owner(cq, name), dnswire.TypePTR, dnswire.ClassINET, localTTL, wire)
+}
+
+// finish adds an OPT record when the client sent one, and returns the
+// message.
+func (r *localReply) finish(cq *clientQuery) []byte {
+	if cq.opt {
+		var ttl uint32
+		if cq.do {
+			ttl = dnswire.EDNSFlagDO
+		}
+		r.b.OPT(upstreamUDPSize, ttl, nil)
+	}
+	m, _ := r.b.Finish()
+	return m
 }

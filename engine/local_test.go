@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -60,7 +61,7 @@ func localConfig() engine.Config {
 func checkLocal(t *testing.T, e *engine.Engine, c localCase) {
 	t.Helper()
 	q := queryFor(c.name, c.qtype)
-	r := e.Resolve(context.Background(), q)
+	r := enginetest.Resolve(e, context.Background(), q)
 	if r.Result != engine.ResultLocal || r.Attempts != 0 || r.CacheHit {
 		t.Fatalf("%s %s: result %v, %d attempts, cache hit %v; want local, 0, no", c.name, dns.TypeToString[c.qtype], r.Result, r.Attempts, r.CacheHit)
 	}
@@ -100,13 +101,13 @@ func TestLocalAnswersAtFullCeiling(t *testing.T) {
 		cfg := localConfig()
 		cfg.InFlightCeiling = 1
 		e := startEngine(t, cfg, nw)
-		slow := make(chan engine.Response)
-		go func() { slow <- e.Resolve(context.Background(), queryFor("slow.example.", dns.TypeA)) }()
+		slow := make(chan enginetest.Response)
+		go func() { slow <- enginetest.Resolve(e, context.Background(), queryFor("slow.example.", dns.TypeA)) }()
 		synctest.Wait()
 		if e.InFlight() != 1 {
 			t.Fatalf("in flight %d, want the ceiling (1) reached", e.InFlight())
 		}
-		if r := e.Resolve(context.Background(), queryFor("upstream.example.", dns.TypeA)); r.Reason != engine.ReasonInFlightCeiling {
+		if r := enginetest.Resolve(e, context.Background(), queryFor("upstream.example.", dns.TypeA)); r.Reason != engine.ReasonInFlightCeiling {
 			t.Fatalf("an upstream question got %v (%v): the ceiling is not full", r.Result, r.Reason)
 		}
 		for _, c := range localCases {
@@ -137,7 +138,7 @@ func TestLocalHostsBeforeSearch(t *testing.T) {
 		if err := e.Reconfigure(cfg); err != nil {
 			t.Fatal(err)
 		}
-		r := e.Resolve(context.Background(), queryFor("nas.", dns.TypeA))
+		r := enginetest.Resolve(e, context.Background(), queryFor("nas.", dns.TypeA))
 		if r.Result != engine.ResultLocal || len(r.Msg.Answer) != 2 || r.Msg.Answer[0].(*dns.CNAME).Target != "nas.corp.example." {
 			t.Fatalf("result %v answer %v; want a local CNAME to nas.corp.example. and its A", r.Result, r.Msg.Answer)
 		}

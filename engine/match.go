@@ -1,14 +1,16 @@
 package engine
 
-import "encoding/binary"
+import (
+	"encoding/binary"
 
-const headerLen = 12
+	"github.com/dohfwd/dohfwd/dnswire"
+)
 
 // questionEnd returns the offset just past the single question of a wire
 // message, or -1 if the message is too short or the name is compressed.
 // Only the header and question are read: the rest may be anything.
 func questionEnd(m []byte) int {
-	off := headerLen
+	off := dnswire.HeaderLen
 	for {
 		if off >= len(m) {
 			return -1
@@ -35,7 +37,7 @@ func questionEnd(m []byte) int {
 // to ASCII case, type and class exactly). query is the engine's own wire
 // query, so its question is well formed; reply is anything at all.
 func replyMatches(reply, query []byte) bool {
-	if len(reply) < headerLen || len(query) < headerLen {
+	if len(reply) < dnswire.HeaderLen || len(query) < dnswire.HeaderLen {
 		return false
 	}
 	if reply[0] != query[0] || reply[1] != query[1] {
@@ -52,7 +54,7 @@ func replyMatches(reply, query []byte) bool {
 	if qe < 0 || re != qe {
 		return false
 	}
-	return equalFoldASCII(reply[headerLen:re-4], query[headerLen:qe-4]) &&
+	return equalFoldASCII(reply[dnswire.HeaderLen:re-4], query[dnswire.HeaderLen:qe-4]) &&
 		string(reply[re-4:re]) == string(query[qe-4:qe])
 }
 

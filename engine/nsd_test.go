@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
@@ -44,13 +45,13 @@ func TestNSDHappyPathAndTruncation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ask := func(name string, qtype uint16) engine.Response {
+	ask := func(name string, qtype uint16) enginetest.Response {
 		q := newQuery(name, qtype)
 		q.Id = 0xABCD
 		q.SetEdns0(4096, true)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		res := e.Resolve(ctx, q)
+		res := enginetest.Resolve(e, ctx, q)
 		if res.Msg.Id != 0xABCD {
 			t.Fatalf("client ID %#x", res.Msg.Id)
 		}

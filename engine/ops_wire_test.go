@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -67,13 +68,13 @@ func TestStaleTimerLeaderKeepsTraceAndAttempts(t *testing.T) {
 		before := len(r.log.attemptList())
 
 		var wg sync.WaitGroup
-		var first, second engine.Response
+		var first, second enginetest.Response
 		wg.Go(func() {
-			first = r.e.Resolve(engine.WithTrace(context.Background(), traceN(1)), queryFor("www.example.", dns.TypeA))
+			first = enginetest.Resolve(r.e, engine.WithTrace(context.Background(), traceN(1)), queryFor("www.example.", dns.TypeA))
 		})
 		time.Sleep(100 * time.Millisecond)
 		wg.Go(func() {
-			second = r.e.Resolve(engine.WithTrace(context.Background(), traceN(2)), queryFor("www.example.", dns.TypeA))
+			second = enginetest.Resolve(r.e, engine.WithTrace(context.Background(), traceN(2)), queryFor("www.example.", dns.TypeA))
 		})
 		wg.Wait()
 
@@ -117,7 +118,7 @@ func TestExplainShowsTheStaleEntry(t *testing.T) {
 		r := staleRig(t, 0)
 		r.timed(queryFor("www.example.", dns.TypeA))
 		time.Sleep(70 * time.Second) // TTL 60: expired 10 s ago, in its hour of stale window
-		x := r.e.Explain(queryFor("www.example.", dns.TypeA))
+		x := enginetest.Explain(r.e, queryFor("www.example.", dns.TypeA))
 		c := x.Candidates[0]
 		if c.Cached != "" || c.Stale != "answer" || c.StaleRemaining != 3590 {
 			t.Fatalf("candidate %+v: want no live entry, a stale answer with 3590 s of window left", c)
@@ -130,7 +131,7 @@ func TestExplainShowsTheStaleEntry(t *testing.T) {
 			t.Fatalf("result %v, want stale as explained", resp.Result)
 		}
 		time.Sleep(2 * time.Hour)
-		if c := r.e.Explain(queryFor("www.example.", dns.TypeA)).Candidates[0]; c.Stale != "" || c.Cached != "" {
+		if c := enginetest.Explain(r.e, queryFor("www.example.", dns.TypeA)).Candidates[0]; c.Stale != "" || c.Cached != "" {
 			t.Fatalf("past the stale window: %+v", c)
 		}
 	})

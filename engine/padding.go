@@ -1,10 +1,13 @@
 package engine
 
-import "github.com/miekg/dns"
+import (
+	"encoding/binary"
+
+	"github.com/dohfwd/dohfwd/dnswire"
+)
 
 // The padding rules (RFC 7830, RFC 8467) and the error answer to a query,
-// shared by the engine's wire replies and the front ends (DoH, DoT, plain
-// DNS) that pack a dns.Msg themselves.
+// shared by the engine's replies and the front ends (DoH, DoT, plain DNS).
 
 // PaddingBlock is the block length padded replies are a multiple of (RFC
 // 8467 §4.1, the recommended block length for responses).
@@ -18,7 +21,7 @@ var zeros [PaddingBlock]byte
 // PaddingBlock; 0 when that would pass the largest DNS message.
 func PaddingLen(size int) int {
 	n := (PaddingBlock - size%PaddingBlock) % PaddingBlock
-	if size+n > dns.MaxMsgSize {
+	if size+n > dnswire.MaxMsgSize {
 		return 0
 	}
 	return n
@@ -28,64 +31,60 @@ func PaddingLen(size int) int {
 // to them.
 func PaddingBytes(n int) []byte { return zeros[:n] }
 
-// WantsPadding reports whether a query carries an EDNS(0) Padding option
-// (RFC 7830): only then is its answer padded (RFC 8467 §4).
-func WantsPadding(q *dns.Msg) bool {
-	if o := q.IsEdns0(); o != nil {
-		for _, e := range o.Option {
-			if e.Option() == dns.EDNS0PADDING {
-				return true
-			}
-		}
-	}
-	return false
+// WantsPadding reports whether the wire query query carries an EDNS(0)
+// Padding option (RFC 7830): only then is its answer padded (RFC 8467 §4).
+func WantsPadding(query []byte) bool {
+	rr, ok := dnswire.FindOPT(query)
+	return ok && dnswire.HasOption(rr.Rdata(query), dnswire.EDNS0PADDING)
 }
 
-// AddPadding gives m, a shallow copy the caller owns (its Extra is
-// replaced, not changed), an OPT record of its own that keeps the reply's
-// OPT header (size, DO, extended rcode) and its options but any padding,
-// plus an empty Padding option, which it returns for the caller to size
-// once the packed length is known.
-func AddPadding(m *dns.Msg) *dns.EDNS0_PADDING {
-	pad := &dns.EDNS0_PADDING{}
-	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-	opt.SetUDPSize(dns.DefaultMsgSize)
-	extra := make([]dns.RR, 0, len(m.Extra)+1)
-	for _, rr := range m.Extra {
-		if old, ok := rr.(*dns.OPT); ok {
-			opt.Hdr.Class, opt.Hdr.Ttl = old.Hdr.Class, old.Hdr.Ttl
-			for _, e := range old.Option {
-				if e.Option() != dns.EDNS0PADDING {
-					opt.Option = append(opt.Option, e)
-				}
-			}
-			continue
-		}
-		extra = append(extra, rr)
-	}
-	opt.Option = append(opt.Option, pad)
-	m.Extra = append(extra, opt)
-	return pad
-}
+// PadReply pads the message at dst[start:] to a multiple of PaddingBlock
+// by adding a Padding option to its OPT record, which must be its last
+// record (as the engine writes replies); a message without one is left
+// alone.
+func PadReply(dst []byte, start int) []byte { return padOPT(dst, start) }
 
-// ErrorReply is the DNS error answer to the query raw (at least its
-// 12-byte header), unpacked as q when it could be: the query's ID, opcode,
-// RD and CD bits, its question when it has exactly one, and an OPT record
-// when the query had one or the rcode needs it (BADVERS).
-func ErrorReply(q *dns.Msg, raw []byte, rcode int) *dns.Msg {
-	m := new(dns.Msg)
-	m.Id = uint16(raw[0])<<8 | uint16(raw[1])
-	m.Response = true
-	m.Opcode = int(raw[2]>>3) & 0xF
-	m.RecursionDesired = raw[2]&0x01 != 0
-	m.RecursionAvailable = true
-	m.CheckingDisabled = raw[3]&0x10 != 0
-	m.Rcode = rcode
-	if q != nil && len(q.Question) == 1 {
-		m.Question = q.Question
+// AppendErrorReply appends the DNS error answer to the wire query raw (at
+// least its 12-byte header) to dst: the query's ID, opcode, RD and CD
+// bits, RA, rcode; its question when it reads and has exactly one; an OPT
+// record (UDP size 4096) when it has one or the rcode needs it (BADVERS).
+// Without exactly one question, the reply has none; when its records do
+// not read, the reply has no OPT record but for an extended rcode.
+func AppendErrorReply(dst, raw []byte, rcode int) []byte {
+	flags := binary.BigEndian.Uint16(raw[dnswire.OffFlags:])
+	set := dnswire.FlagQR | dnswire.FlagRA | flags&(dnswire.FlagRD|dnswire.FlagCD)
+	b := dnswire.NewBuilder(dst, dnswire.Header{ID: binary.BigEndian.Uint16(raw),
+		Flags: dnswire.Flags(int(flags>>11)&0xF, rcode, set)})
+	var name [dnswire.MaxNameLen]byte
+	p, _ := dnswire.NewParser(raw)
+	q, ok := p.Question()
+	var qname []byte
+	if ok && p.Header().Counts[0] == 1 {
+		var err error
+		if qname, _, err = dnswire.AppendNameWire(name[:0], raw, q.NameOff); err != nil {
+			qname = nil
+		}
 	}
-	if q != nil && q.IsEdns0() != nil || rcode > 0xF {
-		m.SetEdns0(dns.DefaultMsgSize, false)
+	opt := false
+	for {
+		rr, more := p.Next()
+		if !more {
+			break
+		}
+		opt = opt || rr.Type == dnswire.TypeOPT
 	}
-	return m
+	if p.Err() != nil || qname == nil {
+		opt = false
+	}
+	if qname != nil {
+		b.Question(qname, q.Type, q.Class)
+	}
+	if opt || rcode > 0xF {
+		b.OPT(dnswire.DefaultMsgSize, uint32(rcode>>4)<<24, nil)
+	}
+	out, err := b.Finish()
+	if err != nil {
+		return dst
+	}
+	return out
 }

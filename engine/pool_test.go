@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
@@ -39,7 +40,7 @@ func nativeEngine(t *testing.T, timeout time.Duration, servers ...string) *engin
 func askN(t *testing.T, e *engine.Engine, prefix string, n int) {
 	t.Helper()
 	for i := range n {
-		if r := e.Resolve(context.Background(), newQuery(fmt.Sprintf("%s%d.example.test.", prefix, i), dns.TypeA)); r.Result != engine.ResultAnswer {
+		if r := enginetest.Resolve(e, context.Background(), newQuery(fmt.Sprintf("%s%d.example.test.", prefix, i), dns.TypeA)); r.Result != engine.ResultAnswer {
 			t.Fatalf("question %d: %v", i, r.Result)
 		}
 	}
@@ -124,7 +125,7 @@ func TestSocketPoolFailureClosesSocket(t *testing.T) {
 	failed := map[uint16]string{}
 	for _, kind := range []string{"servfail", "silent", "wrongid", "garbage"} {
 		before := len(up.Queries())
-		e.Resolve(context.Background(), newQuery(kind+".example.test.", dns.TypeA))
+		enginetest.Resolve(e, context.Background(), newQuery(kind+".example.test.", dns.TypeA))
 		for _, q := range up.Queries()[before:] {
 			failed[q.From.Port()] = kind
 		}
@@ -187,7 +188,9 @@ func TestSocketPoolReleasedOnReloadRemovalAndStop(t *testing.T) {
 	// Fill the pool: 300 questions at once, each holding its socket 200 ms.
 	var wg sync.WaitGroup
 	for i := range 300 {
-		wg.Go(func() { e.Resolve(context.Background(), newQuery(fmt.Sprintf("fill%d.example.test.", i), dns.TypeA)) })
+		wg.Go(func() {
+			enginetest.Resolve(e, context.Background(), newQuery(fmt.Sprintf("fill%d.example.test.", i), dns.TypeA))
+		})
 	}
 	wg.Wait()
 	if idle := e.IdleSockets(); idle < 256 {
@@ -197,7 +200,7 @@ func TestSocketPoolReleasedOnReloadRemovalAndStop(t *testing.T) {
 	results := make(chan engine.Result, 40)
 	for i := range 40 {
 		wg.Go(func() {
-			results <- e.Resolve(context.Background(), newQuery(fmt.Sprintf("busy%d.example.test.", i), dns.TypeA)).Result
+			results <- enginetest.Resolve(e, context.Background(), newQuery(fmt.Sprintf("busy%d.example.test.", i), dns.TypeA)).Result
 		})
 	}
 	for e.InFlight() < 40 {
@@ -279,7 +282,7 @@ func TestSocketPoolRefusalKnownAtOnce(t *testing.T) {
 		t.Fatalf("%d idle sockets after warming up", idle)
 	}
 	up.Close()
-	r := e.Resolve(context.Background(), newQuery("gone.example.test.", dns.TypeA))
+	r := enginetest.Resolve(e, context.Background(), newQuery("gone.example.test.", dns.TypeA))
 	if r.Result != engine.ResultUnavailable {
 		t.Errorf("result %v, want unavailable", r.Result)
 	}
@@ -319,12 +322,14 @@ func TestSocketPoolCeilingCountsTransactions(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for i := range 2 {
-		wg.Go(func() { e.Resolve(context.Background(), newQuery(fmt.Sprintf("slow%d.example.test.", i), dns.TypeA)) })
+		wg.Go(func() {
+			enginetest.Resolve(e, context.Background(), newQuery(fmt.Sprintf("slow%d.example.test.", i), dns.TypeA))
+		})
 	}
 	for e.InFlight() < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	r := e.Resolve(context.Background(), newQuery("third.example.test.", dns.TypeA))
+	r := enginetest.Resolve(e, context.Background(), newQuery("third.example.test.", dns.TypeA))
 	wg.Wait()
 	if r.Result != engine.ResultUnavailable || r.Reason != engine.ReasonInFlightCeiling {
 		t.Errorf("third question: %v (%v), want unavailable by the in-flight ceiling", r.Result, r.Reason)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -26,7 +27,7 @@ func prefetchRig(t *testing.T, ceiling int) *rig {
 
 // hitAt sleeps until at (since start), asks www.example. and checks that
 // the client was answered at once from the cache.
-func (r *rig) hitAt(start time.Time, at time.Duration) engine.Response {
+func (r *rig) hitAt(start time.Time, at time.Duration) enginetest.Response {
 	r.t.Helper()
 	time.Sleep(time.Until(start.Add(at)))
 	resp, took := r.timed(queryFor("www.example.", dns.TypeA))

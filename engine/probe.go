@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // Background probes (SPEC §4, `probe: true`). Under the time-based marks a
@@ -28,7 +28,7 @@ func probeDue(until, now, lead time.Duration) bool {
 
 // probeQuery is ". IN NS" with RD and EDNS0, as other forwarders probe.
 var probeQuery = func() []byte {
-	q := &clientQuery{rd: true, opt: true, name: ".", qtype: dns.TypeNS, qclass: dns.ClassINET}
+	q := &clientQuery{rd: true, opt: true, name: ".", qtype: dnswire.TypeNS, qclass: dnswire.ClassINET}
 	wire, err := appendQuery(nil, q, ".", false)
 	if err != nil {
 		panic(err)

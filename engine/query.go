@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // upstreamUDPSize is the EDNS0 UDP payload size of upstream queries
@@ -56,14 +56,10 @@ func appendQuery(dst []byte, client *clientQuery, name string, forwardECS bool) 
 		// name would write.
 		dst = append(dst, client.qname...)
 	} else {
-		start := len(dst)
-		dst = append(dst, make([]byte, 256)...)[:start] // room for any name
-		dst = dst[:start+256]
-		end, err := dns.PackDomainName(name, dst, start, nil, false)
-		if err != nil {
+		var err error
+		if dst, err = dnswire.PackName(dst, name); err != nil {
 			return nil, err
 		}
-		dst = dst[:end]
 	}
 	dst = binary.BigEndian.AppendUint16(dst, client.qtype)
 	dst = binary.BigEndian.AppendUint16(dst, client.qclass)
@@ -72,31 +68,35 @@ func appendQuery(dst []byte, client *clientQuery, name string, forwardECS bool) 
 	if client.do {
 		ttl |= 1 << 15
 	}
-	var ecs []dns.EDNS0
+	var ecs []byte
 	if forwardECS && client.ecs {
-		if co := client.message().IsEdns0(); co != nil {
-			for _, o := range co.Option {
-				if o.Option() == dns.EDNS0SUBNET {
-					ecs = append(ecs, o)
-				}
-			}
-		}
-	}
-	if len(ecs) > 0 {
-		// Rare: let miekg/dns pack the options.
-		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: upstreamUDPSize, Ttl: ttl}, Option: ecs}
-		off := len(dst)
-		dst = append(dst, make([]byte, dns.Len(opt)+64)...)
-		end, err := dns.PackRR(opt, dst, off, nil, false)
-		if err != nil {
-			return nil, err
-		}
-		return dst[:end], nil
+		ecs = ecsOptions(client.raw)
 	}
 	dst = append(dst, 0) // root name
-	dst = binary.BigEndian.AppendUint16(dst, dns.TypeOPT)
+	dst = binary.BigEndian.AppendUint16(dst, dnswire.TypeOPT)
 	dst = binary.BigEndian.AppendUint16(dst, upstreamUDPSize)
 	dst = binary.BigEndian.AppendUint32(dst, ttl)
-	dst = binary.BigEndian.AppendUint16(dst, 0) // RDLENGTH
-	return dst, nil
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(ecs))) // RDLENGTH
+	return append(dst, ecs...), nil
+}
+
+// ecsOptions are the Client Subnet options of the query's OPT record, as
+// the client wrote them.
+func ecsOptions(query []byte) []byte {
+	rr, ok := dnswire.FindOPT(query)
+	if !ok {
+		return nil
+	}
+	data := rr.Rdata(query)
+	var out []byte
+	for off := 0; ; {
+		code, value, next, ok := dnswire.NextOption(data, off)
+		if !ok {
+			return out
+		}
+		if code == dnswire.EDNS0SUBNET {
+			out = dnswire.AppendOption(out, code, value)
+		}
+		off = next
+	}
 }

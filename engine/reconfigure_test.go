@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
@@ -31,15 +32,15 @@ func TestReconfigureInFlightFinishesOnItsConfiguration(t *testing.T) {
 		nw.Handle(reloadA, memnet.Respond(memnet.After(time.Second, memnet.Answer("@ 60 IN A 192.0.2.1"))))
 		nw.Handle(reloadB, memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.2")))
 		e := startEngine(t, reloadConfig(reloadA.String()), nw)
-		old := make(chan engine.Response)
-		go func() { old <- e.Resolve(context.Background(), queryFor("same.example.", dns.TypeA)) }()
+		old := make(chan enginetest.Response)
+		go func() { old <- enginetest.Resolve(e, context.Background(), queryFor("same.example.", dns.TypeA)) }()
 		synctest.Wait()
 		if err := e.Reconfigure(reloadConfig(reloadB.String())); err != nil {
 			t.Fatal(err)
 		}
 		// The same question asked after the reload does not join the
 		// flight of the old configuration.
-		if r := e.Resolve(context.Background(), queryFor("same.example.", dns.TypeA)); r.Msg.Answer[0].(*dns.A).A.String() != "192.0.2.2" {
+		if r := enginetest.Resolve(e, context.Background(), queryFor("same.example.", dns.TypeA)); r.Msg.Answer[0].(*dns.A).A.String() != "192.0.2.2" {
 			t.Fatalf("a question after the reload got %v, want server B's answer", r.Msg.Answer)
 		}
 		r := <-old
@@ -60,7 +61,7 @@ func TestReconfigureKeepsMarksOfAddressesStillConfigured(t *testing.T) {
 		cfg := reloadConfig(reloadA.String())
 		cfg.Attempts = 1
 		e := startEngine(t, cfg, nw)
-		e.Resolve(context.Background(), queryFor("x.example.", dns.TypeA))
+		enginetest.Resolve(e, context.Background(), queryFor("x.example.", dns.TypeA))
 		demoted := func() map[string]bool {
 			m := map[string]bool{}
 			for _, sc := range e.Status().Scopes {
@@ -101,7 +102,9 @@ func TestReconfigureCache(t *testing.T) {
 		nw.Handle(reloadB, memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.2")))
 		cfg := reloadConfig(reloadA.String())
 		e := startEngine(t, cfg, nw)
-		ask := func() engine.Response { return e.Resolve(context.Background(), queryFor("c.example.", dns.TypeA)) }
+		ask := func() enginetest.Response {
+			return enginetest.Resolve(e, context.Background(), queryFor("c.example.", dns.TypeA))
+		}
 		ask()
 		// Only hosts change: the cache stays.
 		cfg.Hosts = map[string][]string{"router.lan": {"192.168.1.1"}}
@@ -140,7 +143,7 @@ func TestReconfigureErrorChangesNothing(t *testing.T) {
 		if err := e.Reconfigure(bad); err == nil {
 			t.Fatal("a bad hosts entry was accepted")
 		}
-		e.Resolve(context.Background(), queryFor("still.example.", dns.TypeA))
+		enginetest.Resolve(e, context.Background(), queryFor("still.example.", dns.TypeA))
 		if txs := nw.Transactions(); len(txs) != 1 || txs[0].Server != reloadA {
 			t.Fatalf("after a failed reload asked %v, want the old server A", txs)
 		}
@@ -191,7 +194,7 @@ func TestReconfigureUnderLoadLosesNothing(t *testing.T) {
 				// Some names repeat, so cache hits and shared flights
 				// happen across reloads too.
 				name := fmt.Sprintf("n%d.load.example.", (w*each+i)%700)
-				r := e.Resolve(context.Background(), queryFor(name, dns.TypeA))
+				r := enginetest.Resolve(e, context.Background(), queryFor(name, dns.TypeA))
 				if (r.Result != engine.ResultAnswer && r.Result != engine.ResultLocal) || len(r.Msg.Answer) != 1 {
 					lost.Add(1)
 					failures.Store(fmt.Sprintf("%v/%v", r.Result, r.Reason), true)

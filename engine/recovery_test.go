@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -49,7 +50,7 @@ func TestRecoveryWhileAllFail(t *testing.T) {
 							asked := time.Now()
 							q := newQuery(fmt.Sprintf("q%d.example.", k), dns.TypeA)
 							r.bg.Go(func() {
-								res := r.e.Resolve(t.Context(), q)
+								res := enginetest.Resolve(r.e, t.Context(), q)
 								mu.Lock()
 								defer mu.Unlock()
 								ok := res.Result == engine.ResultAnswer

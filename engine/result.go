@@ -1,6 +1,8 @@
 package engine
 
-import "github.com/miekg/dns"
+import (
+	"github.com/dohfwd/dohfwd/dnswire"
+)
 
 // Result is how a question ended.
 type Result uint8
@@ -52,15 +54,15 @@ func (r Reason) String() string {
 func (r Reason) ede() (code uint16, text string) {
 	switch r {
 	case ReasonInFlightCeiling:
-		return dns.ExtendedErrorCodeOther, "in-flight ceiling"
+		return dnswire.ExtendedErrorCodeOther, "in-flight ceiling"
 	case ReasonNoServers:
-		return dns.ExtendedErrorCodeNoReachableAuthority, "no servers"
+		return dnswire.ExtendedErrorCodeNoReachableAuthority, "no servers"
 	case ReasonQuestionTimeout:
-		return dns.ExtendedErrorCodeNoReachableAuthority, "question timeout"
+		return dnswire.ExtendedErrorCodeNoReachableAuthority, "question timeout"
 	case ReasonClientInFlight:
-		return dns.ExtendedErrorCodeProhibited, "client in-flight limit"
+		return dnswire.ExtendedErrorCodeProhibited, "client in-flight limit"
 	}
-	return dns.ExtendedErrorCodeNoReachableAuthority, ""
+	return dnswire.ExtendedErrorCodeNoReachableAuthority, ""
 }
 
 // unavailableReply is the SERVFAIL a client gets for an unavailable
@@ -68,34 +70,41 @@ func (r Reason) ede() (code uint16, text string) {
 // Its EXTRA-TEXT names each attempt in order (server, transport, outcome)
 // unless hideServers, within the size the client can take.
 // A client over its own limit is REFUSED (EDE 18, Prohibited): nothing is
-// wrong with the servers.
-func unavailableReply(q *dns.Msg, r Reason, t *tried, hideServers bool) *dns.Msg {
-	m := new(dns.Msg)
-	rcode := dns.RcodeServerFailure
+// wrong with the servers. The reply has ID 0: appendMade writes the
+// client's.
+func unavailableReply(cq *clientQuery, r Reason, t *tried, hideServers bool) []byte {
+	rcode := dnswire.RcodeServerFailure
 	if r == ReasonClientInFlight {
-		rcode = dns.RcodeRefused
+		rcode = dnswire.RcodeRefused
 	}
-	m.SetRcode(q, rcode)
-	m.RecursionAvailable = true
 	code, text := r.ede()
-	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-	opt.SetUDPSize(dns.DefaultMsgSize)
-	qo := q.IsEdns0()
-	if qo != nil && qo.Do() {
-		opt.SetDo()
+	var ttl uint32
+	if cq.opt && cq.do {
+		ttl = dnswire.EDNSFlagDO
 	}
-	ede := &dns.EDNS0_EDE{InfoCode: code, ExtraText: text}
-	opt.Option = append(opt.Option, ede)
-	m.Extra = append(m.Extra, opt)
+	// Without the list: header, question, OPT and the EDE's fixed text.
+	base := dnswire.HeaderLen + len(cq.qname) + 4 + dnswire.OPTFixedLen + 6 + len(text)
 	if t != nil && t.n > 0 && !hideServers {
 		sep := ""
 		if text != "" {
 			sep = ": "
 		}
-		if list := t.text(clientSize(qo) - m.Len() - len(sep)); list != "" {
-			ede.ExtraText = text + sep + list
+		if list := t.text(clientSize(cq) - base - len(sep)); list != "" {
+			text = text + sep + list
 		}
 	}
+	set := dnswire.FlagQR | dnswire.FlagRA
+	if cq.rd {
+		set |= dnswire.FlagRD
+	}
+	if cq.cd {
+		set |= dnswire.FlagCD
+	}
+	b := dnswire.NewBuilder(make([]byte, 0, dnswire.HeaderLen+len(cq.qname)+4+dnswire.OPTFixedLen+6+len(text)),
+		dnswire.Header{Flags: dnswire.Flags(dnswire.OpcodeQuery, rcode, set)})
+	b.Question(cq.qname, cq.qtype, cq.qclass)
+	b.OPT(dnswire.DefaultMsgSize, ttl, dnswire.AppendEDE(nil, code, text))
+	m, _ := b.Finish()
 	return m
 }
 
@@ -104,15 +113,13 @@ func unavailableReply(q *dns.Msg, r Reason, t *tried, hideServers bool) *dns.Msg
 // believed. A padded query's reply is padded to a multiple of
 // PaddingBlock (its Padding option adds 4 bytes), so that is the size
 // before padding that still fits once padded.
-func clientSize(o *dns.OPT) int {
-	if o == nil {
-		return dns.MinMsgSize
+func clientSize(cq *clientQuery) int {
+	if !cq.opt {
+		return dnswire.MinMsgSize
 	}
-	size := max(int(o.UDPSize()), dns.MinMsgSize)
-	for _, op := range o.Option {
-		if op.Option() == dns.EDNS0PADDING {
-			return size/PaddingBlock*PaddingBlock - 4
-		}
+	size := max(int(cq.udp), dnswire.MinMsgSize)
+	if cq.padded {
+		return size/PaddingBlock*PaddingBlock - 4
 	}
 	return size
 }

@@ -106,15 +106,23 @@ func TestRoutingNoServersUnavailableBeforeCeiling(t *testing.T) {
 	defer e.inFlight.n.Store(0)
 	q := new(dns.Msg)
 	q.SetQuestion("host.dark.example.", dns.TypeA)
-	r := e.Resolve(context.Background(), q)
+	raw, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.ResolveWire(context.Background(), raw, nil)
+	reply := new(dns.Msg)
+	if err := reply.Unpack(r.Wire); err != nil {
+		t.Fatal(err)
+	}
 	if r.Result != ResultUnavailable || r.Reason != ReasonNoServers || r.Scope != "dark" || r.Attempts != 0 {
 		t.Fatalf("%v (%v) in scope %q after %d attempts, want unavailable for no servers in dark, 0 attempts", r.Result, r.Reason, r.Scope, r.Attempts)
 	}
-	if r.Msg.Rcode != dns.RcodeServerFailure {
-		t.Fatalf("rcode %d, want SERVFAIL", r.Msg.Rcode)
+	if reply.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("rcode %d, want SERVFAIL", reply.Rcode)
 	}
 	var ede *dns.EDNS0_EDE
-	if opt := r.Msg.IsEdns0(); opt != nil {
+	if opt := reply.IsEdns0(); opt != nil {
 		for _, o := range opt.Option {
 			if x, ok := o.(*dns.EDNS0_EDE); ok {
 				ede = x

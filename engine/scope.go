@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // FallbackScope is the scope name reported for questions that no
@@ -87,8 +87,8 @@ func (b RouteBy) String() string {
 // domain that matched (RouteByDomain only). Questions and Explain both
 // use it, so an explanation cannot disagree with what a question does.
 func (r *routes) routeFor(name string) (*scope, RouteBy, string) {
-	if !dns.IsFqdn(name) {
-		name = dns.Fqdn(name)
+	if !dnswire.IsFqdn(name) {
+		name = dnswire.Fqdn(name)
 	}
 	var best *scope
 	bestLen, bestDomain := -1, ""
@@ -140,8 +140,8 @@ func domainASCII(d string) (string, error) {
 		}
 		d = a
 	}
-	d = strings.ToLower(dns.Fqdn(d))
-	if _, ok := dns.IsDomainName(d); !ok {
+	d = strings.ToLower(dnswire.Fqdn(d))
+	if _, ok := dnswire.IsDomainName(d); !ok {
 		return "", fmt.Errorf("%q is not a domain name", d)
 	}
 	return d, nil

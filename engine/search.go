@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // candidates appends to dst the names a question is asked as (SPEC §1.4):
@@ -13,10 +13,10 @@ import (
 // only as given. A candidate too long to be a name (over 255 octets) is
 // skipped.
 func candidates(dst []string, name string, search []string) []string {
-	if len(search) > 0 && dns.CountLabel(name) == 1 {
+	if len(search) > 0 && dnswire.CountLabel(name) == 1 {
 		for _, d := range search {
 			c := name + d
-			if _, ok := dns.IsDomainName(c); ok {
+			if _, ok := dnswire.IsDomainName(c); ok {
 				dst = append(dst, c)
 			}
 		}
@@ -27,8 +27,8 @@ func candidates(dst []string, name string, search []string) []string {
 // found is how a candidate, or the whole question, was answered inside
 // the engine, before the client's reply is written: from an entry (an
 // upstream answer, fresh or cached, read at the time at), or a message
-// made here (local names, a search candidate's CNAME), or neither
-// (unavailable, cancelled: see reason).
+// made here (local names, a search candidate's CNAME: reply, ID 0), or
+// neither (unavailable, cancelled: see reason).
 type found struct {
 	result   Result
 	reason   Reason
@@ -36,7 +36,7 @@ type found struct {
 	shared   bool // from an identical question's flight: no attempt of its own
 	en       *entry
 	at       time.Time
-	msg      *dns.Msg
+	reply    []byte
 }
 
 // rcode is the found answer's rcode, or -1 without one.
@@ -44,8 +44,8 @@ func (f found) rcode() int {
 	switch {
 	case f.en != nil:
 		return int(f.en.msg[3] & 0x0F)
-	case f.msg != nil:
-		return f.msg.Rcode
+	case f.reply != nil:
+		return int(f.reply[3] & 0x0F)
 	}
 	return -1
 }
@@ -53,36 +53,68 @@ func (f found) rcode() int {
 // isNXDomain reports whether f says the name does not exist, from upstream
 // or from the cache.
 func isNXDomain(f found) bool {
-	return (f.result == ResultNXDomain || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeNameError
+	return (f.result == ResultNXDomain || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dnswire.RcodeNameError
 }
 
 // isAnswer reports whether f carries a NOERROR reply (NODATA included).
 func isAnswer(f found) bool {
-	return (f.result == ResultAnswer || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dns.RcodeSuccess
+	return (f.result == ResultAnswer || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dnswire.RcodeSuccess
 }
 
 // viaCandidate is f, the answer for a search candidate, as the reply for
 // the name the client asked: a CNAME from asked to candidate first, then
 // the candidate's records. The CNAME lives no longer than the answer it
-// leads to. This path unpacks: it is rare, and miekg/dns earns its place.
+// leads to. This path copies the records into a new message: it is rare.
 func (qn *question) viaCandidate(f found, asked, candidate string) found {
-	m := f.msg
-	if m == nil {
-		buf := qn.appendEntry(nil, f, nil)
-		m = new(dns.Msg)
-		if err := m.Unpack(buf); err != nil {
-			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
+	src := f.reply
+	if src == nil {
+		padded := qn.client.padded
+		qn.client.padded = false // padded once, when the client's reply is written
+		src = qn.appendEntry(nil, f, nil)
+		qn.client.padded = padded
+	}
+	if m, ok := candidateReply(src, &qn.client, asked, candidate); ok {
+		f.reply, f.en = m, nil
+		return f
+	}
+	return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
+}
+
+// candidateReply is src, a reply for candidate, made the reply for the
+// client's question (asked): the header of src, the client's question,
+// a CNAME from asked to candidate with the answer's TTL, then every
+// record of src.
+func candidateReply(src []byte, cq *clientQuery, asked, candidate string) ([]byte, bool) {
+	w, ok := walkReply(src, nil)
+	if !ok {
+		return nil, false
+	}
+	ttl, _ := answerTTL(w.facts)
+	target, err := dnswire.PackName(nil, candidate)
+	if err != nil {
+		return nil, false
+	}
+	p, _ := dnswire.NewParser(src)
+	qname := cq.qname
+	if asked != cq.name {
+		if qname, err = dnswire.PackName(nil, asked); err != nil {
+			return nil, false
 		}
 	}
-	ttl, _ := MsgTTL(m)
-	cname := &dns.CNAME{
-		Hdr:    dns.RR_Header{Name: asked, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: ttl},
-		Target: candidate,
+	b := dnswire.NewBuilder(make([]byte, 0, len(src)+len(qname)+len(target)+dnswire.RRFixedLen+2), p.Header())
+	b.Question(qname, cq.qtype, cq.qclass)
+	b.NameRR(dnswire.SectionAnswer, qname, dnswire.TypeCNAME, dnswire.ClassINET, ttl, target)
+	for {
+		rr, more := p.Next()
+		if !more {
+			break
+		}
+		if err := b.CopyRR(rr.Section, src, rr); err != nil {
+			return nil, false
+		}
 	}
-	m.Question = []dns.Question{{Name: asked, Qtype: qn.client.qtype, Qclass: qn.client.qclass}}
-	m.Answer = append([]dns.RR{cname}, m.Answer...)
-	f.msg, f.en = m, nil
-	return f
+	m, err := b.Finish()
+	return m, err == nil && p.Err() == nil
 }
 
 // resolve runs the question (SPEC §1.4, §1.5): a local answer if the name
@@ -92,7 +124,7 @@ func (qn *question) viaCandidate(f found, asked, candidate string) found {
 func (qn *question) resolve() found {
 	rt, asked := qn.routes, qn.client.name
 	if m := rt.local.answer(&qn.client, asked); m != nil {
-		return found{msg: m, result: ResultLocal}
+		return found{reply: m, result: ResultLocal}
 	}
 	// Before the ceiling is looked at, and not a refusal.
 	if len(qn.scope.servers) == 0 {
@@ -124,7 +156,7 @@ func (qn *question) lookup(name string, searched bool) found {
 	rt := qn.routes
 	if searched {
 		if m := rt.local.answer(&qn.client, name); m != nil {
-			return found{msg: m, result: ResultLocal}
+			return found{reply: m, result: ResultLocal}
 		}
 	}
 	if rt.cfg.ForwardECS && qn.client.ecs {

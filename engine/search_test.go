@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -88,7 +89,7 @@ func TestSearchEveryCandidateAskedWhenAllNXDOMAIN(t *testing.T) {
 		nw.Handle(searchServer, zoneHandler(60))
 		search := []string{"a.example", "b.example", "c.example", "d.example", "e.example", "f.example", "g.example"}
 		e := startEngine(t, searchConfig(search...), nw)
-		r := e.Resolve(context.Background(), queryFor("printer.", dns.TypeA))
+		r := enginetest.Resolve(e, context.Background(), queryFor("printer.", dns.TypeA))
 		want := []string{"printer.a.example.", "printer.b.example.", "printer.c.example.", "printer.d.example.",
 			"printer.e.example.", "printer.f.example.", "printer.g.example.", "printer."}
 		if got := askedNames(nw); strings.Join(got, " ") != strings.Join(want, " ") {
@@ -128,7 +129,7 @@ func TestSearchFailuresShareThreeAttempts(t *testing.T) {
 			}}}}
 		})
 		e := startEngine(t, searchConfig("a.example", "b.example", "c.example", "d.example"), nw)
-		r := e.Resolve(context.Background(), queryFor("printer.", dns.TypeA))
+		r := enginetest.Resolve(e, context.Background(), queryFor("printer.", dns.TypeA))
 		want := []string{"printer.a.example.", "printer.a.example.", "printer.b.example.", "printer.b.example.", "printer.c.example."}
 		if got := askedNames(nw); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("asked %v\nwant %v (three failures in all, NXDOMAINs free)", got, want)
@@ -147,7 +148,7 @@ func TestSearchAnswerIsCNAMEToCandidate(t *testing.T) {
 		nw := memnet.New()
 		nw.Handle(searchServer, zoneHandler(120, "printer.b.example."))
 		e := startEngine(t, searchConfig("a.example", "b.example"), nw)
-		r := e.Resolve(context.Background(), queryFor("Printer.", dns.TypeA))
+		r := enginetest.Resolve(e, context.Background(), queryFor("Printer.", dns.TypeA))
 		if r.Result != engine.ResultAnswer {
 			t.Fatalf("result %v, want answer", r.Result)
 		}
@@ -178,7 +179,7 @@ func TestSearchSkipsOverlongCandidates(t *testing.T) {
 		long := strings.Repeat(strings.Repeat("x", 60)+".", 4) // 244 octets
 		e := startEngine(t, searchConfig(long, "ok.example"), nw)
 		label := strings.Repeat("p", 20) + "."
-		e.Resolve(context.Background(), queryFor(label, dns.TypeA))
+		enginetest.Resolve(e, context.Background(), queryFor(label, dns.TypeA))
 		want := []string{label + "ok.example.", label}
 		if got := askedNames(nw); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("asked %v, want %v (the candidate over 255 octets skipped)", got, want)
@@ -191,7 +192,7 @@ func TestSearchOnlyForSingleLabelNames(t *testing.T) {
 		nw := memnet.New()
 		nw.Handle(searchServer, zoneHandler(60))
 		e := startEngine(t, searchConfig("a.example"), nw)
-		e.Resolve(context.Background(), queryFor("printer.office.", dns.TypeA))
+		enginetest.Resolve(e, context.Background(), queryFor("printer.office.", dns.TypeA))
 		if got := askedNames(nw); len(got) != 1 || got[0] != "printer.office." {
 			t.Fatalf("asked %v, want the multi-label name as given only", got)
 		}
@@ -205,12 +206,12 @@ func TestSearchCachedCandidatesSpendNothing(t *testing.T) {
 		cfg := searchConfig("a.example", "b.example")
 		cfg.Cache.MaxEntries = 100
 		e := startEngine(t, cfg, nw)
-		first := e.Resolve(context.Background(), queryFor("printer.", dns.TypeA))
+		first := enginetest.Resolve(e, context.Background(), queryFor("printer.", dns.TypeA))
 		if n := len(nw.Transactions()); n != 2 || first.CacheHit {
 			t.Fatalf("first question: %d transactions (cache hit %v), want 2 upstream", n, first.CacheHit)
 		}
 		time.Sleep(10 * time.Second)
-		r := e.Resolve(context.Background(), queryFor("printer.", dns.TypeA))
+		r := enginetest.Resolve(e, context.Background(), queryFor("printer.", dns.TypeA))
 		if n := len(nw.Transactions()); n != 2 {
 			t.Fatalf("second question sent %d more transactions, want none: both candidates are cached", n-2)
 		}

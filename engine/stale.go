@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // Serve-stale (RFC 8767). An expired entry stays in the cache for
@@ -22,9 +22,9 @@ import (
 // staleEDE is the EDNS option of a stale answer: EDE (RFC 8914) info-code
 // 3, Stale Answer, without extra text.
 var staleEDE = []byte{
-	byte(dns.EDNS0EDE >> 8), byte(dns.EDNS0EDE & 0xFF), // option code
+	byte(dnswire.EDNS0EDE >> 8), byte(dnswire.EDNS0EDE & 0xFF), // option code
 	0, 2, // length
-	0, byte(dns.ExtendedErrorCodeStaleAnswer),
+	0, byte(dnswire.ExtendedErrorCodeStaleAnswer),
 }
 
 // appendStale appends cq's stale reply from en: as appendReply, but every

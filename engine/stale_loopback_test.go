@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/miekg/dns"
 )
@@ -47,9 +48,9 @@ func TestStaleOverLoopback(t *testing.T) {
 			cfg := engine.Config{FallbackServers: []string{srv.String()}, TransactionTimeout: 300 * time.Millisecond,
 				Cache: engine.CacheConfig{MaxEntries: 100, StaleMax: time.Hour, StaleAnswerAfter: c.after}}
 			e := startEngine(t, cfg, engine.NativeNetwork{})
-			ask := func() (engine.Response, time.Duration) {
+			ask := func() (enginetest.Response, time.Duration) {
 				start := time.Now()
-				r := e.Resolve(context.Background(), queryFor("stale.example.", dns.TypeA))
+				r := enginetest.Resolve(e, context.Background(), queryFor("stale.example.", dns.TypeA))
 				return r, time.Since(start)
 			}
 			if r, _ := ask(); r.Result != engine.ResultAnswer {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -33,9 +34,9 @@ func (r *rig) serve(h memnet.Handler) {
 
 // timed asks q (an EDNS query) and returns the response and how long it
 // took.
-func (r *rig) timed(q *dns.Msg) (engine.Response, time.Duration) {
+func (r *rig) timed(q *dns.Msg) (enginetest.Response, time.Duration) {
 	start := time.Now()
-	resp := r.e.Resolve(context.Background(), q)
+	resp := enginetest.Resolve(r.e, context.Background(), q)
 	return resp, time.Since(start)
 }
 
@@ -55,7 +56,7 @@ func edeCodes(m *dns.Msg) []uint16 {
 // checkStale fails unless resp is a stale answer for reason carrying
 // rcode, every record at TTL 30 and EDE 3, with a Cache-Control TTL of
 // ttl.
-func checkStale(t *testing.T, resp engine.Response, reason engine.Reason, rcode int, ttl uint32) {
+func checkStale(t *testing.T, resp enginetest.Response, reason engine.Reason, rcode int, ttl uint32) {
 	t.Helper()
 	if resp.Result != engine.ResultStale || resp.Reason != reason {
 		t.Fatalf("result %v (%v), want stale (%v)", resp.Result, resp.Reason, reason)
@@ -223,7 +224,7 @@ func TestStaleClientCancelChargesNoServer(t *testing.T) {
 		r.serve(memnet.Respond(memnet.After(1500*time.Millisecond, memnet.Answer("@ 60 IN A 192.0.2.2"))))
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		if resp := r.e.Resolve(ctx, queryFor("www.example.", dns.TypeA)); resp.Result != engine.ResultCancelled {
+		if resp := enginetest.Resolve(r.e, ctx, queryFor("www.example.", dns.TypeA)); resp.Result != engine.ResultCancelled {
 			t.Fatalf("client gone: %v, want cancelled", resp.Result)
 		}
 		time.Sleep(2 * time.Second)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -23,7 +24,7 @@ func TestTraceOnQuestionAndAttemptEvents(t *testing.T) {
 		r := newRig(t, rigScope(2))
 		r.net.Handle(rigServer(1), memnet.Respond(memnet.Rcode(dns.RcodeServerFailure)))
 		r.net.Handle(rigServer(2), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.2")))
-		r.e.Resolve(engine.WithTrace(context.Background(), traceN(7)), newQuery("x.example.", dns.TypeA))
+		enginetest.Resolve(r.e, engine.WithTrace(context.Background(), traceN(7)), newQuery("x.example.", dns.TypeA))
 		atts := r.log.attemptList()
 		if len(atts) != 2 {
 			t.Fatalf("%d attempts", len(atts))
@@ -55,7 +56,7 @@ func TestCoalescedQuestionListsEveryTraceItServed(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := byte(1); i <= 3; i++ {
 			wg.Go(func() {
-				r.e.Resolve(engine.WithTrace(context.Background(), traceN(i)), newQuery("same.example.", dns.TypeA))
+				enginetest.Resolve(r.e, engine.WithTrace(context.Background(), traceN(i)), newQuery("same.example.", dns.TypeA))
 			})
 			synctest.Wait() // in order: 1 leads, 2 and 3 join
 		}

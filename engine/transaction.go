@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // udpReceiveSize is the receive buffer of a UDP transaction. Queries
@@ -290,7 +290,7 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 	}
 	w, ok := walkReply(m, nil)
 	if !ok {
-		if t == UDP && m[offFlags]&0x02 != 0 {
+		if t == UDP && m[dnswire.OffFlags]&0x02 != 0 {
 			// Truncated, its last record cut: the TCP retry gets it
 			// whole, and nothing in it is used.
 			return exchangeResult{outcome: OutcomeTruncated, rcode: int(m[3] & 0x0F)}, true
@@ -304,9 +304,9 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 		// Over TCP there is nothing bigger to retry with: the reply
 		// is used as it is.
 		r.outcome = OutcomeTruncated
-	case w.rcode == dns.RcodeSuccess:
+	case w.rcode == dnswire.RcodeSuccess:
 		r.outcome = OutcomeAnswer
-	case w.rcode == dns.RcodeNameError:
+	case w.rcode == dnswire.RcodeNameError:
 		r.outcome = OutcomeNXDomain
 	default:
 		r.outcome = OutcomeRcode
@@ -316,7 +316,7 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 		// between the records and the OPT written for the client, and
 		// the client could not read its answer (found by FuzzUpstreamReply).
 		m = m[:w.end]
-		r.en = entryFor(len(m) + optRRLen)
+		r.en = entryFor(len(m) + dnswire.OPTFixedLen)
 		r.en.msg = append(r.en.msg, m...)
 	}
 	return r, true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/memnet"
 	"github.com/miekg/dns"
 )
@@ -24,7 +25,7 @@ func TestTransactionFreshSocketAndRandomID(t *testing.T) {
 		for i := range questions {
 			q := newQuery("x.example.", dns.TypeA)
 			q.Id = uint16(i) // the client's ID never reaches upstream
-			r.e.Resolve(t.Context(), q)
+			enginetest.Resolve(r.e, t.Context(), q)
 		}
 		txs := r.net.Transactions()
 		if len(txs) != 3*questions {
@@ -163,7 +164,7 @@ func TestUpstreamQueryEDNS(t *testing.T) {
 						o.Option = append(o.Option, ecs())
 					}
 				}
-				res := r.e.Resolve(t.Context(), q)
+				res := enginetest.Resolve(r.e, t.Context(), q)
 				up := r.net.Transactions()[0].Query
 				opt := up.IsEdns0()
 				if opt == nil || opt.UDPSize() != 1232 {

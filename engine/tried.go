@@ -3,7 +3,7 @@ package engine
 import (
 	"strconv"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // maxTried is how many attempts a question records for its Extended DNS
@@ -45,7 +45,7 @@ func (t *tried) add(sc *scope, server int, tr Transport, o Outcome, rcode int, c
 func (a *triedAttempt) what() string {
 	switch a.outcome {
 	case OutcomeRcode:
-		if s, ok := dns.RcodeToString[int(a.rcode)]; ok {
+		if s, ok := dnswire.RcodeName(int(a.rcode)); ok {
 			return s
 		}
 		return "rcode " + strconv.Itoa(int(a.rcode))

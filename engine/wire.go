@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/miekg/dns"
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // Replies travel as bytes (SPEC §1.3; issue 12): the engine matches an
@@ -14,17 +14,6 @@ import (
 // unpacking them, stores it packed, and writes each client's reply by
 // copying it with the client's ID, the client's question case, aged TTLs
 // and an OPT record shaped for the client.
-
-// Wire offsets and record fields.
-const (
-	offFlags   = 2
-	offQDCount = 4
-	offANCount = 6
-	offNSCount = 8
-	offARCount = 10
-	rrFixedLen = 10 // type, class, TTL, RDLENGTH
-	optRRLen   = 11 // root name and the fixed part of an OPT record
-)
 
 // walkedReply is what one walk of a message found.
 type walkedReply struct {
@@ -41,33 +30,6 @@ type walkedReply struct {
 	end      int // where the last record ends: bytes past it are not the message's
 }
 
-// skipName returns the offset just past the name at off, or -1 when it
-// runs past the message or uses a reserved label type. A compression
-// pointer ends a name; its target is only bounds-checked, since nothing
-// here follows it.
-func skipName(m []byte, off int) int {
-	for {
-		if off >= len(m) {
-			return -1
-		}
-		l := int(m[off])
-		switch l & 0xC0 {
-		case 0x00:
-			if l == 0 {
-				return off + 1
-			}
-			off += 1 + l
-		case 0xC0:
-			if off+2 > len(m) || int(binary.BigEndian.Uint16(m[off:])&0x3FFF) >= off {
-				return -1 // pointers point back, or the name is garbage
-			}
-			return off + 2
-		default:
-			return -1
-		}
-	}
-}
-
 // walkReply reads m's records without unpacking them. ttlAt, when not nil,
 // receives the section (0 answer, 1 authority, 2 additional), the offset of
 // the TTL field and the type of every record (OPT excluded). It
@@ -75,37 +37,37 @@ func skipName(m []byte, off int) int {
 // lengths run past its end (a truncated final record included).
 func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply, bool) {
 	w := walkedReply{optStart: -1}
-	if len(m) < headerLen {
+	if len(m) < dnswire.HeaderLen {
 		return w, false
 	}
 	w.rcode = int(m[3] & 0x0F)
-	w.tc = m[offFlags]&0x02 != 0
-	off := headerLen
-	for range binary.BigEndian.Uint16(m[offQDCount:]) {
-		if off = skipName(m, off); off < 0 || off+4 > len(m) {
+	w.tc = m[dnswire.OffFlags]&0x02 != 0
+	off := dnswire.HeaderLen
+	for range binary.BigEndian.Uint16(m[dnswire.OffQDCount:]) {
+		if off = dnswire.SkipName(m, off); off < 0 || off+4 > len(m) {
 			return w, false
 		}
 		off += 4
 	}
-	w.ancount = int(binary.BigEndian.Uint16(m[offANCount:]))
-	counts := [3]int{w.ancount, int(binary.BigEndian.Uint16(m[offNSCount:])), int(binary.BigEndian.Uint16(m[offARCount:]))}
+	w.ancount = int(binary.BigEndian.Uint16(m[dnswire.OffANCount:]))
+	counts := [3]int{w.ancount, int(binary.BigEndian.Uint16(m[dnswire.OffNSCount:])), int(binary.BigEndian.Uint16(m[dnswire.OffARCount:]))}
 	w.facts.answers = w.ancount
 	w.facts.minPositive = ^uint32(0)
 	for section, n := range counts {
 		for range n {
 			start := off
-			if off = skipName(m, off); off < 0 || off+rrFixedLen > len(m) {
+			if off = dnswire.SkipName(m, off); off < 0 || off+dnswire.RRFixedLen > len(m) {
 				return w, false
 			}
 			typ := binary.BigEndian.Uint16(m[off:])
 			ttl := binary.BigEndian.Uint32(m[off+4:])
 			rdlen := int(binary.BigEndian.Uint16(m[off+8:]))
-			rdata := off + rrFixedLen
+			rdata := off + dnswire.RRFixedLen
 			end := rdata + rdlen
 			if end > len(m) {
 				return w, false
 			}
-			if typ == dns.TypeOPT {
+			if typ == dnswire.TypeOPT {
 				if section != 2 || w.optStart >= 0 || m[start] != 0 {
 					return w, false // RFC 6891: one OPT, in additional, owner root
 				}
@@ -123,7 +85,7 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 			if section < 2 {
 				w.facts.minPositive = min(w.facts.minPositive, ttl)
 			}
-			if section == 1 && typ == dns.TypeSOA && !w.facts.hasSOA && rdlen >= 20 {
+			if section == 1 && typ == dnswire.TypeSOA && !w.facts.hasSOA && rdlen >= 20 {
 				w.facts.hasSOA = true
 				w.facts.soaTTL = ttl
 				w.facts.soaMinimum = binary.BigEndian.Uint32(m[end-4:])
@@ -162,9 +124,9 @@ type ttlFacts struct {
 //   - any other rcode is about this moment, not the name: not cached.
 func answerTTL(f ttlFacts) (seconds uint32, cacheable bool) {
 	switch {
-	case f.rcode == dns.RcodeSuccess && f.answers > 0:
+	case f.rcode == dnswire.RcodeSuccess && f.answers > 0:
 		return f.minPositive, true
-	case f.rcode == dns.RcodeSuccess || f.rcode == dns.RcodeNameError:
+	case f.rcode == dnswire.RcodeSuccess || f.rcode == dnswire.RcodeNameError:
 		if f.hasSOA {
 			return min(f.soaTTL, f.soaMinimum), true
 		}
@@ -183,28 +145,8 @@ func WireTTL(m []byte) (seconds uint32, cacheable bool) {
 	return answerTTL(w.facts)
 }
 
-// MsgTTL is WireTTL for an unpacked message: the same rule.
-func MsgTTL(m *dns.Msg) (seconds uint32, cacheable bool) {
-	f := ttlFacts{rcode: m.Rcode, answers: len(m.Answer), minPositive: ^uint32(0)}
-	for _, section := range [2][]dns.RR{m.Answer, m.Ns} {
-		for _, rr := range section {
-			if h := rr.Header(); h.Rrtype != dns.TypeOPT {
-				f.minPositive = min(f.minPositive, h.Ttl)
-			}
-		}
-	}
-	for _, rr := range m.Ns {
-		if soa, ok := rr.(*dns.SOA); ok {
-			f.hasSOA, f.soaTTL, f.soaMinimum = true, soa.Hdr.Ttl, soa.Minttl
-			break
-		}
-	}
-	return answerTTL(f)
-}
-
 // clientQuery is a client's query as the engine reads it: header,
-// question and OPT, without unpacking. msg is the unpacked query, made
-// only on the rare paths that want it (local answers, forwarded ECS).
+// question and OPT, without unpacking.
 type clientQuery struct {
 	raw    []byte
 	id     uint16
@@ -213,11 +155,11 @@ type clientQuery struct {
 	qname  []byte // the question name in wire form (raw's bytes)
 	qtype  uint16
 	qclass uint16
-	opt    bool // the query carries an OPT record
+	udp    uint16 // the OPT record's UDP payload size
+	opt    bool   // the query carries an OPT record
 	do     bool
 	padded bool // an EDNS Padding option (RFC 7830)
 	ecs    bool // an EDNS Client Subnet option
-	msg    *dns.Msg
 	// borrowed says name lies in a pooled buffer that goes back when the
 	// call that parsed it returns (ResolveWireImmediate): whatever keeps
 	// the name calls own first.
@@ -248,7 +190,7 @@ func (cq *clientQuery) parse(raw []byte) bool { return cq.parseInto(raw, nil) }
 // parseInto is parse that writes a name without escapes into buf, when
 // buf is not nil, and borrows it from there instead of allocating.
 func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
-	if len(raw) < headerLen || binary.BigEndian.Uint16(raw[offQDCount:]) != 1 {
+	if len(raw) < dnswire.HeaderLen || binary.BigEndian.Uint16(raw[dnswire.OffQDCount:]) != 1 {
 		return false
 	}
 	qe := questionEnd(raw)
@@ -258,9 +200,9 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 	*cq = clientQuery{
 		raw:    raw,
 		id:     binary.BigEndian.Uint16(raw),
-		rd:     raw[offFlags]&0x01 != 0,
-		cd:     raw[offFlags+1]&0x10 != 0,
-		qname:  raw[headerLen : qe-4],
+		rd:     raw[dnswire.OffFlags]&0x01 != 0,
+		cd:     raw[dnswire.OffFlags+1]&0x10 != 0,
+		qname:  raw[dnswire.HeaderLen : qe-4],
 		qtype:  binary.BigEndian.Uint16(raw[qe-4:]),
 		qclass: binary.BigEndian.Uint16(raw[qe-2:]),
 	}
@@ -277,28 +219,29 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 		cq.name = name
 	}
 	off := qe
-	counts := int(binary.BigEndian.Uint16(raw[offANCount:])) + int(binary.BigEndian.Uint16(raw[offNSCount:])) +
-		int(binary.BigEndian.Uint16(raw[offARCount:]))
+	counts := int(binary.BigEndian.Uint16(raw[dnswire.OffANCount:])) + int(binary.BigEndian.Uint16(raw[dnswire.OffNSCount:])) +
+		int(binary.BigEndian.Uint16(raw[dnswire.OffARCount:]))
 	for range counts {
 		start := off
-		if off = skipName(raw, off); off < 0 || off+rrFixedLen > len(raw) {
+		if off = dnswire.SkipName(raw, off); off < 0 || off+dnswire.RRFixedLen > len(raw) {
 			return false
 		}
 		typ := binary.BigEndian.Uint16(raw[off:])
 		ttl := binary.BigEndian.Uint32(raw[off+4:])
-		end := off + rrFixedLen + int(binary.BigEndian.Uint16(raw[off+8:]))
+		end := off + dnswire.RRFixedLen + int(binary.BigEndian.Uint16(raw[off+8:]))
 		if end > len(raw) {
 			return false
 		}
-		if typ == dns.TypeOPT && raw[start] == 0 && !cq.opt {
+		if typ == dnswire.TypeOPT && raw[start] == 0 && !cq.opt {
 			cq.opt, cq.do = true, ttl&(1<<15) != 0
-			for o := off + rrFixedLen; o+4 <= end; {
+			cq.udp = binary.BigEndian.Uint16(raw[off+2:])
+			for o := off + dnswire.RRFixedLen; o+4 <= end; {
 				code := binary.BigEndian.Uint16(raw[o:])
 				l := int(binary.BigEndian.Uint16(raw[o+2:]))
 				switch code {
-				case dns.EDNS0PADDING:
+				case dnswire.EDNS0PADDING:
 					cq.padded = true
-				case dns.EDNS0SUBNET:
+				case dnswire.EDNS0SUBNET:
 					cq.ecs = true
 				}
 				o += 4 + l
@@ -319,9 +262,7 @@ func nameString(wire []byte) (string, bool) {
 	var buf [maxNameText]byte
 	out, simple := appendName(buf[:0], wire)
 	if !simple {
-		// Escapes: let miekg/dns write them.
-		name, _, err := dns.UnpackDomainName(wire, 0)
-		return name, err == nil
+		return dnswire.NameText(wire), true
 	}
 	return string(out), true
 }
@@ -337,7 +278,7 @@ func appendName(dst, wire []byte) ([]byte, bool) {
 			break
 		}
 		for _, c := range wire[off+1 : off+1+l] {
-			if c <= ' ' || c >= 0x7f || c == '.' || c == '\\' || c == '"' || c == '(' || c == ')' || c == ';' || c == '@' || c == '$' {
+			if c <= ' ' || c >= 0x7f || c == '.' || c == '\\' || c == '"' || c == '\'' || c == '(' || c == ')' || c == ';' || c == '@' || c == '$' {
 				return dst, false
 			}
 		}
@@ -350,44 +291,16 @@ func appendName(dst, wire []byte) ([]byte, bool) {
 	return dst, true
 }
 
-// message returns the client's query unpacked, unpacking it the first time.
-func (cq *clientQuery) message() *dns.Msg {
-	if cq.msg == nil {
-		m := new(dns.Msg)
-		if err := m.Unpack(cq.raw); err != nil {
-			// parseQuery read it: only records it skipped can fail.
-			m = new(dns.Msg)
-			m.Id, m.RecursionDesired, m.CheckingDisabled = cq.id, cq.rd, cq.cd
-			m.Question = []dns.Question{{Name: cq.name, Qtype: cq.qtype, Qclass: cq.qclass}}
-			if cq.opt {
-				m.SetEdns0(upstreamUDPSize, cq.do)
-			}
-		}
-		cq.msg = m
-	}
-	return cq.msg
-}
-
-// appendPacked appends m packed for cq: compressed, the client's ID, and
-// padded when the query was.
-func appendPacked(dst []byte, m *dns.Msg, cq *clientQuery) ([]byte, error) {
-	c := *m
-	c.Id, c.Compress = cq.id, true
+// appendMade appends reply, a message the engine made for cq (OPT, if
+// any, last), with the client's ID, padded when the query was.
+func appendMade(dst, reply []byte, cq *clientQuery) []byte {
 	start := len(dst)
-	spare := dst[len(dst):cap(dst)]
-	out, err := c.PackBuffer(spare)
-	if err != nil {
-		return dst, err
-	}
-	if len(out) > 0 && len(spare) >= len(out) && &spare[0] == &out[0] {
-		dst = dst[:start+len(out)] // packed in place
-	} else {
-		dst = append(dst, out...)
-	}
+	dst = append(dst, reply...)
+	binary.BigEndian.PutUint16(dst[start:], cq.id)
 	if cq.padded {
 		dst = padOPT(dst, start)
 	}
-	return dst, nil
+	return dst
 }
 
 // padOPT pads the message at dst[start:] to a multiple of PaddingBlock
@@ -399,9 +312,9 @@ func padOPT(dst []byte, start int) []byte {
 		return dst
 	}
 	n := PaddingLen(len(dst) - start + 4)
-	rdlen := start + w.optStart + optRRLen - 2
+	rdlen := start + w.optStart + dnswire.OPTFixedLen - 2
 	binary.BigEndian.PutUint16(dst[rdlen:], binary.BigEndian.Uint16(dst[rdlen:])+uint16(4+n))
-	dst = binary.BigEndian.AppendUint16(dst, dns.EDNS0PADDING)
+	dst = binary.BigEndian.AppendUint16(dst, dnswire.EDNS0PADDING)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(n))
 	return append(dst, zeros[:n]...)
 }
@@ -410,7 +323,7 @@ func padOPT(dst []byte, start int) []byte {
 func replyRcode(m []byte) int {
 	w, ok := walkReply(m, nil)
 	if !ok {
-		if len(m) >= headerLen {
+		if len(m) >= dnswire.HeaderLen {
 			return int(m[3] & 0x0F)
 		}
 		return -1

@@ -27,6 +27,7 @@ import (
 
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/enginetest"
 )
 
 // The balancer is 127.0.0.2; plain clients come from 127.0.0.1.
@@ -38,12 +39,16 @@ var (
 // answerResolver answers every question with one A record.
 type answerResolver struct{}
 
-func (answerResolver) Resolve(_ context.Context, q *dns.Msg) engine.Response {
+func (answerResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Response {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A 192.0.2.1")
 	m.Answer = append(m.Answer, rr)
-	return engine.Response{Msg: m, Result: engine.ResultAnswer}
+	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
+}
+
+func (r answerResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveWire(r, ctx, query, dst)
 }
 
 // fixture is a real DoH handler behind a wrapped loopback listener,

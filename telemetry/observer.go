@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/miekg/dns"
 	"github.com/rs/zerolog"
 
+	"github.com/dohfwd/dohfwd/dnswire"
 	"github.com/dohfwd/dohfwd/engine"
 )
 
@@ -241,7 +241,7 @@ func (o *Observer) Probe(ev engine.ProbeEvent) {
 
 // typeField writes qtype as its mnemonic, or its number when it has none.
 func typeField(c zerolog.Context, t uint16) zerolog.Context {
-	if s, ok := dns.TypeToString[t]; ok {
+	if s, ok := dnswire.TypeName(t); ok {
 		return c.Str("qtype", s)
 	}
 	return c.Uint16("qtype", t)
@@ -253,7 +253,7 @@ func rcodeField(c zerolog.Context, rc int) zerolog.Context {
 	if rc < 0 {
 		return c.Str("rcode", "")
 	}
-	if s, ok := dns.RcodeToString[rc]; ok {
+	if s, ok := dnswire.RcodeName(rc); ok {
 		return c.Str("rcode", s)
 	}
 	return c.Int("rcode", rc)

@@ -262,7 +262,11 @@ func TestReloadedServerGetsItsOwnFields(t *testing.T) {
 		ask := func(name string) {
 			q := new(dns.Msg)
 			q.SetQuestion(name, dns.TypeA)
-			if r := e.Resolve(context.Background(), q); r.Result != engine.ResultAnswer {
+			raw, err := q.Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := e.ResolveWire(context.Background(), raw, nil); r.Result != engine.ResultAnswer {
 				t.Fatalf("%s: %v", name, r.Result)
 			}
 		}
