@@ -70,7 +70,7 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		c.asked[pick] = true
 		c.n++
 		demoted := e.settle(tx.server, res.outcome, questionAttempt, cfg.DemotionPeriod).demote
-		qn.attempted(name, &tx, pick, res.outcome, res.rcode, res.class, rtt, demoted)
+		qn.attempted(name, &tx, pick, res.outcome, res.rcode, res.class, now, rtt, demoted)
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
@@ -90,14 +90,15 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 
 // attempted records an attempt that ended: its event, its place in the
 // Extended DNS Error's list and its time. Not inlined, so the event is not
-// in ask's frame while the next transaction runs.
+// in ask's frame while the next transaction runs. The event's end is start
+// plus rtt: the wall time without reading the clock again.
 //
 //go:noinline
-func (qn *question) attempted(name string, tx *transaction, pick int, o Outcome, rcode int, class ErrorClass, rtt time.Duration, demoted bool) {
+func (qn *question) attempted(name string, tx *transaction, pick int, o Outcome, rcode int, class ErrorClass, start time.Time, rtt time.Duration, demoted bool) {
 	qn.e.observer.Attempt(AttemptEvent{
 		Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
 		Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
-		Outcome: o, Rcode: rcode, RTT: rtt, Demoted: demoted, Trace: qn.trace,
+		Outcome: o, Rcode: rcode, RTT: rtt, End: start.Add(rtt), Demoted: demoted, Trace: qn.trace,
 	})
 	qn.upstream += rtt
 	// The list is made at the first attempt after which the question

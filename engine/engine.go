@@ -211,6 +211,7 @@ func (qn *question) respond(resp *Response, dst []byte, f found) {
 		CacheHit: resp.CacheHit, Duration: resp.Answered.Sub(qn.start),
 		Trace: qn.trace,
 	}
+	ev.End = qn.start.Add(ev.Duration) // the wall time without another clock reading
 	if qn.shared != nil {
 		ev.Joined, ev.Served = qn.shared.joined, qn.shared.served
 	}

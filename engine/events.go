@@ -54,8 +54,9 @@ type AttemptEvent struct {
 	Outcome   Outcome
 	Rcode     int // -1 when no reply was used
 	RTT       time.Duration
-	Demoted   bool   // the attempt demoted the server
-	Trace     *Trace // the question's trace, nil without one
+	End       time.Time // when the attempt ended: its start's reading plus RTT
+	Demoted   bool      // the attempt demoted the server
+	Trace     *Trace    // the question's trace, nil without one
 }
 
 // QuestionEvent describes one question at its end.
@@ -69,7 +70,8 @@ type QuestionEvent struct {
 	Attempts int
 	CacheHit bool
 	Duration time.Duration
-	Trace    *Trace // the question's trace, nil without one
+	End      time.Time // when the question ended: its start's reading plus Duration
+	Trace    *Trace    // the question's trace, nil without one
 	// Joined is the trace of the identical question this one waited for
 	// instead of asking; Served the traces of the questions that waited
 	// for this one (nil: none).

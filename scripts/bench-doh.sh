@@ -42,7 +42,8 @@
 #        change); OPS_OFF=1 adds dohfwd with listen.server_timing and
 #        listen.trace_context off, for a "dohfwd / ops-off" ratio; both
 #        also compare CPU per request (from /proc/PID/stat), steadier than
-#        req/s on a shared machine; ROUNDS (1) repeats those comparisons;
+#        req/s on a shared machine; ROUNDS (1) repeats those comparisons
+#        and the info-against-warn one;
 #        LOADS="cache-same nocache-distinct" runs only those loads;
 #        OPS_OFF_KEYS=", trace_context: false" changes what ops-off turns off;
 #        PEER_ROUNDS=1 also compares dohfwd with dnsdist that way, ROUNDS
@@ -333,12 +334,23 @@ for cache in cache nocache; do
 		log "done: $cache $kind"
 		if [ "$cache-$kind" = nocache-distinct ]; then
 			# warn, info, info, warn: drift of the machine cancels out.
-			read -r i_rps i_ok i_cpu <<<"$(measured dohfwd-info distinct)"
-			read -r i2_rps _ i2_cpu <<<"$(measured dohfwd-info distinct)"
-			read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
-			i_rps=$(echo "($i_rps + $i2_rps) / 2" | bc -l) i_cpu=$(echo "($i_cpu + $i2_cpu) / 2" | bc -l)
-			w_rps=$(echo "($d_rps + $w2_rps) / 2" | bc -l) w_cpu=$(echo "($d_cpu + $w2_cpu) / 2" | bc -l)
-			log "done: nocache distinct at log level info (twice) and $LOG_LEVEL (again)"
+			# ROUNDS repeats it (the first round's first warn load is the
+			# one above); the figures are the means over all loads.
+			i_rps=0 i_cpu=0 w_rps=0 w_cpu=0 iw_rounds=()
+			for round in $(seq 1 "$ROUNDS"); do
+				if [ "$round" -gt 1 ]; then
+					read -r d_rps _ d_cpu <<<"$(measured "$d" distinct)"
+				fi
+				read -r i1_rps i_ok i1_cpu <<<"$(measured dohfwd-info distinct)"
+				read -r i2_rps _ i2_cpu <<<"$(measured dohfwd-info distinct)"
+				read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
+				i_rps=$(echo "$i_rps + ($i1_rps + $i2_rps) / 2 / $ROUNDS" | bc -l)
+				i_cpu=$(echo "$i_cpu + ($i1_cpu + $i2_cpu) / 2 / $ROUNDS" | bc -l)
+				w_rps=$(echo "$w_rps + ($d_rps + $w2_rps) / 2 / $ROUNDS" | bc -l)
+				w_cpu=$(echo "$w_cpu + ($d_cpu + $w2_cpu) / 2 / $ROUNDS" | bc -l)
+				iw_rounds+=("$(echo "if ($d_cpu + $w2_cpu > 0) ($i1_cpu + $i2_cpu) / ($d_cpu + $w2_cpu) else 0" | bc -l)")
+			done
+			log "done: nocache distinct at log level info (twice) and $LOG_LEVEL (again), $ROUNDS round(s)"
 		fi
 	done
 done
@@ -377,9 +389,14 @@ printf 'one stream, median us/request: cache off distinct  dohfwd %s  dnsdist %s
 printf '                               cache on, one name  dohfwd %s  dnsdist %s  ratio %.2f\n' \
 	"$lat_hit_d" "$lat_hit_s" "$(echo "if ($lat_hit_s > 0) $lat_hit_d / $lat_hit_s else 0" | bc -l)"
 if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
-	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
-		"$LOG_LEVEL" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
+	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved, %s round(s)): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
+		"$LOG_LEVEL" "$ROUNDS" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
 		"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/dohfwd-info.log" || true)"
+	if [ "$ROUNDS" -gt 1 ]; then
+		printf '  us/req ratio per round:'
+		printf ' %.2f' "${iw_rounds[@]}"
+		echo
+	fi
 fi
 echo
 echo "file descriptors at rest after the runs:"

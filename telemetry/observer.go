@@ -1,6 +1,11 @@
 package telemetry
 
 import (
+	"encoding/binary"
+	"net/netip"
+	"strconv"
+	"time"
+
 	"github.com/rs/zerolog"
 
 	"github.com/dohfwd/dohfwd/dnswire"
@@ -14,16 +19,22 @@ type AttemptMetrics interface {
 }
 
 // Observer turns the engine's events into log events and metrics. It
-// implements engine.Observer without allocating per event.
+// implements engine.Observer without allocating per event. Its "attempt"
+// and "question" events copy most of their fields pre-rendered (see
+// renderCache) and carry the engine's time of the attempt's or question's
+// end, so they cost no clock reading of their own.
 type Observer struct {
-	log     zerolog.Logger
-	metrics AttemptMetrics // may be nil
+	log       zerolog.Logger
+	metrics   AttemptMetrics // may be nil
+	attempts  *renderCache[attemptFields]
+	questions *renderCache[questionFields]
 }
 
 // NewObserver returns an Observer logging to log and, when m is not nil,
 // counting into m.
 func NewObserver(log zerolog.Logger, m AttemptMetrics) *Observer {
-	return &Observer{log: log, metrics: m}
+	return &Observer{log: log, metrics: m,
+		attempts: newRenderCache[attemptFields](log), questions: newRenderCache[questionFields](log)}
 }
 
 var (
@@ -37,41 +48,26 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	if o.metrics != nil {
 		o.metrics.ObserveAttempt(ev)
 	}
-	e := o.log.Info()
-	if e == nil {
+	if !o.infoEnabled() {
 		return
 	}
-	var server [64]byte
-	e = e.Uint64("question", ev.Question).
-		Str("qname", ev.QName)
-	e = typeField(e, ev.QType).
-		Str("scope", ev.Scope).
-		Int("attempt", ev.Attempt).
-		Bytes("server", ev.Server.AppendTo(server[:0])).
-		Str("transport", ev.Transport.String()).
-		Str("outcome", ev.Outcome.String())
-	e = rcodeField(e, ev.Rcode).
-		Float64("rtt_ms", float64(ev.RTT.Microseconds())/1000).
-		Bool("demoted", ev.Demoted)
-	traceFields(e, ev.Trace).Msg("attempt")
+	log := o.attempts.logger(attemptFields{scope: ev.Scope, server: ev.Server, transport: ev.Transport,
+		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, rcode: ev.Rcode, demoted: ev.Demoted})
+	e := log.Log().Uint64("question", ev.Question).Str("qname", ev.QName)
+	e = millisField(e, "rtt_ms", ev.RTT)
+	e = traceFields(e, ev.Trace)
+	timeField(e, ev.End).Send()
 }
 
 // Question writes the "question" event at the end of each question.
 func (o *Observer) Question(ev engine.QuestionEvent) {
-	e := o.log.Info()
-	if e == nil {
+	if !o.infoEnabled() {
 		return
 	}
-	e = e.Uint64("question", ev.Question).Str("qname", ev.QName)
-	e = typeField(e, ev.QType).
-		Str("scope", ev.Scope).
-		Str("result", ev.Result.String())
-	if ev.Reason != engine.ReasonNone {
-		e = e.Str("reason", ev.Reason.String())
-	}
-	e = e.Int("attempts", ev.Attempts).
-		Bool("cache_hit", ev.CacheHit).
-		Float64("duration_ms", float64(ev.Duration.Microseconds())/1000)
+	log := o.questions.logger(questionFields{scope: ev.Scope, qtype: ev.QType, result: ev.Result,
+		reason: ev.Reason, attempts: ev.Attempts, cacheHit: ev.CacheHit})
+	e := log.Log().Uint64("question", ev.Question).Str("qname", ev.QName)
+	e = millisField(e, "duration_ms", ev.Duration)
 	e = traceFields(e, ev.Trace)
 	if ev.Joined != nil {
 		e = e.Hex("joined_trace_id", ev.Joined.ID[:])
@@ -79,7 +75,124 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 	if len(ev.Served) > 0 {
 		e = e.Array("trace_ids", servedTraces{own: ev.Trace, served: ev.Served})
 	}
-	e.Msg("question")
+	timeField(e, ev.End).Send()
+}
+
+// infoEnabled reports whether events at level info are written, the check
+// zerolog makes for log.Info(): the observer's loggers write their level
+// from their context and log at NoLevel.
+func (o *Observer) infoEnabled() bool {
+	return zerolog.GlobalLevel() <= zerolog.InfoLevel && o.log.GetLevel() <= zerolog.InfoLevel
+}
+
+// attemptFields are the fields of an "attempt" event rendered once per
+// combination.
+type attemptFields struct {
+	scope     string
+	server    netip.AddrPort
+	transport engine.Transport
+	qtype     uint16
+	attempt   int
+	outcome   engine.Outcome
+	rcode     int
+	demoted   bool
+}
+
+func (f attemptFields) hash() uint64 {
+	a := f.server.Addr().As16()
+	h := mix(hashString(f.scope), binary.LittleEndian.Uint64(a[:8]))
+	h = mix(h, binary.LittleEndian.Uint64(a[8:]))
+	h = mix(h, uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)
+	var d uint64
+	if f.demoted {
+		d = 1
+	}
+	return mix(h, uint64(f.attempt)<<1|uint64(f.rcode)<<8|d)
+}
+
+func (f attemptFields) render(c zerolog.Context) zerolog.Context {
+	var server [64]byte
+	c = levelAndMessage(c, "attempt").
+		Str("scope", f.scope).
+		Bytes("server", f.server.AppendTo(server[:0])).
+		Str("transport", f.transport.String())
+	c = typeField(c, f.qtype).
+		Int("attempt", f.attempt).
+		Str("outcome", f.outcome.String())
+	return rcodeField(c, f.rcode).Bool("demoted", f.demoted)
+}
+
+// questionFields are the fields of a "question" event rendered once per
+// combination.
+type questionFields struct {
+	scope    string
+	qtype    uint16
+	result   engine.Result
+	reason   engine.Reason
+	attempts int
+	cacheHit bool
+}
+
+func (f questionFields) hash() uint64 {
+	var hit uint64
+	if f.cacheHit {
+		hit = 1
+	}
+	return mix(hashString(f.scope),
+		uint64(f.qtype)|uint64(f.result)<<16|uint64(f.reason)<<24|hit<<32|uint64(f.attempts)<<33)
+}
+
+func (f questionFields) render(c zerolog.Context) zerolog.Context {
+	c = levelAndMessage(c, "question").Str("scope", f.scope)
+	c = typeField(c, f.qtype).Str("result", f.result.String())
+	if f.reason != engine.ReasonNone {
+		c = c.Str("reason", f.reason.String())
+	}
+	return c.Int("attempts", f.attempts).Bool("cache_hit", f.cacheHit)
+}
+
+// levelAndMessage writes what zerolog writes for log.Info().Msg(msg): the
+// level and the message (here first, as the context comes first).
+func levelAndMessage(c zerolog.Context, msg string) zerolog.Context {
+	return c.Str(zerolog.LevelFieldName, zerolog.LevelFieldMarshalFunc(zerolog.InfoLevel)).
+		Str(zerolog.MessageFieldName, msg)
+}
+
+// millisField writes d in milliseconds, as Float64(key,
+// float64(d.Microseconds())/1000) does (microsecond precision, no trailing
+// zeros), without the float formatting.
+func millisField(e *zerolog.Event, key string, d time.Duration) *zerolog.Event {
+	us := d.Microseconds()
+	if us < 0 || us >= 1e12 { // left to strconv: a sign, or too large for an exact float64 ms
+		return e.Float64(key, float64(us)/1000)
+	}
+	var b [24]byte
+	return e.RawJSON(key, appendMillis(b[:0], us))
+}
+
+// appendMillis appends us microseconds (0 ≤ us) as milliseconds.
+func appendMillis(dst []byte, us int64) []byte {
+	dst = strconv.AppendInt(dst, us/1000, 10)
+	frac := us % 1000
+	if frac == 0 {
+		return dst
+	}
+	dst = append(dst, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+	for dst[len(dst)-1] == '0' {
+		dst = dst[:len(dst)-1]
+	}
+	return dst
+}
+
+// timeField writes the event's time as timestampHook would have, from t
+// (the engine's reading) or, when the event has none, from the clock.
+func timeField(e *zerolog.Event, t time.Time) *zerolog.Event {
+	if t.IsZero() {
+		t = time.Now()
+	}
+	var b [48]byte
+	q := append(appendRFC3339Nano(append(b[:0], '"'), t), '"')
+	return e.RawJSON(zerolog.TimestampFieldName, q)
 }
 
 // traceFields writes a question's trace: trace_id, span_id (this server's
@@ -127,21 +240,21 @@ func (o *Observer) Probe(ev engine.ProbeEvent) {
 }
 
 // typeField writes qtype as its mnemonic, or its number when it has none.
-func typeField(e *zerolog.Event, t uint16) *zerolog.Event {
+func typeField(c zerolog.Context, t uint16) zerolog.Context {
 	if s, ok := dnswire.TypeName(t); ok {
-		return e.Str("qtype", s)
+		return c.Str("qtype", s)
 	}
-	return e.Uint16("qtype", t)
+	return c.Uint16("qtype", t)
 }
 
 // rcodeField writes the reply's rcode mnemonic, or "" when no reply was
 // used (timeouts, errors, cancellations).
-func rcodeField(e *zerolog.Event, rc int) *zerolog.Event {
+func rcodeField(c zerolog.Context, rc int) zerolog.Context {
 	if rc < 0 {
-		return e.Str("rcode", "")
+		return c.Str("rcode", "")
 	}
 	if s, ok := dnswire.RcodeName(rc); ok {
-		return e.Str("rcode", s)
+		return c.Str("rcode", s)
 	}
-	return e.Int("rcode", rc)
+	return c.Int("rcode", rc)
 }

@@ -15,6 +15,9 @@ import (
 type timestampHook struct{}
 
 func (timestampHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	if hasOwnTime(e) {
+		return
+	}
 	var b [48]byte
 	e.Bytes(zerolog.TimestampFieldName, appendRFC3339Nano(b[:0], time.Now()))
 }
