@@ -27,8 +27,12 @@ func (t Transport) String() string {
 // with its own sockets, tests in memory.
 type Network interface {
 	// Open returns a socket for one transaction to server, bound to source
-	// when source is valid. A TCP socket is connected when Open returns;
-	// connecting gives up at deadline. Errors are *SocketError.
+	// when source is valid. Connecting a TCP socket gives up at deadline.
+	// A TCP socket may be returned while its connect goes on (the edge
+	// module's, whose host connects between polls): Send then hands the
+	// bytes over for when it connects, and a failed connect comes from
+	// Send or Receive as a *SocketError with Op "connect". Errors are
+	// *SocketError.
 	Open(t Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (Socket, error)
 }
 

@@ -176,7 +176,7 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg []byte) exchangeResult {
 	if tx.transport == TCP {
 		if err := sock.Send(tx.query); err != nil {
-			return e.socketFailure(ctx, tx, err, OutcomeSendError)
+			return e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError))
 		}
 		return e.receiveTCP(ctx, tx, sock, msg)
 	}
@@ -273,10 +273,19 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 		}
 		n, _, err := sock.Receive(chunk[:], tx.deadline)
 		if err != nil {
-			return e.socketFailure(ctx, tx, err, OutcomeRecvError)
+			return e.socketFailure(ctx, tx, err, connectOr(err, OutcomeRecvError))
 		}
 		pending = append(pending, chunk[:n]...)
 	}
+}
+
+// connectOr is otherwise, or OutcomeConnectError for the failure of a
+// connect that went on after Network.Open handed the socket over.
+func connectOr(err error, otherwise Outcome) Outcome {
+	if se, ok := err.(*SocketError); ok && se.Op == "connect" {
+		return OutcomeConnectError
+	}
+	return otherwise
 }
 
 // matched checks one reply against the query. A reply that does not match,
