@@ -36,6 +36,15 @@ type Network interface {
 	Open(t Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (Socket, error)
 }
 
+// ConnectsLater is implemented by a Network whose TCP Open returns at
+// once, the connect going on after it (see Network.Open): the edge
+// module's, whose host connects between polls. The engine then opens
+// without a goroutine watching the client while Open waits, as there is
+// no wait; a client that goes away closes the socket as any other.
+type ConnectsLater interface {
+	ConnectsLater() bool
+}
+
 // Socket is one transaction's socket. For UDP each Send and Receive is one
 // datagram; for TCP they are parts of the byte stream (the engine frames
 // messages itself, so matching stays inside the engine).

@@ -191,10 +191,11 @@ func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg
 
 // open opens tx's socket. A TCP connect may take until the deadline; a
 // client that goes away meanwhile ends the wait at once, and the socket,
-// should it still connect, is closed as soon as it does.
+// should it still connect, is closed as soon as it does. A Network that
+// ConnectsLater does not wait, so it is not watched.
 func (e *Engine) open(ctx context.Context, tx *transaction) (Socket, error) {
 	t, server, source, deadline := tx.transport, tx.server.addr, tx.source, tx.deadline
-	if t != TCP || ctx.Done() == nil {
+	if t != TCP || e.openNow || ctx.Done() == nil {
 		return e.network.Open(t, server, source, deadline)
 	}
 	type opened struct {

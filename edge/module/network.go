@@ -50,6 +50,10 @@ func newWaits() *waits { return &waits{socks: map[uint32]*hostSocket{}} }
 // choose from at random, 60 s of life), as natively.
 func (hostNetwork) ReusesUDPSockets() bool { return true }
 
+// ConnectsLater tells the engine that a TCP Open returns at once
+// (engine.ConnectsLater): the connect goes on in the host.
+func (hostNetwork) ConnectsLater() bool { return true }
+
 // hostSocket is one engine socket; fd is the host's.
 type hostSocket struct {
 	w    *waits
