@@ -19,6 +19,7 @@ type Engine struct {
 	observer Observer
 	first    Transport // UDP, or TCP under Options.TCPOnly
 	reuse    bool      // the Network's UDP sockets may be pooled (pool.go)
+	openNow  bool      // the Network's TCP Open returns at once (ConnectsLater)
 	epoch    time.Time // the marks' clock starts here (monotonic)
 
 	routes   atomic.Pointer[routes]
@@ -68,6 +69,9 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	}
 	if r, ok := opts.Network.(SocketReuser); ok {
 		e.reuse = r.ReusesUDPSockets()
+	}
+	if c, ok := opts.Network.(ConnectsLater); ok {
+		e.openNow = c.ConnectsLater()
 	}
 	if err := e.Reconfigure(cfg); err != nil {
 		return nil, err

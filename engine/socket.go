@@ -27,9 +27,22 @@ func (t Transport) String() string {
 // with its own sockets, tests in memory.
 type Network interface {
 	// Open returns a socket for one transaction to server, bound to source
-	// when source is valid. A TCP socket is connected when Open returns;
-	// connecting gives up at deadline. Errors are *SocketError.
+	// when source is valid. Connecting a TCP socket gives up at deadline.
+	// A TCP socket may be returned while its connect goes on (the edge
+	// module's, whose host connects between polls): Send then hands the
+	// bytes over for when it connects, and a failed connect comes from
+	// Send or Receive as a *SocketError with Op "connect". Errors are
+	// *SocketError.
 	Open(t Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (Socket, error)
+}
+
+// ConnectsLater is implemented by a Network whose TCP Open returns at
+// once, the connect going on after it (see Network.Open): the edge
+// module's, whose host connects between polls. The engine then opens
+// without a goroutine watching the client while Open waits, as there is
+// no wait; a client that goes away closes the socket as any other.
+type ConnectsLater interface {
+	ConnectsLater() bool
 }
 
 // Socket is one transaction's socket. For UDP each Send and Receive is one

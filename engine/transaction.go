@@ -198,7 +198,7 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg []byte) exchangeResult {
 	if tx.transport == TCP {
 		if err := sock.Send(tx.query); err != nil {
-			return e.socketFailure(ctx, tx, err, OutcomeSendError)
+			return e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError))
 		}
 		return e.receiveTCP(ctx, tx, sock, msg)
 	}
@@ -213,10 +213,11 @@ func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg
 
 // open opens tx's socket. A TCP connect may take until the deadline; a
 // client that goes away meanwhile ends the wait at once, and the socket,
-// should it still connect, is closed as soon as it does.
+// should it still connect, is closed as soon as it does. A Network that
+// ConnectsLater does not wait, so it is not watched.
 func (e *Engine) open(ctx context.Context, tx *transaction) (Socket, error) {
 	t, server, source, deadline := tx.transport, tx.server.addr, tx.source, tx.deadline
-	if t != TCP || ctx.Done() == nil {
+	if t != TCP || e.openNow || ctx.Done() == nil {
 		return e.network.Open(t, server, source, deadline)
 	}
 	type opened struct {
@@ -295,10 +296,19 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 		}
 		n, _, err := sock.Receive(chunk[:], tx.deadline)
 		if err != nil {
-			return e.socketFailure(ctx, tx, err, OutcomeRecvError)
+			return e.socketFailure(ctx, tx, err, connectOr(err, OutcomeRecvError))
 		}
 		pending = append(pending, chunk[:n]...)
 	}
+}
+
+// connectOr is otherwise, or OutcomeConnectError for the failure of a
+// connect that went on after Network.Open handed the socket over.
+func connectOr(err error, otherwise Outcome) Outcome {
+	if se, ok := err.(*SocketError); ok && se.Op == "connect" {
+		return OutcomeConnectError
+	}
+	return otherwise
 }
 
 // matched checks one reply against the query. A reply that does not match,

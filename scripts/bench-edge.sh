@@ -91,6 +91,7 @@ if [ -x edge/workers/node_modules/.bin/workerd ]; then
 		cp "$BASELINE_WORKERS"/{workerd.capnp,worker.mjs,wasi.mjs,sockets.mjs} "$work/workers-base/"
 		cp "${BASELINE_MODULE:-$wasm}" "$work/workers-base/dohfwd.wasm"
 		config 0 >"$work/workers-base/dohfwd.yaml"
+		"$work/dohfwd-edge" -encode-config -config "$work/workers-base/dohfwd.yaml" >"$work/workers-base/dohfwd.config.json"
 		(cd "$work/workers-base" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$wdbase" >"$work/workerd-base.log" 2>&1) &
 		pids+=($!)
 		waitport "$wdbase"

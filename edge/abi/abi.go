@@ -17,8 +17,10 @@
 // events or not. Between calls no module code runs.
 //
 // A goroutine that needs the network calls an import, and none of them
-// waits: sock_open opens (a TCP connect goes on in the host and ends with
-// an EventConnected), sock_send writes (a failure the host learns later is
+// waits: sock_open opens (a TCP connect goes on in the host; the module
+// sends its query and names its read at once, in the same poll, and the
+// host carries both out once connected; only a failed connect sends an
+// EventConnected), sock_send writes (a failure the host learns later is
 // reported by the next EventRead of that socket), sock_recv names a socket
 // the module waits on (one read, of at most max bytes, answered by an
 // EventRead when the socket is readable, fails, or its deadline passes)
@@ -57,7 +59,9 @@ const ImportModule = "dohfwd"
 const (
 	// (transport, addr ptr, addr_len, src ptr, src_len u32, deadline_unix_ns i64, fd_out ptr) -> code.
 	// Addresses are text: "ip:port", the source "ip" or empty. For TCP the
-	// connect goes on after the call and ends with an EventConnected.
+	// connect goes on after the call: sock_send and sock_recv may follow at
+	// once (the host writes and reads once connected), and a failed connect
+	// ends with an EventConnected. One that succeeds sends no event.
 	ImportOpen = "sock_open"
 	// (fd, buf ptr, len u32) -> code: writes the whole of buf.
 	ImportSend = "sock_send"
@@ -116,8 +120,9 @@ const (
 	// as natively (cancelled, not charged to the server); its answer
 	// still comes back, for the host to drop.
 	EventCancel = 2
-	// EventConnected: the TCP connect of socket ID ended; Code is 0 or
-	// its failure.
+	// EventConnected: the TCP connect of socket ID failed; Code is the
+	// failure. (A host may send it with Code 0 for a connect that
+	// succeeded; the module ignores that.)
 	EventConnected = 3
 	// EventRead: the read the module asked for on socket ID ended: Code 0
 	// and Data (at most max bytes) from From, or its failure (a timeout

@@ -17,13 +17,18 @@ import (
 // socket is one of the module's sockets. The imports (inside a poll)
 // open, send on and close it; a read or a TCP connect runs on a goroutine
 // of its own and comes back as an event, unless the socket was closed
-// meanwhile.
+// meanwhile. While a TCP connect goes on, what the module sends waits in
+// pending and a read it asks for in readMax/readDeadline: the connect's
+// goroutine carries them out once connected.
 type socket struct {
-	fd      uint32
-	mu      sync.Mutex
-	sock    engine.Socket // nil while a TCP connect is under way
-	reading bool          // a read is under way
-	closed  bool
+	fd           uint32
+	mu           sync.Mutex
+	sock         engine.Socket // nil while a TCP connect is under way
+	reading      bool          // a read is under way, or asked for while connecting
+	closed       bool
+	pending      []byte // sent while connecting
+	readMax      uint32 // the read asked for while connecting
+	readDeadline time.Time
 }
 
 // close closes s; a read under way ends, and its result is dropped.
@@ -97,21 +102,36 @@ func (in *Instance) open(t engine.Transport, server netip.AddrPort, source netip
 		sock, err := in.network.Open(t, server, source, deadline)
 		s.mu.Lock()
 		closed := s.closed
-		if !closed && err == nil {
-			s.sock = sock
-		}
-		s.mu.Unlock()
-		if closed {
+		if closed || err != nil {
+			s.mu.Unlock()
 			if sock != nil {
 				sock.Close()
 			}
+			if !closed {
+				in.event(&abi.Event{Kind: abi.EventConnected, ID: s.fd, Code: classOf(err)})
+			}
 			return
 		}
-		e := abi.Event{Kind: abi.EventConnected, ID: s.fd}
-		if err != nil {
-			e.Code = classOf(err)
+		// Connected: no event (the read that follows tells). What the
+		// module sent meanwhile goes first, under s.mu so that a later
+		// sock_send follows it; a read it asked for starts.
+		s.sock = sock
+		var sendErr error
+		if len(s.pending) > 0 {
+			sendErr = sock.Send(s.pending)
+			s.pending = nil
 		}
-		in.event(&e)
+		wantRead, max, readDeadline := s.reading, s.readMax, s.readDeadline
+		s.mu.Unlock()
+		switch {
+		case sendErr != nil && wantRead:
+			s.mu.Lock()
+			s.reading = false
+			s.mu.Unlock()
+			in.event(&abi.Event{Kind: abi.EventRead, ID: s.fd, Code: classOf(sendErr)})
+		case wantRead:
+			in.startRead(s, sock, max, readDeadline)
+		}
 	}()
 	return s.fd, 0
 }
@@ -123,7 +143,7 @@ var readBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return 
 func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 	s.mu.Lock()
 	sock := s.sock
-	if s.closed || sock == nil {
+	if s.closed {
 		s.mu.Unlock()
 		return uint32(engine.ErrClosed)
 	}
@@ -132,7 +152,18 @@ func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 		return 0
 	}
 	s.reading = true
+	if sock == nil { // connecting: the connect's goroutine starts the read
+		s.readMax, s.readDeadline = max, deadline
+		s.mu.Unlock()
+		return 0
+	}
 	s.mu.Unlock()
+	in.startRead(s, sock, max, deadline)
+	return 0
+}
+
+// startRead runs the read of s that read asked for; s.reading is set.
+func (in *Instance) startRead(s *socket, sock engine.Socket, max uint32, deadline time.Time) {
 	in.receiving.Add(1)
 	go func() {
 		defer in.receiving.Add(-1)
@@ -153,7 +184,6 @@ func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 		}
 		in.event(&e)
 	}()
-	return 0
 }
 
 // instantiateSockets provides the "dohfwd" import module: the socket
@@ -217,6 +247,13 @@ func instantiateSockets(ctx context.Context, rt wazero.Runtime) error {
 		}
 		s.mu.Lock()
 		sock := s.sock
+		if sock == nil && !s.closed {
+			// Connecting: the connect's goroutine sends it.
+			s.pending = append(s.pending, data...)
+			s.mu.Unlock()
+			stack[0] = 0
+			return
+		}
 		s.mu.Unlock()
 		if sock == nil {
 			stack[0] = uint64(engine.ErrClosed)

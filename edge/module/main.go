@@ -22,7 +22,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"net/url"
 	"strings"
 	"unsafe"
 
@@ -130,14 +129,17 @@ func exportStatus() uint32 {
 // no net/http (it would bring crypto/tls): the request becomes a
 // doh.Request as the native HTTP/1.1 adapter makes one.
 func serve(ctx context.Context, r *abi.Request) abi.Response {
-	u, err := url.ParseRequestURI(r.Target)
-	if err != nil {
+	// The target splits at its first '?', as the native HTTP/2 server
+	// splits :path (url.ParseRequestURI cost a few per cent of the
+	// module's time for a question).
+	if !strings.HasPrefix(r.Target, "/") {
 		return abi.Response{Status: statusBadRequest, Body: []byte("bad request target")}
 	}
+	path, rawQuery, _ := strings.Cut(r.Target, "?")
 	req := doh.Request{
 		Method:        r.Method,
-		Path:          u.Path,
-		RawQuery:      u.RawQuery,
+		Path:          path,
+		RawQuery:      rawQuery,
 		Proto:         "HTTP/1.1",
 		Header:        make(doh.Header, 0, len(r.Headers)),
 		ContentLength: int64(len(r.Body)),

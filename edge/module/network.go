@@ -50,6 +50,10 @@ func newWaits() *waits { return &waits{socks: map[uint32]*hostSocket{}} }
 // choose from at random, 60 s of life), as natively.
 func (hostNetwork) ReusesUDPSockets() bool { return true }
 
+// ConnectsLater tells the engine that a TCP Open returns at once
+// (engine.ConnectsLater): the connect goes on in the host.
+func (hostNetwork) ConnectsLater() bool { return true }
+
 // hostSocket is one engine socket; fd is the host's.
 type hostSocket struct {
 	w    *waits
@@ -61,14 +65,19 @@ type hostSocket struct {
 	buf      []byte
 	deadline time.Time
 	closed   bool
-	done     chan result // the end of a wait; buffered, one at a time
+	// connectFailed is the failure of a TCP connect that ended while
+	// nothing waited on the socket: its next Send or Receive returns it.
+	connectFailed uint32
+	done          chan result // the end of a wait; buffered, one at a time
 }
 
-// result ends a wait: n bytes from from, or code (an engine.ErrorClass).
+// result ends a wait: n bytes from from, or code (an engine.ErrorClass),
+// the connect's failure when connect is set.
 type result struct {
-	n    int
-	from netip.AddrPort
-	code uint32
+	n       int
+	from    netip.AddrPort
+	code    uint32
+	connect bool
 }
 
 func (n hostNetwork) Open(t engine.Transport, server netip.AddrPort, source netip.Addr, deadline time.Time) (engine.Socket, error) {
@@ -89,16 +98,12 @@ func (n hostNetwork) Open(t engine.Transport, server netip.AddrPort, source neti
 	s := &hostSocket{w: n.w, fd: fd, peer: server, done: make(chan result, 1)}
 	n.w.mu.Lock()
 	n.w.socks[fd] = s
-	if t == engine.TCP {
-		s.wait(nil, deadline) // the connect goes on in the host
-	}
 	n.w.mu.Unlock()
-	if t == engine.TCP {
-		if r := <-s.done; r.code != 0 {
-			s.Close()
-			return nil, socketError(op, r.code)
-		}
-	}
+	// A TCP socket is handed over while its connect goes on in the host
+	// (engine.Network allows it): the query is sent and its read named in
+	// the same poll, which the host carries out once connected. Waiting
+	// here for the connect would cost a poll more per TCP query. A failed
+	// connect ends the socket's next wait as "connect".
 	return s, nil
 }
 
@@ -122,6 +127,12 @@ func (s *hostSocket) end(r result) {
 }
 
 func (s *hostSocket) Send(b []byte) error {
+	s.w.mu.Lock()
+	failed := s.connectFailed
+	s.w.mu.Unlock()
+	if failed != 0 {
+		return socketError("connect", failed)
+	}
 	if c := sockSend(s.fd, bytesPtr(b), uint32(len(b))); c != 0 {
 		return socketError("send", c)
 	}
@@ -134,6 +145,10 @@ func (s *hostSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort,
 		s.w.mu.Unlock()
 		return 0, s.peer, socketError("receive", uint32(engine.ErrClosed))
 	}
+	if s.connectFailed != 0 {
+		s.w.mu.Unlock()
+		return 0, s.peer, socketError("connect", s.connectFailed)
+	}
 	s.wait(b, deadline)
 	s.w.mu.Unlock()
 	if c := sockRecv(s.fd, uint32(len(b)), unixNanos(deadline)); c != 0 {
@@ -142,6 +157,9 @@ func (s *hostSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort,
 		s.w.mu.Unlock()
 	}
 	r := <-s.done
+	if r.connect {
+		return 0, s.peer, socketError("connect", r.code)
+	}
 	if r.code != 0 {
 		return 0, s.peer, socketError("receive", r.code)
 	}
@@ -168,12 +186,26 @@ func (s *hostSocket) Close() error {
 
 // deliver ends the wait the host's event answers; events for sockets
 // closed meanwhile, or not waiting (a read the module already timed out),
-// are dropped.
+// are dropped. A TCP connect's failure ends the wait under way as the
+// connect's, or is kept for the socket's next Send or Receive.
 func (w *waits) deliver(e *abi.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.socks[e.ID]
-	if s == nil || !s.waiting {
+	if s == nil {
+		return
+	}
+	if e.Kind == abi.EventConnected {
+		switch {
+		case e.Code == 0: // nothing to do: the read that follows tells
+		case s.waiting:
+			s.end(result{code: e.Code, connect: true})
+		default:
+			s.connectFailed = e.Code
+		}
+		return
+	}
+	if !s.waiting {
 		return
 	}
 	n := copy(s.buf, e.Data)

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"runtime"
 	"runtime/metrics"
 	"sync"
@@ -13,14 +12,14 @@ import (
 	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
-// requests is the requests in progress: their cancels by the host's ID,
+// requests is the requests in progress: their contexts by the host's ID,
 // and the answers finished since the last poll.
 var requests = struct {
 	sync.Mutex
-	cancel  map[uint32]context.CancelFunc
+	cancel  map[uint32]*requestContext
 	answers []byte // abi.AppendAnswer records
 	scratch []byte // a response's encoding, copied into answers
-}{cancel: map[uint32]context.CancelFunc{}}
+}{cancel: map[uint32]*requestContext{}}
 
 // Until the host calls again, only the goroutines' timers that are not a
 // socket's deadline (a coalesced question's budget, the probe ticker)
@@ -49,10 +48,10 @@ func exportPoll(now int64, n uint32) uint32 {
 			start(e.ID, e.Data)
 		case abi.EventCancel:
 			requests.Lock()
-			cancel := requests.cancel[e.ID]
+			ctx := requests.cancel[e.ID]
 			requests.Unlock()
-			if cancel != nil {
-				cancel()
+			if ctx != nil {
+				ctx.cancel()
 			}
 		case abi.EventConnected, abi.EventRead:
 			network.deliver(&e)
@@ -88,9 +87,9 @@ func exportPoll(now int64, n uint32) uint32 {
 // next poll result.
 func start(id uint32, data []byte) {
 	req, err := abi.ParseRequest(append([]byte(nil), data...))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := new(requestContext)
 	requests.Lock()
-	requests.cancel[id] = cancel
+	requests.cancel[id] = ctx
 	requests.Unlock()
 	workers.Run(func() {
 		var resp abi.Response
@@ -102,7 +101,7 @@ func start(id uint32, data []byte) {
 		default:
 			resp = serve(ctx, &req)
 		}
-		cancel()
+		ctx.cancel()
 		requests.Lock()
 		delete(requests.cancel, id)
 		requests.scratch = abi.AppendResponse(requests.scratch[:0], &resp)

@@ -44,14 +44,23 @@ function parseAddr(s) {
 // module's memory at the time of a call, onEvent(kind, fd, code, peer,
 // data) takes each socket event for the next poll.
 export function createSockets(memory, onEvent) {
-  const open = new Map(); // fd -> { sock, reader, writer, reading, left, failed, peer }
+  const open = new Map(); // fd -> { sock, reader, writer, opened, reading, left, failed, peer }
   let nextFd = 1;
   const dec = new TextDecoder();
   const bytes = () => new Uint8Array(memory().buffer);
   const view = () => new DataView(memory().buffer);
 
   // read answers the module's wait on s with one chunk of at most max bytes.
+  // A read asked for while connecting starts once connected; a failed
+  // connect is reported by its own event, not the read's.
   const read = async (fd, s, max) => {
+    if (s.opened !== 0) {
+      s.opened = await s.opened;
+      if (s.opened !== 0) {
+        s.reading = false;
+        return;
+      }
+    }
     let chunk = s.left;
     s.left = null;
     let code = 0;
@@ -86,28 +95,36 @@ export function createSockets(memory, onEvent) {
         return classify(err);
       }
       const fd = nextFd++;
-      const s = { sock, reader: null, writer: null, reading: false, left: null, failed: 0, peer };
-      open.set(fd, s);
-      // The module keeps the connect's deadline: it closes the socket then.
-      sock.opened.then(
-        () => {
-          if (open.get(fd) !== s) return;
-          s.reader = sock.readable.getReader();
-          s.writer = sock.writable.getWriter();
-          onEvent(EventConnected, fd, 0, peer, null);
-        },
+      // The module sends its query and asks for the read in the same poll
+      // (package abi): the writer queues the bytes until the connection
+      // is open, and the read waits for it (opened: a promise of 0 or the
+      // connect's failure, then that value). A connect that succeeds
+      // sends no event; one that fails sends EventConnected. The module
+      // keeps the connect's deadline: it closes the socket then.
+      const s = {
+        sock, reader: sock.readable.getReader(), writer: sock.writable.getWriter(),
+        opened: null, reading: false, left: null, failed: 0, peer,
+      };
+      s.opened = sock.opened.then(
+        () => (s.opened = 0),
         (err) => {
-          if (open.get(fd) === s) onEvent(EventConnected, fd, classify(err), peer, null);
+          const code = classify(err);
+          s.opened = code;
+          if (open.get(fd) === s) onEvent(EventConnected, fd, code, peer, null);
+          return code;
         },
       );
+      open.set(fd, s);
       view().setUint32(fdPtr, fd, true);
       return 0;
     },
 
-    // The write goes on after the call; a failure is the next read's.
+    // The write goes on after the call (once connected); a failure is the
+    // next read's.
     sock_send(fd, ptr, len) {
       const s = open.get(fd);
-      if (!s || !s.writer) return ErrOther;
+      if (!s) return ErrOther;
+      if (typeof s.opened === "number" && s.opened !== 0) return s.opened;
       if (s.failed) return s.failed;
       s.writer.write(bytes().slice(ptr, ptr + len)).catch((err) => {
         s.failed ||= classify(err);
@@ -118,7 +135,7 @@ export function createSockets(memory, onEvent) {
     // The module waits on fd; a read already under way answers it too.
     sock_recv(fd, max, _deadline) {
       const s = open.get(fd);
-      if (!s || !s.reader) return ErrOther;
+      if (!s) return ErrOther;
       if (!s.reading) {
         s.reading = true;
         read(fd, s, max);

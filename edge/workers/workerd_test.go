@@ -215,6 +215,8 @@ func TestWorkerd(t *testing.T) {
 	s2 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
 	s3 := upstreamtest.Start(t, upstreamtest.Drop())
 	s4 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.4"))
+	s5 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
+	refused := closedPort(t)
 	base := startWorkerd(t, fmt.Sprintf(`scopes:
   - name: plain
     domains: [plain.test]
@@ -225,12 +227,15 @@ func TestWorkerd(t *testing.T) {
   - name: slow
     domains: [slow.test]
     servers: [%q, %q]
+  - name: refused
+    domains: [refused.test]
+    servers: [%q, %q]
 fallback_servers: []
 cache:
   max_entries: 0
 log:
   level: warn
-`, plain, s1, s2, s3, s4))
+`, plain, s1, s2, s3, s4, refused, s5))
 
 	// Several requests in flight at once in the one instance of the
 	// isolate: GETs and POSTs side by side.
@@ -310,6 +315,23 @@ log:
 		t.Logf("fast questions done in %v, the slow one in %v", fast, took)
 	})
 
+	// The module sends its query and names its read in the poll that
+	// opens the connection (package abi); the glue writes and reads once
+	// connected. A connect that fails still ends the attempt at once
+	// (engine-servers.server-choice-rule): the first server refuses, the
+	// second answers, without the 2 s timeout.
+	t.Run("refused connect moves on at once", func(t *testing.T) {
+		m, took := ask(t, "GET", base, "www.refused.test")
+		wantA(t, m, "192.0.2.5")
+		if took > time.Second {
+			t.Fatalf("took %v: a refused connect must fail its attempt at once", took)
+		}
+		if n := len(s5.Queries()); n != 1 {
+			t.Fatalf("second server read %d queries, want 1", n)
+		}
+		onlyTCP(t, s5)
+	})
+
 	t.Run("bad input answered by the module", func(t *testing.T) {
 		resp, err := http.Get(base + "/dns-query?dns=!!!")
 		if err != nil {
@@ -323,4 +345,17 @@ log:
 			t.Fatalf("a 400 carries no DNS message")
 		}
 	})
+}
+
+// closedPort is a loopback TCP address nothing listens on: a connect to
+// it is refused at once.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
