@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dohfwd/dohfwd/engine"
 	"golang.org/x/net/http2"
 )
 
@@ -110,7 +111,7 @@ type stream struct {
 	call
 	id        uint32
 	conn      *h2conn
-	ctx       streamContext // the question's, cancelled when the stream ends
+	ctx       engine.CancelContext // the question's, cancelled when the stream ends
 	recvWin   int32
 	sendWin   int64
 	unsent    []byte // response body waiting for flow-control window
@@ -526,7 +527,7 @@ func (c *h2conn) onReset(f *http2.RSTStreamFrame) error {
 func (c *h2conn) abandon(st *stream) {
 	st.reset = true
 	delete(c.streams, st.id)
-	st.ctx.cancel()
+	st.ctx.Cancel()
 	if st.running || st.waiting {
 		return // resolve or endBatch finishes it
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
@@ -16,10 +17,10 @@ import (
 // and the answers finished since the last poll.
 var requests = struct {
 	sync.Mutex
-	cancel  map[uint32]*requestContext
+	cancel  map[uint32]*engine.CancelContext
 	answers []byte // abi.AppendAnswer records
 	scratch []byte // a response's encoding, copied into answers
-}{cancel: map[uint32]*requestContext{}}
+}{cancel: map[uint32]*engine.CancelContext{}}
 
 // Until the host calls again, only the goroutines' timers that are not a
 // socket's deadline (a coalesced question's budget, the probe ticker)
@@ -51,7 +52,7 @@ func exportPoll(now int64, n uint32) uint32 {
 			ctx := requests.cancel[e.ID]
 			requests.Unlock()
 			if ctx != nil {
-				ctx.cancel()
+				ctx.Cancel()
 			}
 		case abi.EventConnected, abi.EventRead:
 			network.deliver(&e)
@@ -87,7 +88,7 @@ func exportPoll(now int64, n uint32) uint32 {
 // next poll result.
 func start(id uint32, data []byte) {
 	req, err := abi.ParseRequest(append([]byte(nil), data...))
-	ctx := new(requestContext)
+	ctx := new(engine.CancelContext)
 	requests.Lock()
 	requests.cancel[id] = ctx
 	requests.Unlock()
@@ -101,7 +102,7 @@ func start(id uint32, data []byte) {
 		default:
 			resp = serve(ctx, &req)
 		}
-		ctx.cancel()
+		ctx.Cancel()
 		requests.Lock()
 		delete(requests.cancel, id)
 		requests.scratch = abi.AppendResponse(requests.scratch[:0], &resp)
