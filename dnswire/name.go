@@ -30,33 +30,14 @@ var (
 // runs past the message or uses a reserved label type. A compression
 // pointer ends a name; its target is only bounds-checked (it must point
 // back), since nothing here follows it.
-func SkipName(m []byte, off int) int {
-	for {
-		if off >= len(m) {
-			return -1
-		}
-		l := int(m[off])
-		switch l & 0xC0 {
-		case 0x00:
-			if l == 0 {
-				return off + 1
-			}
-			off += 1 + l
-		case 0xC0:
-			if off+2 > len(m) || int(binary.BigEndian.Uint16(m[off:])&0x3FFF) >= off {
-				return -1 // pointers point back, or the name is garbage
-			}
-			return off + 2
-		default:
-			return -1
-		}
-	}
-}
+func SkipName(m []byte, off int) int { return skipName(m, off, true) }
 
 // skipAnyName is SkipName for a reader that follows pointers where they
 // lead (AppendNameWire, with its hop limit): a pointer is only checked to
 // land inside the message.
-func skipAnyName(m []byte, off int) int {
+func skipAnyName(m []byte, off int) int { return skipName(m, off, false) }
+
+func skipName(m []byte, off int, back bool) int {
 	for {
 		if off >= len(m) {
 			return -1
@@ -69,7 +50,12 @@ func skipAnyName(m []byte, off int) int {
 			}
 			off += 1 + l
 		case 0xC0:
-			if off+2 > len(m) || int(binary.BigEndian.Uint16(m[off:])&0x3FFF) >= len(m) {
+			if off+2 > len(m) {
+				return -1
+			}
+			// Pointers point back, or the name is garbage; every
+			// pointer must at least land in the message.
+			if to := int(binary.BigEndian.Uint16(m[off:]) & 0x3FFF); back && to >= off || to >= len(m) {
 				return -1
 			}
 			return off + 2
