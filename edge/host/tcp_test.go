@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -32,19 +31,6 @@ func tcpOnlyRuntime(t *testing.T) *Runtime {
 	return tcpRT
 }
 
-// closedPort is a loopback TCP address nothing listens on: a connect to
-// it is refused at once.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // The module sends a TCP query and names its read in the poll that opens
 // the connection (package abi: the host writes and reads once connected),
 // so a TCP question costs the module one poll less. A connect that fails
@@ -63,7 +49,7 @@ cache:
   max_entries: 0
 log:
   level: error
-`, closedPort(t), up.String())
+`, upstreamtest.FreeAddr(t), up.String())
 	ctx := context.Background()
 	pool, err := NewPool(ctx, tcpOnlyRuntime(t), cfg, 1)
 	if err != nil {

@@ -41,16 +41,6 @@ func workerdBinary(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startWorkerd runs `workerd serve` on the repository's workerd.capnp with
 // the glue, the module and configYAML, on a free loopback port, and
 // returns the base URL.
@@ -84,7 +74,7 @@ func startWorkerd(t *testing.T, configYAML string) string {
 	if err := os.WriteFile(filepath.Join(dir, "dohfwd.config.json"), encoded, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freePort(t)
+	addr := upstreamtest.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "serve", "workerd.capnp", "--socket-addr", "http="+addr)
 	cmd.Dir = dir
@@ -216,7 +206,7 @@ func TestWorkerd(t *testing.T) {
 	s3 := upstreamtest.Start(t, upstreamtest.Drop())
 	s4 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.4"))
 	s5 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
-	refused := closedPort(t)
+	refused := upstreamtest.FreeAddr(t)
 	base := startWorkerd(t, fmt.Sprintf(`scopes:
   - name: plain
     domains: [plain.test]
@@ -345,17 +335,4 @@ log:
 			t.Fatalf("a 400 carries no DNS message")
 		}
 	})
-}
-
-// closedPort is a loopback TCP address nothing listens on: a connect to
-// it is refused at once.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }

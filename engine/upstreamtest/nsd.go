@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,12 @@ func nsdConf(dir string, port int, opts NSDOptions) string {
 remote-control:
   control-enable: no
 `, port, dir, minimal)
+}
+
+// FreeAddr is FreePort as an address, 127.0.0.1:port: free for a server
+// to bind, or, left unbound, a port whose connects are refused at once.
+func FreeAddr(t testing.TB) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }
 
 // FreePort finds a port free for both UDP and TCP on 127.0.0.1, for a
