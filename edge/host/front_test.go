@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,5 +148,27 @@ log: {level: error}
 	}
 	if len(fields) < 3 || fields[1] != "date" || fields[2] != "content-type" {
 		t.Errorf("response fields %v: want :status, date, then the handler's content-type first, as doh's server writes them", strings.Join(fields, ", "))
+	}
+
+	// HTTP/1.1 still goes to net/http and on to the module; a body too
+	// big for a DNS message is refused from its Content-Length.
+	h1 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 20 * time.Second}
+	defer h1.CloseIdleConnections()
+	resp, err := h1.Get("https://" + addr + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 1 || resp.StatusCode != 200 || m.Unpack(body) != nil || len(m.Answer) != 1 {
+		t.Fatalf("HTTP/1.1: %s %d %q, want 200 with the answer", resp.Proto, resp.StatusCode, body)
+	}
+	resp, err = h1.Post("https://"+addr+"/dns-query", "application/dns-message", bytes.NewReader(make([]byte, 70000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("HTTP/1.1 POST of 70000 bytes: %d, want 413", resp.StatusCode)
 	}
 }
