@@ -15,7 +15,7 @@ import (
 )
 
 // This file is the DoH semantics, once, for every transport: a [Request]
-// in, a [Response] out. The net/http path (HTTP/1.1, the edge) and the
+// in, a [Response] out. The net/http path (HTTP/1.1) and the
 // HTTP/2 server of this package both go through call.begin, answer and
 // finish; only answer meets the resolver.
 
