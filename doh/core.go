@@ -15,7 +15,7 @@ import (
 )
 
 // This file is the DoH semantics, once, for every transport: a [Request]
-// in, a [Response] out. The net/http path (HTTP/1.1, the edge) and the
+// in, a [Response] out. The net/http path (HTTP/1.1) and the
 // HTTP/2 server of this package both go through call.begin, answer and
 // finish; only answer meets the resolver.
 
@@ -165,6 +165,10 @@ type Handler struct {
 
 	serverTiming bool
 	traceContext bool
+
+	// serve, when set, answers every request instead of the core (see
+	// HandlerFor); the fields above are then unused.
+	serve RequestServer
 }
 
 // NewHandler returns the DoH handler over r with o's path, trusted
@@ -201,6 +205,9 @@ func acceptsHTML(h Header) bool {
 // ready (an HTTP error, or a DNS error answered here); otherwise c.raw
 // waits for answer.
 func (h *Handler) begin(c *call) (done bool) {
+	if h.serve != nil {
+		return false // all of it is h.serve's, in answer
+	}
 	r := &c.req
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
 	if h.observe != nil {
@@ -328,6 +335,9 @@ func (h *Handler) beginJSON(c *call) bool {
 // written into c.out with the client's ID and padding, is the RFC 8484
 // form's body as it is; the JSON form is written from it.
 func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
+	if h.serve != nil {
+		return h.pass(ctx, c, wait)
+	}
 	// A question is about to be resolved: Admit decides, once per
 	// request (answer may be called twice: at once, then waiting).
 	if h.admit != nil && !c.admitted {

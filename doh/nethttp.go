@@ -10,8 +10,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// ServeHTTP serves one request that net/http read (HTTP/1.1, and the
-// edge module's requests): it is turned into a [Request], goes through the
+// ServeHTTP serves one request that net/http read (HTTP/1.1): it is turned into a [Request], goes through the
 // same core as the HTTP/2 server's streams, and the [Response] is written
 // back. The request context is the resolver's: a client that goes away
 // cancels its question.

@@ -86,10 +86,11 @@ const maxIdleWorkers = 256
 // a body is at most one DNS message.
 const maxUploadPerStream = MaxMessageSize + 1
 
-// Server serves DoH on one listener. For a [*Handler] it speaks HTTP/2
-// itself (over TLS with ALPN h2, and with prior knowledge on a plaintext
-// listener) and leaves HTTP/1.1 to net/http; any other handler (the edge
-// host's) is served by net/http and golang.org/x/net/http2 entirely.
+// Server serves DoH on one listener. For a [*Handler] (the edge host's
+// too: [HandlerFor]) it speaks HTTP/2 itself (over TLS with ALPN h2, and
+// with prior knowledge on a plaintext listener) and leaves HTTP/1.1 to
+// net/http; any other handler is served by net/http and
+// golang.org/x/net/http2 entirely.
 type Server struct {
 	core   *Handler     // nil: h1 serves everything
 	h1     *http.Server // HTTP/1.1, or everything

@@ -57,7 +57,7 @@ func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
 	req.Header.Set("Accept", "application/dns-message")
 	in := e.pool.all[0]
 	go func() {
@@ -86,7 +86,7 @@ func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map
 	next, stop := context.WithTimeout(context.Background(), 8*time.Second)
 	defer stop()
 	wire, _ = query("next.example.org", dns.TypeA).Pack()
-	req, _ = http.NewRequestWithContext(next, "GET", e.srv.URL+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+	req, _ = http.NewRequestWithContext(next, "GET", e.url+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
 	req.Header.Set("Accept", "application/dns-message")
 	m, _ := e.do(t, req)
 	wantAnswer(t, m, "192.0.2.1")

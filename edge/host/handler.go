@@ -1,9 +1,8 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,13 +12,23 @@ import (
 	"github.com/dohfwd/dohfwd/edge/abi"
 )
 
-// maxBody is one byte more than the largest DoH body, so the module's
-// handler still sees an oversized body as oversized (413).
-const maxBody = 65535 + 1
-
 var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// forwarded are abi.ForwardedHeaders as a doh.Request names them, but
+// Content-Length, which is passed from Request.ContentLength.
+var forwarded = func() []string {
+	var names []string
+	for _, k := range abi.ForwardedHeaders {
+		if k != "Content-Length" {
+			names = append(names, strings.ToLower(k))
+		}
+	}
+	return names
+}()
+
 // Handler serves DoH by passing each request to an instance of the pool.
+// It is a doh.RequestServer: doh.HandlerFor(h) serves it with the native
+// listeners and HTTP/2 server, as dohfwd serve serves its engine.
 type Handler struct {
 	Pool *Pool
 	// Observe, if set, is told of each request at its end, as the native
@@ -28,57 +37,82 @@ type Handler struct {
 	Observe func(doh.Exchange)
 }
 
-func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+var _ doh.RequestServer = Handler{}
+
+// ServeRequest hands r to an instance of the pool and returns its answer.
+// ok is false when the client went away meanwhile.
+func (h Handler) ServeRequest(ctx context.Context, r *doh.Request) (resp doh.Response, ok bool) {
 	x := doh.Exchange{Method: r.Method, Proto: r.Proto, Rcode: -1, Start: time.Now()}
 	if h.Observe != nil {
 		defer func() { h.Observe(x) }()
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		x.Status, x.Problem = http.StatusBadRequest, "reading body: "+err.Error()
-		http.Error(w, x.Problem, x.Status)
-		return
-	}
 	bp := requestBuffers.Get().(*[]byte)
 	defer requestBuffers.Put(bp)
-	req := abi.Request{Method: r.Method, Target: r.URL.RequestURI(), Remote: r.RemoteAddr, Body: body}
-	req.Headers = append(req.Headers, [2]string{"Host", r.Host})
-	for _, k := range abi.ForwardedHeaders {
-		for _, v := range r.Header.Values(k) {
-			req.Headers = append(req.Headers, [2]string{k, v})
+	target := r.Path
+	if r.RawQuery != "" {
+		target += "?" + r.RawQuery
+	}
+	req := abi.Request{Method: r.Method, Target: target, Body: r.Body}
+	if r.Peer.IsValid() {
+		req.Remote = r.Peer.String()
+	}
+	req.Headers = append(make([][2]string, 0, 4), [2]string{"Host", r.Host})
+	if r.ContentLength >= 0 {
+		req.Headers = append(req.Headers, [2]string{"Content-Length", strconv.FormatInt(r.ContentLength, 10)})
+	}
+	for _, f := range r.Header {
+		for _, k := range forwarded {
+			if f.Name == k {
+				req.Headers = append(req.Headers, [2]string{f.Name, f.Value})
+			}
 		}
 	}
 	enc := abi.AppendRequest((*bp)[:0], &req)
 	*bp = enc
-	out, err := h.Pool.Serve(r.Context(), enc)
+	out, err := h.Pool.Serve(ctx, enc)
 	if err != nil {
-		if r.Context().Err() != nil {
+		if ctx.Err() != nil {
 			x.Status = doh.StatusClientClosed
-			return // the client went away while waiting for an instance
+			return doh.Response{}, false // the client went away while waiting for an instance
 		}
-		x.Status = http.StatusInternalServerError
-		http.Error(w, err.Error(), x.Status)
-		return
+		x.Status = 500
+		return fail(x.Status, err), true
 	}
-	resp, err := abi.ParseResponse(out)
+	m, err := abi.ParseResponse(out)
 	if err != nil {
-		x.Status = http.StatusInternalServerError
-		http.Error(w, err.Error(), x.Status)
-		return
+		x.Status = 500
+		return fail(x.Status, err), true
 	}
-	x.Status = resp.Status
+	if m.Status == doh.StatusClientClosed {
+		x.Status = m.Status
+		return doh.Response{}, false
+	}
+	x.Status = m.Status
 	if h.Observe != nil {
 		// The module's own log has its bad requests (with the client's
 		// address); here they are only counted.
-		x.Rcode = rcodeOf(&resp)
+		x.Rcode = rcodeOf(&m)
 	}
-	hdr := w.Header()
-	for _, kv := range resp.Headers {
-		hdr.Add(kv[0], kv[1])
+	// The module's fields, as HTTP/2 names them, with the body's own
+	// length (out is this call's: the body may be written later).
+	resp = doh.Response{Status: m.Status, Body: m.Body, Header: make(doh.Header, 0, len(m.Headers)+1)}
+	for _, kv := range m.Headers {
+		if name := strings.ToLower(kv[0]); name != "content-length" {
+			resp.Header.Add(name, kv[1])
+		}
 	}
-	hdr.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	w.WriteHeader(resp.Status)
-	w.Write(resp.Body)
+	resp.Header.Add("content-length", strconv.Itoa(len(m.Body)))
+	return resp, true
+}
+
+// fail is a 500 saying what went wrong between the host and the module.
+func fail(status int, err error) doh.Response {
+	body := []byte(err.Error() + "\n")
+	return doh.Response{Status: status, Body: body, Header: doh.Header{
+		{Name: "content-type", Value: "text/plain; charset=utf-8"},
+		{Name: "x-content-type-options", Value: "nosniff"},
+		{Name: "content-length", Value: strconv.Itoa(len(body))},
+	}}
 }
 
 // rcodeOf reads the DNS rcode of the module's wire or JSON answer; -1

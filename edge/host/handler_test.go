@@ -41,7 +41,7 @@ func TestWazeroRequestsAndLatencyCounted(t *testing.T) {
 		"/resolve?name=gone.example.org&type=A",
 		"/dns-query?dns=%%%",
 	} {
-		resp, err := e.client.Get(e.srv.URL + target)
+		resp, err := e.client.Get(e.url + target)
 		if err != nil {
 			t.Fatal(err)
 		}

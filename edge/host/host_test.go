@@ -3,9 +3,11 @@ package host
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -73,7 +75,8 @@ log:
 
 type edge struct {
 	pool   *Pool
-	srv    *httptest.Server
+	srv    *doh.Server
+	url    string
 	client *http.Client
 }
 
@@ -83,7 +86,9 @@ func startEdge(t *testing.T, config []byte, size int) *edge {
 	return startObservedEdge(t, config, size, nil)
 }
 
-// startObservedEdge is startEdge with the handler's request observer.
+// startObservedEdge is startEdge with the handler's request observer. The
+// pool is served as dohfwd-edge serves it: by package doh's own server
+// (doh.HandlerFor), with httptest's certificate and client.
 func startObservedEdge(t *testing.T, config []byte, size int, observe func(doh.Exchange)) *edge {
 	t.Helper()
 	ctx := context.Background()
@@ -91,11 +96,23 @@ func startObservedEdge(t *testing.T, config []byte, size int, observe func(doh.E
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(Handler{Pool: pool, Observe: observe})
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(func() { srv.Close(); pool.Close(ctx) })
-	return &edge{pool: pool, srv: srv, client: srv.Client()}
+	cert := httptest.NewUnstartedServer(nil) // for its certificate and a client that trusts it
+	cert.EnableHTTP2 = true
+	cert.StartTLS()
+	client := cert.Client()
+	tlsConfig := &tls.Config{Certificates: cert.TLS.Certificates}
+	cert.Close()
+	srv, err := doh.NewTLSServer(doh.HandlerFor(Handler{Pool: pool, Observe: observe}), tlsConfig, doh.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close(); client.CloseIdleConnections(); pool.Close(ctx) })
+	return &edge{pool: pool, srv: srv, url: "https://" + ln.Addr().String(), client: client}
 }
 
 func query(name string, qtype uint16) *dns.Msg {
@@ -112,7 +129,7 @@ func (e *edge) get(t *testing.T, q *dns.Msg) (*dns.Msg, *http.Response) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("GET", e.srv.URL+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+	req, _ := http.NewRequest("GET", e.url+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
 	req.Header.Set("Accept", "application/dns-message")
 	return e.do(t, req)
 }
@@ -124,7 +141,7 @@ func (e *edge) post(t *testing.T, q *dns.Msg) (*dns.Msg, *http.Response) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("POST", e.srv.URL+"/dns-query", bytes.NewReader(wire))
+	req, _ := http.NewRequest("POST", e.url+"/dns-query", bytes.NewReader(wire))
 	req.Header.Set("Content-Type", "application/dns-message")
 	return e.do(t, req)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/metrics"
 )
 
@@ -92,7 +93,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	met.CollectAttemptLatency(pool.AttemptLatency)
 	return d.Serve(ctx, assembly.Serving{
 		Backend: pool,
-		Handler: Handler{Pool: pool, Observe: d.Observe},
+		Handler: doh.HandlerFor(Handler{Pool: pool, Observe: d.Observe}),
 		Version: version,
 	})
 }

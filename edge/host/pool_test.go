@@ -31,7 +31,7 @@ func TestWazeroStatusDoesNotWaitForBusyInstance(t *testing.T) {
 	}
 
 	wire, _ := query("busy.example.org", dns.TypeA).Pack()
-	url := e.srv.URL + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire)
+	url := e.url + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire)
 	done := make(chan error, 1)
 	go func() {
 		resp, err := e.client.Get(url)

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -153,7 +154,15 @@ func serve(ctx context.Context, r *abi.Request) abi.Response {
 			req.Host = h[1]
 			continue
 		}
-		req.Header.Add(strings.ToLower(h[0]), h[1])
+		name := strings.ToLower(h[0])
+		if name == "content-length" {
+			// The length the client declared: a host reads no more of a
+			// body than a DNS message and a byte, so 413 needs this.
+			if n, err := strconv.ParseInt(h[1], 10, 64); err == nil && n > req.ContentLength {
+				req.ContentLength = n
+			}
+		}
+		req.Header.Add(name, h[1])
 	}
 	out, ok := handler.ServeRequest(ctx, &req)
 	if !ok {
