@@ -240,7 +240,11 @@ type fastNext struct {
 	immediate int
 }
 
-func (c *fastNext) ResolveWireImmediate(_, dst []byte, _ *engine.Trace) (engine.Response, bool) {
+func (c *fastNext) ResolveWireMiss(context.Context, *engine.Miss, []byte) engine.Response {
+	panic("fastNext never misses")
+}
+
+func (c *fastNext) ResolveWireImmediate(_, dst []byte, _ *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
 	c.immediate++
 	return engine.Response{Wire: append(dst, 0, 0), Result: engine.ResultLocal, CacheHit: true}, true
 }
@@ -267,7 +271,7 @@ func TestResolverImmediatePassesThroughOutsideZone(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := next.immediate
-		_, ok := r.ResolveWireImmediate(raw, nil, nil)
+		_, ok := r.ResolveWireImmediate(raw, nil, nil, nil)
 		if ok != c.want || (next.immediate > before) != c.want {
 			t.Errorf("%s: answered at once %v (next asked %v), want %v", c.name, ok, next.immediate > before, c.want)
 		}
@@ -277,7 +281,7 @@ func TestResolverImmediatePassesThroughOutsideZone(t *testing.T) {
 	q := new(dns.Msg)
 	q.SetQuestion("www.example.net.", dns.TypeA)
 	raw, _ := q.Pack()
-	if _, ok := plain.ResolveWireImmediate(raw, nil, nil); ok {
+	if _, ok := plain.ResolveWireImmediate(raw, nil, nil, nil); ok {
 		t.Error("answered at once without a next that can")
 	}
 }

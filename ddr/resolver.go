@@ -65,19 +65,29 @@ func (r *Resolver) answer(query, dst []byte) (engine.Response, bool) {
 // immediateNext is a Next that can answer some queries at once, from
 // memory (*engine.Engine).
 type immediateNext interface {
-	ResolveWireImmediate(query, dst []byte, trace *engine.Trace) (engine.Response, bool)
+	ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool)
+	ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response
 }
 
 // ResolveWireImmediate passes a query outside resolver.arpa to the next
 // resolver's ResolveWireImmediate, when it has one. A resolver.arpa name
-// is never answered at once (false): it takes ResolveWire's way, which
-// answers from the table.
-func (r *Resolver) ResolveWireImmediate(query, dst []byte, trace *engine.Trace) (engine.Response, bool) {
+// is never answered at once (false, miss left alone): it takes
+// ResolveWire's way, which answers from the table.
+func (r *Resolver) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool) {
 	next, ok := r.next.(immediateNext)
 	if !ok || inZone(query) {
 		return engine.Response{}, false
 	}
-	return next.ResolveWireImmediate(query, dst, trace)
+	return next.ResolveWireImmediate(query, dst, trace, miss)
+}
+
+// ResolveWireMiss passes a miss to the next resolver: only its
+// ResolveWireImmediate fills one (a query outside resolver.arpa).
+func (r *Resolver) ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response {
+	if next, ok := r.next.(immediateNext); ok {
+		return next.ResolveWireMiss(ctx, miss, dst)
+	}
+	return engine.Response{Wire: dst, Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}
 }
 
 // inZone reports whether the question of the wire query query is in

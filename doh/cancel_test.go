@@ -36,7 +36,11 @@ func TestClientCancelNotCharged(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client: %v, want context.Canceled", err)
 	}
-	waitFor(t, "the engine to count the question cancelled", func() bool { return e.Counters().Cancelled == 1 })
+	// The attempt is counted cancelled when it ends, the question a moment
+	// later when it answers: wait for the second.
+	waitFor(t, "the engine to count the question cancelled", func() bool {
+		return e.Counters().Cancelled == 1 && e.Status().Counters.Questions["cancelled"] == 1
+	})
 
 	st := e.Status()
 	if st.Counters.UpstreamFailed != 0 || st.Counters.Attempts["timeout"] != 0 || st.Counters.Attempts["cancelled"] != 1 {

@@ -102,6 +102,10 @@ type call struct {
 	// clock (the HTTP/2 server reads one per read batch); zero: begin
 	// reads the clock.
 	received time.Time
+
+	// miss is what the resolver read of the query when it could not
+	// answer at once (ImmediateResolver): the later answer starts there.
+	miss engine.Miss
 }
 
 var calls = sync.Pool{New: func() any {
@@ -128,6 +132,7 @@ func (c *call) reset() {
 	c.raw = nil
 	c.onDoHPath, c.page, c.admitted, c.nameLater = false, false, false, false
 	c.received = time.Time{}
+	c.miss = engine.Miss{}
 	c.in, c.out = c.in[:0], c.out[:0]
 }
 
@@ -139,11 +144,14 @@ const pooledBufferSize = 4096
 // once, from memory (its cache, local names), without waiting on the
 // network. The HTTP/2 server asks it first on the connection's own
 // goroutine; only what it cannot answer at once goes to a goroutine of
-// its own. ok false leaves nothing behind: the query is then asked with
-// ResolveWire. trace, when not nil, is the request's trace (see
-// Options.TraceContext). *engine.Engine and *ddr.Resolver satisfy it.
+// its own. ok false leaves nothing behind but miss: when miss is then
+// Ready the query is asked with ResolveWireMiss (which does not read it
+// again), else with ResolveWire. trace, when not nil, is the request's
+// trace (see Options.TraceContext). *engine.Engine and *ddr.Resolver
+// satisfy it.
 type ImmediateResolver interface {
-	ResolveWireImmediate(query, dst []byte, trace *engine.Trace) (r engine.Response, ok bool)
+	ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (r engine.Response, ok bool)
+	ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response
 }
 
 // Handler is the DoH handler: RFC 8484 at its path, JSON at JSONPath (and
@@ -359,7 +367,7 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 			tr = &c.x.Trace
 		}
 		var ok bool
-		if r, ok = h.immediate.ResolveWireImmediate(c.raw, c.out[:0], tr); !ok {
+		if r, ok = h.immediate.ResolveWireImmediate(c.raw, c.out[:0], tr, &c.miss); !ok {
 			return false
 		}
 	} else {
@@ -371,7 +379,11 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		case h.traceContext:
 			ctx = engine.WithTrace(ctx, c.x.Trace)
 		}
-		r = h.resolver.ResolveWire(ctx, c.raw, c.out[:0])
+		if c.miss.Ready() {
+			r = h.immediate.ResolveWireMiss(ctx, &c.miss, c.out[:0])
+		} else {
+			r = h.resolver.ResolveWire(ctx, c.raw, c.out[:0])
+		}
 		if ctx.Err() != nil {
 			r.Wire = nil
 			c.x.Resolved, c.x.Response, c.x.Status = true, r, StatusClientClosed

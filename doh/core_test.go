@@ -25,7 +25,7 @@ type laterResolver struct {
 	immediate, wire atomic.Int64
 }
 
-func (r *laterResolver) ResolveWireImmediate([]byte, []byte, *engine.Trace) (engine.Response, bool) {
+func (r *laterResolver) ResolveWireImmediate([]byte, []byte, *engine.Trace, *engine.Miss) (engine.Response, bool) {
 	r.immediate.Add(1)
 	return engine.Response{}, false
 }

@@ -1,11 +1,13 @@
 package doh
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -293,5 +295,56 @@ func TestAcceptsJSONInAnyCase(t *testing.T) {
 		if got := acceptsJSON(Header{{"accept", v}}); got != want {
 			t.Errorf("Accept %q: %v, want %v", v, got, want)
 		}
+	}
+}
+
+// missCounter is the real engine, counting how misses are asked.
+type missCounter struct {
+	*engine.Engine
+	wire, miss atomic.Int64
+}
+
+func (m *missCounter) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	m.wire.Add(1)
+	return m.Engine.ResolveWire(ctx, query, dst)
+}
+
+func (m *missCounter) ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response {
+	m.miss.Add(1)
+	return m.Engine.ResolveWireMiss(ctx, miss, dst)
+}
+
+// TestHTTP2HandsTheMissOn: a wire query the resolver could not answer at
+// once is asked with ResolveWireMiss, with what the immediate call read,
+// and answered as ResolveWire would; a JSON query (not asked at once)
+// takes ResolveWire.
+func TestHTTP2HandsTheMissOn(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, zone)
+	e, err := engine.New(engine.Config{FallbackServers: []string{up.String()}}, engine.Options{Network: engine.NativeNetwork{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	res := &missCounter{Engine: e}
+	base, c := startTLS(t, NewHandler(res, Options{}), Limits{})
+
+	for i, name := range []string{"www.example.test.", "nx.example.test.", "WWW.Example.Test."} {
+		q := query(t, name, dns.TypeA, uint16(100+i))
+		r, body := do(t, c, newRequest(t, "POST", base+DefaultPath, pack(t, q), "Content-Type", MediaTypeDNS))
+		m := unpackAnswer(t, r, body)
+		if m.Id != uint16(100+i) || m.Question[0].Name != name || (name == "nx.example.test.") != (m.Rcode == dns.RcodeNameError) {
+			t.Fatalf("%s: answer %v", name, m)
+		}
+	}
+	if w, m := res.wire.Load(), res.miss.Load(); w != 0 || m != 3 {
+		t.Errorf("wire queries: %d by ResolveWire, %d by ResolveWireMiss; want 0 and 3", w, m)
+	}
+	r, body := do(t, c, newRequest(t, "GET", base+JSONPath+"?name=www.example.test&type=a", nil))
+	if r.StatusCode != 200 {
+		t.Fatalf("JSON: status %d body %q", r.StatusCode, body)
+	}
+	if w, m := res.wire.Load(), res.miss.Load(); w != 1 || m != 3 {
+		t.Errorf("after a JSON query: %d by ResolveWire, %d by ResolveWireMiss; want 1 and 3", w, m)
 	}
 }

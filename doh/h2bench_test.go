@@ -32,12 +32,17 @@ func newImmediateResolver(reply *dns.Msg) immediateResolver {
 }
 
 func (r immediateResolver) ResolveWire(_ context.Context, query, dst []byte) engine.Response {
-	resp, _ := r.ResolveWireImmediate(query, dst, nil)
+	resp, _ := r.ResolveWireImmediate(query, dst, nil, nil)
 	resp.CacheHit = false
 	return resp
 }
 
-func (r immediateResolver) ResolveWireImmediate(query, dst []byte, _ *engine.Trace) (engine.Response, bool) {
+// ResolveWireMiss is never asked: the resolver never misses.
+func (r immediateResolver) ResolveWireMiss(context.Context, *engine.Miss, []byte) engine.Response {
+	panic("immediateResolver never misses")
+}
+
+func (r immediateResolver) ResolveWireImmediate(query, dst []byte, _ *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
 	out := append(dst, r.wire...)
 	copy(out[len(dst):], query[:2]) // the client's ID
 	return engine.Response{Wire: out, Rcode: int(r.wire[3] & 0xF), TTL: 300, Cacheable: true,

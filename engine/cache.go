@@ -127,32 +127,38 @@ func (*fedClock) Tick(time.Duration) <-chan time.Time { return nil }
 // bit and question case, the TTLs counted down in place, and an OPT
 // record written for the client.
 type entry struct {
-	result   Result   // ResultAnswer or ResultNXDomain
+	result    Result // ResultAnswer or ResultNXDomain
+	staleOnly bool   // see below, with scope
+	optClass  uint16 // the upstream's OPT UDP size; 0 when it sent none
+	// asks counts the questions it answered, up to the prefetch
+	// threshold; prefetched is set by the one question that starts its
+	// prefetch (prefetch.go).
+	asks     atomic.Int32
 	msg      []byte   // ID 0, TC clear, no OPT record; TTLs clamped at age 0
 	ttls     []uint16 // offsets of the TTL fields, in ttlSpace when they fit
 	ttlSpace [16]uint16
 	optData  []byte // the upstream's EDNS options less per-hop ones
-	optClass uint16 // the upstream's OPT UDP size; 0 when it sent none
 	stored   time.Time
 	ttl      time.Duration // how long it may be served; 0: not to be cached
 
 	// scope is the name of the scope whose servers gave the answer: a
-	// stale answer is served only to questions routed there.
+	// stale answer is served only to questions routed there. staleOnly
+	// marks an entry carried over a reload that changed where questions
+	// go: never live again, served only stale (keepStale).
 	scope string
-	// staleOnly marks an entry carried over a reload that changed where
-	// questions go: never live again, served only stale (keepStale).
-	staleOnly bool
-	// asks counts the questions it answered, up to the prefetch
-	// threshold; prefetched is set by the one question that starts its
-	// prefetch (prefetch.go).
-	asks       atomic.Int32
-	prefetched atomic.Bool
+
+	// The TTL facts of msg as stored (ttlFacts less what its header
+	// says), so a client's reply's TTL is known without walking it
+	// (replyFacts); hasFacts is false for an entry made otherwise.
+	minPositive, soaTTL, soaMinimum uint32
+	hasSOA, hasFacts                bool
+	prefetched                      atomic.Bool
 }
 
 // entryFor returns a new entry whose msg is empty with room for n bytes.
 // A reply of up to 456 bytes lives in the entry's own allocation: one
 // allocation a forwarded question fewer. Each tier fills one of the
-// allocator's size classes (the entry alone is 184 bytes, in the 192-byte
+// allocator's size classes (the entry alone is 176 bytes, in the 176-byte
 // class), so an entry takes at most a class step (16 to 64 bytes) more
 // than the entry and the reply apart did, and often less.
 func entryFor(n int) *entry {
@@ -218,7 +224,7 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 	positive := w.rcode == dnswire.RcodeSuccess && w.ancount > 0
 	soaDone := false
 	var life uint32
-	walkReply(reply, func(section, off int, typ uint16) {
+	sw, _ := walkReply(reply, func(section, off int, typ uint16) {
 		en.ttls = append(en.ttls, uint16(off))
 		ttl := binary.BigEndian.Uint32(reply[off:])
 		switch {
@@ -231,6 +237,10 @@ func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now ti
 			binary.BigEndian.PutUint32(reply[off:], life)
 		}
 	})
+	// The walk read each TTL after the clamp above wrote it: its facts
+	// are the stored message's.
+	en.minPositive, en.hasSOA, en.soaTTL, en.soaMinimum = sw.facts.minPositive, sw.facts.hasSOA, sw.facts.soaTTL, sw.facts.soaMinimum
+	en.hasFacts = true
 	if secs, ok := answerTTL(w.facts); ok {
 		if positive {
 			life = clampSeconds(secs, conf.MinTTL, conf.MaxTTL)
@@ -326,6 +336,32 @@ func (en *entry) appendReply(dst []byte, cq *clientQuery, qname []byte, now time
 	return en.write(dst, cq, qname, now, -1)
 }
 
+// age is how many whole seconds the entry's TTLs are counted down by in
+// a reply written at now.
+func (en *entry) age(now time.Time) uint32 { return uint32(now.Sub(en.stored) / time.Second) }
+
+// replyFacts are the rcode and answerTTL of the client's reply that write
+// makes at now (or its stale form with staleTTL >= 0), from the facts
+// makeEntry kept: what walking that reply would give. ok is false for an
+// entry without them.
+func (en *entry) replyFacts(now time.Time, staleTTL int64) (rcode int, ttl uint32, cacheable, ok bool) {
+	if !en.hasFacts || len(en.msg) < dnswire.HeaderLen {
+		return 0, 0, false, false
+	}
+	f := ttlFacts{
+		rcode:       int(en.msg[3] & 0x0F), // the client's OPT carries no extended bits
+		answers:     int(binary.BigEndian.Uint16(en.msg[dnswire.OffANCount:])),
+		minPositive: en.minPositive, hasSOA: en.hasSOA, soaTTL: en.soaTTL, soaMinimum: en.soaMinimum,
+	}
+	if staleTTL >= 0 {
+		f.minPositive, f.soaTTL = uint32(staleTTL), uint32(staleTTL)
+	} else if age := en.age(now); age > 0 {
+		f.minPositive, f.soaTTL = max(f.minPositive, age)-age, max(f.soaTTL, age)-age
+	}
+	ttl, cacheable = answerTTL(f)
+	return f.rcode, ttl, cacheable, true
+}
+
 // write is appendReply; with staleTTL >= 0 it writes the stale form
 // instead (appendStale).
 func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time, staleTTL int64) []byte {
@@ -344,7 +380,7 @@ func (en *entry) write(dst []byte, cq *clientQuery, qname []byte, now time.Time,
 		for _, off := range en.ttls {
 			binary.BigEndian.PutUint32(m[off:], uint32(staleTTL))
 		}
-	} else if age := uint32(now.Sub(en.stored) / time.Second); age > 0 {
+	} else if age := en.age(now); age > 0 {
 		for _, off := range en.ttls {
 			ttl := binary.BigEndian.Uint32(m[off:])
 			binary.BigEndian.PutUint32(m[off:], max(ttl, age)-age)

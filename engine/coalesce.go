@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,7 +20,10 @@ type flights struct {
 	m  map[cacheKey]*flight
 }
 
-// flight is one shared upstream question.
+// flight is one shared upstream question. Flights are pooled: refs
+// counts who may still read one (its leader, each follower, a question
+// awaiting its detached copy), and the last to let go (release) puts it
+// back. A flight is read by its holders only until they release it.
 type flight struct {
 	// done is closed when the fields below are set. It is made when the
 	// first follower joins (under flights.mu): most flights have none.
@@ -33,8 +37,9 @@ type flight struct {
 	// spent and upstream are the leader's attempts and their time:
 	// leaderID is the leading question's id, and a client whose detached
 	// copy leads (raceStale) follows a flight of its own and takes them
-	// as its own. The fields are ordered to keep a flight in 80 bytes.
+	// as its own.
 	spent    int32
+	refs     atomic.Int32
 	leaderID uint64
 	upstream time.Duration
 	tried    *tried // the leader's attempts, for the followers' EDE (unavailable only)
@@ -50,6 +55,7 @@ func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[k]; fl != nil {
+		fl.refs.Add(1) // in the map: the leader has not let go
 		if fl.done == nil {
 			fl.done = make(chan struct{})
 		}
@@ -61,15 +67,18 @@ func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
 	if f.m == nil {
 		f.m = map[cacheKey]*flight{}
 	}
-	fl := &flight{leader: tr}
+	fl := flightPool.Get().(*flight)
+	fl.leader = tr
+	fl.refs.Store(1)
 	f.m[k] = fl
 	return fl, true
 }
 
 // awaited makes fl's done channel for a waiter that did not join it as a
-// follower: a question whose detached copy leads it (raceStale). Call it
-// before the flight can land.
+// follower: a question whose detached copy leads it (raceStale). It holds
+// fl for the waiter (release). Call it before the flight can land.
 func (f *flights) awaited(fl *flight) {
+	fl.refs.Add(1) // the leader has not let go
 	f.mu.Lock()
 	if fl.done == nil {
 		fl.done = make(chan struct{})
@@ -96,4 +105,20 @@ func (f *flights) land(k cacheKey, fl *flight) {
 // A follower asks again rather than take it.
 func abandons(r found) bool {
 	return r.result == ResultCancelled || (r.result == ResultUnavailable && r.reason == ReasonQuestionTimeout)
+}
+
+// flightPool holds flights no one reads any more.
+var flightPool = sync.Pool{New: func() any { return new(flight) }}
+
+// release lets go of fl: its leader once landed and done with it, a
+// follower once it has read the result (or stopped waiting). The last
+// puts it back in the pool, emptied; its served slice is kept for reuse.
+func (fl *flight) release() {
+	if fl.refs.Add(-1) != 0 {
+		return
+	}
+	served := fl.served[:0]
+	clear(fl.served)
+	*fl = flight{served: served}
+	flightPool.Put(fl)
 }

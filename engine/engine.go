@@ -202,9 +202,7 @@ func (qn *question) respond(resp *Response, dst []byte, f found) {
 		Question: qn.id, QName: cq.name, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
 	resp.Wire = qn.writeReply(dst, f)
 	resp.Answered = time.Now()
-	w, _ := walkReply(resp.Wire[len(dst):], nil)
-	resp.Rcode = w.rcode
-	resp.TTL, resp.Cacheable = answerTTL(w.facts)
+	resp.Rcode, resp.TTL, resp.Cacheable = qn.replyFacts(resp.Wire[len(dst):], f)
 	e.counters.questions[resp.Result].Add(1)
 	if resp.Result == ResultStale {
 		e.counters.stale[resp.Reason].Add(1)
@@ -220,6 +218,24 @@ func (qn *question) respond(resp *Response, dst []byte, f found) {
 		ev.Joined, ev.Served = qn.shared.joined, qn.shared.served
 	}
 	e.observer.Question(ev)
+}
+
+// replyFacts are the rcode and answerTTL of reply, the client's reply
+// writeReply made for f: from its entry's facts when it has them (no walk
+// of the reply), else from a walk.
+func (qn *question) replyFacts(reply []byte, f found) (rcode int, ttl uint32, cacheable bool) {
+	if f.en != nil {
+		staleTTL := int64(-1)
+		if f.result == ResultStale {
+			staleTTL = int64(qn.cfg.Cache.StaleTTL / time.Second)
+		}
+		if rcode, ttl, cacheable, ok := f.en.replyFacts(f.at, staleTTL); ok {
+			return rcode, ttl, cacheable
+		}
+	}
+	w, _ := walkReply(reply, nil)
+	ttl, cacheable = answerTTL(w.facts)
+	return w.rcode, ttl, cacheable
 }
 
 // writeReply appends the client's reply for f to dst.

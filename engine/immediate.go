@@ -13,12 +13,16 @@ import (
 // appends the client's reply to dst and reports true, with the same
 // counters and question event as ResolveWire; or it reports false having
 // done nothing (no counter moved, no event, dst untouched): ask with
-// ResolveWire. A front end calls it on the goroutine that read the
-// request, so a cache hit is answered there without a goroutine of its
-// own and without unpacking anything. Search candidates, forwarded ECS,
-// stale entries and compressed question names always take ResolveWire's
-// way. trace, when not nil, is the client's trace for the question event.
-func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace) (Response, bool) {
+// ResolveWire, or with ResolveWireMiss when miss is Ready. A front end
+// calls it on the goroutine that read the request, so a cache hit is
+// answered there without a goroutine of its own and without unpacking
+// anything. Search candidates, forwarded ECS, stale entries and
+// compressed question names always take ResolveWire's way. trace, when
+// not nil, is the client's trace for the question event. miss, when not
+// nil, receives what a false answer read of query (its question and
+// route), so the miss does not read it again; query must then stay as it
+// is until ResolveWireMiss returns.
+func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Miss) (Response, bool) {
 	rt := e.routes.Load()
 	qn := question{
 		e:      e,
@@ -28,7 +32,8 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace) (Response
 		trace:  trace, // start: read by immediate once it may answer
 	}
 	// Most questions asked here miss: their name is read into a pooled
-	// buffer, and made a string of its own only when it is answered.
+	// buffer, and made a string of its own only when it is answered or
+	// handed on.
 	buf := nameBuffers.Get().(*[maxNameText]byte)
 	defer nameBuffers.Put(buf)
 	if !qn.client.parseInto(query, buf) {
@@ -37,6 +42,10 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace) (Response
 	qn.scope = rt.route(qn.client.name)
 	f, ok := qn.immediate()
 	if !ok {
+		if miss != nil {
+			qn.client.own()
+			*miss = Miss{client: qn.client, scope: qn.scope, routes: rt}
+		}
 		return Response{}, false
 	}
 	qn.client.own()
@@ -44,6 +53,45 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace) (Response
 	var resp Response
 	qn.respond(&resp, dst, f)
 	return resp, true
+}
+
+// Miss is what ResolveWireImmediate read of a query it could not answer
+// at once (its question and its route, under the configuration then),
+// for ResolveWireMiss. The zero Miss holds nothing. A front end keeps
+// one with each request and clears it when the request is done.
+type Miss struct {
+	client clientQuery
+	scope  *scope
+	routes *routes
+}
+
+// Ready reports whether m holds a query for ResolveWireMiss.
+func (m *Miss) Ready() bool { return m.routes != nil }
+
+// ResolveWireMiss is ResolveWire for the query ResolveWireImmediate read
+// into m and could not answer: it does not parse or route the query
+// again. It empties m. A Miss that is not Ready gets an empty reply
+// (Rcode -1), as a query that does not read.
+func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp Response) {
+	if m.routes == nil {
+		return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
+	}
+	start := time.Now()
+	qn := question{
+		e:      e,
+		ctx:    ctx,
+		cfg:    m.routes.cfg,
+		routes: m.routes,
+		client: m.client,
+		scope:  m.scope,
+		id:     e.questionIDs.Add(1),
+		start:  start,
+		trace:  TraceFrom(ctx),
+	}
+	*m = Miss{}
+	qn.setBudget(start)
+	qn.respond(&resp, dst, qn.resolve())
+	return resp
 }
 
 // nameBuffers hold the names ResolveWireImmediate borrows.

@@ -36,7 +36,7 @@ func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
 	e := startEngine(t, cfg, engine.NativeNetwork{})
 
 	dst := make([]byte, 0, 512)
-	if _, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("fresh.example.", dns.TypeA)), dst, nil); ok {
+	if _, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("fresh.example.", dns.TypeA)), dst, nil, nil); ok {
 		t.Fatal("a name never asked was answered at once")
 	}
 	if n := len(srv.Queries()); n != 0 || e.Counters().CacheHits != 0 {
@@ -47,7 +47,7 @@ func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
 	}
 	q := queryFor("fresh.example.", dns.TypeA)
 	q.Id = 4711
-	r, ok := e.ResolveWireImmediate(wireQuery(t, q), dst, nil)
+	r, ok := e.ResolveWireImmediate(wireQuery(t, q), dst, nil, nil)
 	if !ok || !r.CacheHit || r.Result != engine.ResultLocal || r.Rcode != dns.RcodeSuccess || !r.Cacheable {
 		t.Fatalf("cached name: ok %v hit %v result %v rcode %d cacheable %v", ok, r.CacheHit, r.Result, r.Rcode, r.Cacheable)
 	}
@@ -58,7 +58,7 @@ func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
 	if c := e.Counters(); c.CacheHits != 1 {
 		t.Errorf("cache hits %d, want 1", c.CacheHits)
 	}
-	if r, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("box.home.", dns.TypeA)), dst, nil); !ok || r.Result != engine.ResultLocal {
+	if r, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("box.home.", dns.TypeA)), dst, nil, nil); !ok || r.Result != engine.ResultLocal {
 		t.Errorf("local name: ok %v result %v", ok, r.Result)
 	}
 	if n := len(srv.Queries()); n != 1 {
@@ -91,14 +91,14 @@ func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
 	log.questions = nil
 	log.mu.Unlock()
 	for _, n := range names {
-		_, ok := e.ResolveWireImmediate(wireQuery(t, queryFor(n, dns.TypeA)), nil, nil)
+		_, ok := e.ResolveWireImmediate(wireQuery(t, queryFor(n, dns.TypeA)), nil, nil, nil)
 		if want := n != "third.example."; ok != want {
 			t.Fatalf("%s answered at once: %v, want %v", n, ok, want)
 		}
 	}
 	// Later misses reuse the buffer many times over.
 	for i := range 100 {
-		e.ResolveWireImmediate(wireQuery(t, queryFor(fmt.Sprintf("miss%03d.example.", i), dns.TypeA)), nil, nil)
+		e.ResolveWireImmediate(wireQuery(t, queryFor(fmt.Sprintf("miss%03d.example.", i), dns.TypeA)), nil, nil, nil)
 	}
 	log.mu.Lock()
 	defer log.mu.Unlock()
@@ -108,5 +108,77 @@ func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
 	}
 	if want := names[:3]; !slices.Equal(got, want) {
 		t.Errorf("question events name %q, want %q", got, want)
+	}
+}
+
+// TestResolveWireMissAnswersAsResolveWire: a query ResolveWireImmediate
+// could not answer is handed to ResolveWireMiss with what it read (its
+// own name, after the pooled name buffer was reused); the reply, the
+// counters and the question event are ResolveWire's. The miss is emptied;
+// one not filled (a hit, a compressed name) is not Ready and gets no
+// answer.
+func TestResolveWireMissAnswersAsResolveWire(t *testing.T) {
+	t.Parallel()
+	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 300 IN A 192.0.2.1"))
+	log := new(eventLog)
+	e, err := engine.New(engine.Config{
+		FallbackServers: []string{srv.String()},
+		Cache:           engine.CacheConfig{MaxEntries: 1000},
+	}, engine.Options{Network: engine.NativeNetwork{}, Observer: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	q := queryFor("Miss.Example.", dns.TypeA)
+	q.Id = 4242
+	raw := wireQuery(t, q)
+	var miss engine.Miss
+	if _, ok := e.ResolveWireImmediate(raw, nil, nil, &miss); ok || !miss.Ready() {
+		t.Fatalf("a name never asked: answered at once %v, miss ready %v", ok, miss.Ready())
+	}
+	// Other misses reuse the name buffer before the miss is answered.
+	for i := range 10 {
+		var other engine.Miss
+		e.ResolveWireImmediate(wireQuery(t, queryFor(fmt.Sprintf("other%d.example.", i), dns.TypeA)), nil, nil, &other)
+	}
+	r := e.ResolveWireMiss(context.Background(), &miss, make([]byte, 0, 512))
+	if miss.Ready() {
+		t.Error("the miss was not emptied")
+	}
+	if r.Result != engine.ResultAnswer || r.CacheHit || r.Rcode != dns.RcodeSuccess || r.TTL != 300 || !r.Cacheable ||
+		r.QName != "Miss.Example." || r.Attempts != 1 {
+		t.Fatalf("miss answered: %+v", r)
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(r.Wire); err != nil || m.Id != 4242 || len(m.Answer) != 1 || m.Question[0].Name != "Miss.Example." {
+		t.Fatalf("reply: %v %v", err, m)
+	}
+	if n := len(srv.Queries()); n != 1 {
+		t.Errorf("upstream read %d queries, want 1", n)
+	}
+	log.mu.Lock()
+	got := len(log.questions)
+	var qname string
+	if got > 0 {
+		qname = log.questions[0].QName
+	}
+	log.mu.Unlock()
+	if got != 1 || qname != "Miss.Example." {
+		t.Errorf("%d question events (first %q), want 1 for Miss.Example.", got, qname)
+	}
+
+	// Now a hit: the miss stays empty.
+	if _, ok := e.ResolveWireImmediate(raw, nil, nil, &miss); !ok || miss.Ready() {
+		t.Errorf("a cached name: answered at once %v, miss ready %v", ok, miss.Ready())
+	}
+	// A compressed question name is not read at once: no miss either.
+	compressed := wireQuery(t, queryFor("c.example.", dns.TypeA))
+	compressed = append(compressed[:12:12], 0xC0, 12, 0, 1, 0, 1) // points at itself: unreadable
+	if _, ok := e.ResolveWireImmediate(compressed, nil, nil, &miss); ok || miss.Ready() {
+		t.Errorf("a compressed name: answered at once %v, miss ready %v", ok, miss.Ready())
+	}
+	if r := e.ResolveWireMiss(context.Background(), &miss, nil); r.Rcode != -1 || len(r.Wire) != 0 {
+		t.Errorf("an empty miss: rcode %d, %d bytes", r.Rcode, len(r.Wire))
 	}
 }

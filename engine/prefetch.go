@@ -35,6 +35,7 @@ func (qn *question) prefetch(key cacheKey) {
 	rt := qn.routes
 	fl, leads := rt.flights.join(key, nil)
 	if !leads {
+		fl.release()
 		return
 	}
 	e := qn.e

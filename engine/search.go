@@ -225,6 +225,7 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 			}
 			qn.shared.served = append(qn.shared.served, fl.served...)
 		}
+		fl.release()
 	}()
 	// The previous flight may have cached its answer between this
 	// question's miss and its join. (A prefetch asks while the entry is
@@ -251,6 +252,7 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 // when the leader abandoned it. When staleAt fires first the question is
 // unavailable for the client response timer (raceStale).
 func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
+	defer fl.release() // after the result is read from it
 	var expired <-chan time.Time
 	if qn.budgetBy == budgetQuestion && !qn.budgetEnd.IsZero() {
 		t := time.NewTimer(time.Until(qn.budgetEnd))

@@ -138,7 +138,8 @@ func (c *answerCache) keepStale(prev *answerCache, scopeExists func(string) bool
 			continue
 		}
 		kept := &entry{result: en.result, msg: en.msg, ttls: en.ttls, optData: en.optData,
-			optClass: en.optClass, stored: en.stored, ttl: en.ttl, scope: en.scope, staleOnly: true}
+			optClass: en.optClass, stored: en.stored, ttl: en.ttl, scope: en.scope, staleOnly: true,
+			minPositive: en.minPositive, soaTTL: en.soaTTL, soaMinimum: en.soaMinimum, hasSOA: en.hasSOA, hasFacts: en.hasFacts}
 		c.entries.Set(k, kept)
 	}
 }

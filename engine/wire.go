@@ -32,7 +32,8 @@ type walkedReply struct {
 
 // walkReply reads m's records without unpacking them. ttlAt, when not nil,
 // receives the section (0 answer, 1 authority, 2 additional), the offset of
-// the TTL field and the type of every record (OPT excluded). It
+// the TTL field and the type of every record (OPT excluded); the facts
+// read the TTL it may have rewritten there. It
 // reports false for a message whose header counts, names or record
 // lengths run past its end (a truncated final record included).
 func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply, bool) {
@@ -81,6 +82,7 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 			}
 			if ttlAt != nil {
 				ttlAt(section, off+4, typ)
+				ttl = binary.BigEndian.Uint32(m[off+4:]) // as ttlAt left it
 			}
 			if section < 2 {
 				w.facts.minPositive = min(w.facts.minPositive, ttl)

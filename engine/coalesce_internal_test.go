@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestPooledFlightNotReusedWhileRead: a landed flight goes back to the
+// pool only when its leader and every follower have let go of it. While
+// a follower still holds it (it may not have read the result yet), no
+// new flight is that flight, and what the leader set is still there; the
+// last release empties it.
+func TestPooledFlightNotReusedWhileRead(t *testing.T) {
+	var f flights
+	k := cacheKey{name: "held.example.", qtype: 1, qclass: 1}
+	leaderTrace, followerTrace := new(Trace), new(Trace)
+	fl, leads := f.join(k, leaderTrace)
+	if !leads {
+		t.Fatal("the first to join does not lead")
+	}
+	follower, leads := f.join(k, followerTrace)
+	if leads || follower != fl {
+		t.Fatal("the second to join does not follow the same flight")
+	}
+	en := &entry{result: ResultAnswer}
+	fl.entry, fl.result, fl.leaderID = en, ResultAnswer, 7
+	f.land(k, fl)
+	fl.release() // the leader is done; the follower has not read yet
+
+	// Many flights come and go (each from the pool) before the follower reads.
+	for i := range 1000 {
+		other := cacheKey{name: "other.example.", qtype: uint16(i), qclass: 1}
+		o, _ := f.join(other, nil)
+		if o == fl {
+			t.Fatalf("flight %d is the one a follower still holds", i)
+		}
+		f.land(other, o)
+		o.release()
+	}
+	select {
+	case <-fl.done:
+	default:
+		t.Fatal("the landed flight's done channel is not closed")
+	}
+	if fl.entry != en || fl.leaderID != 7 || fl.leader != leaderTrace || len(fl.served) != 1 || fl.served[0] != followerTrace {
+		t.Fatalf("the held flight changed: %+v", fl)
+	}
+	fl.release() // the follower has read it
+	if fl.entry != nil || fl.leader != nil || fl.done != nil || len(fl.served) != 0 || fl.refs.Load() != 0 {
+		t.Fatalf("a released flight keeps its past: %+v", fl)
+	}
+}
+
+// TestPooledFlightFollowersRace: followers read a flight's result while
+// the leader lands and releases it, and new flights for the key start
+// from the pool; run with -race, a reuse before the last follower read
+// would be a data race (and a wrong result).
+func TestPooledFlightFollowersRace(t *testing.T) {
+	var f flights
+	k := cacheKey{name: "race.example.", qtype: 1, qclass: 1}
+	for round := range 200 {
+		fl, leads := f.join(k, nil)
+		if !leads {
+			t.Fatal("no leader")
+		}
+		var wg sync.WaitGroup
+		errs := make(chan string, 8)
+		for range 8 {
+			fo, leads := f.join(k, nil)
+			if leads {
+				t.Fatal("a follower leads")
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer fo.release()
+				select {
+				case <-fo.done:
+				case <-time.After(10 * time.Second):
+					errs <- "a follower's flight was emptied before it landed"
+					return
+				}
+				if int(fo.spent) != round || fo.leaderID != uint64(round) {
+					errs <- "a follower read another flight's result"
+				}
+			}()
+		}
+		fl.spent, fl.leaderID = int32(round), uint64(round)
+		f.land(k, fl)
+		fl.release()
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Fatal(e)
+		}
+	}
+}
