@@ -50,6 +50,12 @@ type Options struct {
 	// natively, the host's socket imports in the module. Nil builds no
 	// engine here: the edge host, whose engines run in module instances.
 	Network engine.Network
+	// Resolver, used when Network is nil, is a resolver that lives
+	// elsewhere (the edge host's pool of module instances, each holding
+	// an engine): the DoH handler, the client limits and the setup pages
+	// are built over it as over the engine, so the host's front end is
+	// dohfwd serve's. The DDR names are the resolver's to answer.
+	Resolver doh.Resolver
 	// TCPOnly starts the engine without UDP (hosts without it).
 	TCPOnly bool
 	// Metrics, when set, counts requests and attempts; nil in the module.
@@ -66,9 +72,9 @@ type Dohfwd struct {
 	Log    zerolog.Logger
 	// Engine is nil when Options.Network was.
 	Engine *engine.Engine
-	// Handler is the DoH handler over Resolver; nil without an engine.
-	// Natively an http.Handler too; the module serves through its
-	// ServeRequest, without net/http.
+	// Handler is the DoH handler over Resolver (or Options.Resolver);
+	// nil with neither. Natively an http.Handler too; the module serves
+	// through its ServeRequest, without net/http.
 	Handler *doh.Handler
 	// Resolver is the engine behind the DDR names (_dns.resolver.arpa),
 	// which every listener answers locally; nil without an engine.
@@ -76,7 +82,8 @@ type Dohfwd struct {
 	// TrustedProxies are listen.trusted_proxies, parsed.
 	TrustedProxies []netip.Prefix
 	// Limits enforces the limits section per client prefix; nil without
-	// an engine. A SIGHUP reload reconfigures it (Reloaded).
+	// an engine or Options.Resolver. A SIGHUP reload reconfigures it
+	// (Reloaded).
 	Limits *limits.Limiter
 
 	metrics Metrics
@@ -117,6 +124,14 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 	}
 	d := &Dohfwd{Config: cfg, Log: log, TrustedProxies: trusted, metrics: o.Metrics, batch: batch}
 	if o.Network == nil {
+		if o.Resolver == nil {
+			return d, nil
+		}
+		d.Limits = limits.New(LimitsConfig(cfg), limits.Options{OnSummary: d.limitSummary})
+		if d.setup, err = newSetupPages(cfg); err != nil {
+			return nil, err
+		}
+		d.Handler = doh.NewHandler(o.Resolver, d.handlerOptions())
 		return d, nil
 	}
 	var attempts telemetry.AttemptMetrics
@@ -139,9 +154,17 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 		return nil, err
 	}
 	d.Resolver = ddr.Wrap(d.Engine)
+	d.Handler = doh.NewHandler(d.Resolver, d.handlerOptions())
+	return d, nil
+}
+
+// handlerOptions are the DoH handler's options from the configuration,
+// with the assembly's observer, limits and setup pages.
+func (d *Dohfwd) handlerOptions() doh.Options {
+	cfg := d.Config
 	hopts := doh.Options{
 		Path:           cfg.Listen.Path,
-		TrustedProxies: trusted,
+		TrustedProxies: d.TrustedProxies,
 		ServerTiming:   cfg.Listen.ServerTiming,
 		TraceContext:   cfg.Listen.TraceContext,
 		Observe:        d.Observe,
@@ -150,8 +173,7 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 	if d.setup != nil { // a nil *setup.Handler in the interface would not be nil
 		hopts.Setup = d.setup
 	}
-	d.Handler = doh.NewHandler(d.Resolver, hopts)
-	return d, nil
+	return hopts
 }
 
 // Close releases what New took: the engine's pooled sockets, then the

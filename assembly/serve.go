@@ -91,12 +91,17 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		o.Connections = d.Limits.Connections
 	}
 	if d.Resolver != nil {
-		// The DoT and plain DNS listeners answer from the same resolver;
-		// once the listeners are bound, DDR and the setup page learn
-		// their ports.
+		// The DoT and plain DNS listeners answer from the same resolver.
 		o.Resolver = d.Resolver
+	}
+	if d.Resolver != nil || d.setup != nil {
+		// Once the listeners are bound, DDR and the setup page learn
+		// their ports (the edge host has setup pages, and its DDR names
+		// are its module's).
 		o.Designate = func(des ddr.Designation) {
-			d.Resolver.Designate(des)
+			if d.Resolver != nil {
+				d.Resolver.Designate(des)
+			}
 			if d.setup != nil {
 				d.setup.Designate(des)
 			}

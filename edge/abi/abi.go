@@ -30,6 +30,19 @@
 // engine.ErrTimeout at the first dohfwd_poll after it, so a host that only
 // calls back at the deadline it was given needs no timers of its own.
 //
+// # Two kinds of request
+//
+// A host hands in either a whole HTTP request (EventRequest), which the
+// module answers with its own DoH handler, or only a DNS question
+// (EventQuery), which it answers with its engine alone. The Workers glue
+// has no DoH code and sends whole requests. The wazero host runs the DoH
+// front end natively (package doh over the instance: HTTP/2, the request's
+// checks, per-client admission, Server-Timing, the JSON form) and sends
+// questions: Go compiled to wasm runs several times slower than natively,
+// and the front end was a large share of the module's time. The engine
+// (cache, coalescing, demotion marks, attempts) stays in the module, one
+// per instance, shared by every request either way.
+//
 // Strings and byte slices cross as length-prefixed fields: a little-endian
 // uint32 length, then the bytes. A request is the fields
 //
@@ -39,6 +52,9 @@
 //
 //	body, then header name/value pairs.
 //
+// A question (EventQuery, see AppendQueryEvent) and its answer (see
+// AppendQueryAnswer) have layouts of their own.
+//
 // Socket imports return 0 for success or an engine.ErrorClass value (1..7);
 // so do the Code fields of socket events.
 package abi
@@ -47,6 +63,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/telemetry"
@@ -128,7 +145,29 @@ const (
 	// and Data (at most max bytes) from From, or its failure (a timeout
 	// included).
 	EventRead = 4
+	// EventQuery: a DNS question for the module's engine alone (the host
+	// runs the DoH front end). ID is the host's number for it, from the
+	// same numbering as EventRequest's, and EventCancel ends it the same
+	// way; Code holds QueryFlags, From the client when QueryClient is set,
+	// Data the trace (when QueryTrace is set) and the query: see
+	// AppendQueryEvent. The answer is an encoded QueryAnswer.
+	EventQuery = 5
 )
+
+// Flags of an EventQuery, in its Code.
+const (
+	// QueryClient: From's address is the client's (port 0), for the
+	// engine's per-client share of upstream transactions
+	// (engine.WithClient).
+	QueryClient = 1
+	// QueryTrace: Data starts with the request's trace (TraceSize
+	// bytes), for the engine's events (engine.WithTrace).
+	QueryTrace = 2
+)
+
+// TraceSize is an engine.Trace as an EventQuery carries it: ID (16
+// bytes), Parent (8), Span (8), Flags (1) and HasParent (1: 0 or 1).
+const TraceSize = 34
 
 // EventHeaderSize is the fixed part of an event: kind, id, code
 // (uint32 each), the peer's port (uint16), two bytes of padding, the
@@ -152,17 +191,23 @@ type Event struct {
 
 // AppendEvent appends e's encoding to b.
 func AppendEvent(b []byte, e *Event) []byte {
-	b = binary.LittleEndian.AppendUint32(b, e.Kind)
-	b = binary.LittleEndian.AppendUint32(b, e.ID)
-	b = binary.LittleEndian.AppendUint32(b, e.Code)
-	b = binary.LittleEndian.AppendUint16(b, e.From.Port())
+	b = appendEventHeader(b, e.Kind, e.ID, e.Code, e.From, len(e.Data))
+	return append(b, e.Data...)
+}
+
+// appendEventHeader appends an event's fixed part, for n bytes of Data.
+func appendEventHeader(b []byte, kind, id, code uint32, from netip.AddrPort, n int) []byte {
+	b = binary.LittleEndian.AppendUint32(b, kind)
+	b = binary.LittleEndian.AppendUint32(b, id)
+	b = binary.LittleEndian.AppendUint32(b, code)
+	b = binary.LittleEndian.AppendUint16(b, from.Port())
 	b = append(b, 0, 0)
 	var a16 [16]byte
-	if e.From.Addr().IsValid() {
-		a16 = e.From.Addr().As16()
+	if from.Addr().IsValid() {
+		a16 = from.Addr().As16()
 	}
 	b = append(b, a16[:]...)
-	return appendField(b, e.Data)
+	return binary.LittleEndian.AppendUint32(b, uint32(n))
 }
 
 // ParseEvent decodes the first event of b and returns the rest. Data
@@ -218,6 +263,145 @@ func ParsePollResult(b []byte, answers []Answer) (deadline int64, _ []Answer, er
 	return deadline, answers, nil
 }
 
+// Query is one DNS question as an EventQuery hands it over: the checked
+// query (QR clear, opcode QUERY, one question; the front end checked it)
+// and what the native front end hands its engine with it through the
+// context.
+type Query struct {
+	Wire []byte
+	// Client is the client's address when the front end names it (its
+	// per-client limits are on); the zero Addr otherwise.
+	Client netip.Addr
+	// Trace is the request's trace when HasTrace (trace context on).
+	Trace    engine.Trace
+	HasTrace bool
+}
+
+// AppendQueryEvent appends an EventQuery with id and q to b: the event
+// header (Code QueryFlags, From the client), then Data: the trace's
+// TraceSize bytes when there is one, then the query.
+func AppendQueryEvent(b []byte, id uint32, q *Query) []byte {
+	var flags uint32
+	var from netip.AddrPort
+	if q.Client.IsValid() {
+		flags |= QueryClient
+		from = netip.AddrPortFrom(q.Client, 0)
+	}
+	n := len(q.Wire)
+	if q.HasTrace {
+		flags |= QueryTrace
+		n += TraceSize
+	}
+	b = appendEventHeader(b, EventQuery, id, flags, from, n)
+	if q.HasTrace {
+		t := &q.Trace
+		b = append(b, t.ID[:]...)
+		b = append(b, t.Parent[:]...)
+		b = append(b, t.Span[:]...)
+		b = append(b, t.Flags, boolByte(t.HasParent))
+	}
+	return append(b, q.Wire...)
+}
+
+// ParseQuery reads the question of an EventQuery e. Wire aliases e.Data.
+func ParseQuery(e *Event) (Query, error) {
+	var q Query
+	if e.Code&QueryClient != 0 {
+		q.Client = e.From.Addr()
+	}
+	d := e.Data
+	if e.Code&QueryTrace != 0 {
+		if len(d) < TraceSize {
+			return q, errShort
+		}
+		t := &q.Trace
+		copy(t.ID[:], d[0:16])
+		copy(t.Parent[:], d[16:24])
+		copy(t.Span[:], d[24:32])
+		t.Flags, t.HasParent = d[32], d[33] != 0
+		q.HasTrace = true
+		d = d[TraceSize:]
+	}
+	q.Wire = d
+	return q, nil
+}
+
+// QueryAnswerHeaderSize is the fixed part of a QueryAnswer: Rcode
+// (int32), TTL (uint32), Attempts (uint32), Result, Reason and the flags
+// (QueryAnswerCacheable, QueryAnswerCacheHit, QueryAnswerShared; a byte
+// each) and a byte of padding, Question (uint64), Upstream (int64
+// nanoseconds). The fields QName, Scope and Wire follow.
+const QueryAnswerHeaderSize = 32
+
+// Flags of a QueryAnswer.
+const (
+	QueryAnswerCacheable = 1
+	QueryAnswerCacheHit  = 2
+	QueryAnswerShared    = 4
+)
+
+// AppendQueryAnswer appends the engine's answer r to an EventQuery, as
+// the front end reads it, to b. Answered is not sent: the host takes its
+// own clock when the answer comes out.
+func AppendQueryAnswer(b []byte, r *engine.Response) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(int32(r.Rcode)))
+	b = binary.LittleEndian.AppendUint32(b, r.TTL)
+	b = binary.LittleEndian.AppendUint32(b, uint32(r.Attempts))
+	var flags byte
+	if r.Cacheable {
+		flags |= QueryAnswerCacheable
+	}
+	if r.CacheHit {
+		flags |= QueryAnswerCacheHit
+	}
+	if r.Shared {
+		flags |= QueryAnswerShared
+	}
+	b = append(b, byte(r.Result), byte(r.Reason), flags, 0)
+	b = binary.LittleEndian.AppendUint64(b, r.Question)
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.Upstream))
+	b = appendField(b, r.QName)
+	b = appendField(b, r.Scope)
+	return appendField(b, r.Wire)
+}
+
+// ParseQueryAnswer decodes a QueryAnswer. Wire aliases b; QName and
+// Scope are copies.
+func ParseQueryAnswer(b []byte) (engine.Response, error) {
+	var r engine.Response
+	if len(b) < QueryAnswerHeaderSize {
+		return r, errShort
+	}
+	r.Rcode = int(int32(binary.LittleEndian.Uint32(b)))
+	r.TTL = binary.LittleEndian.Uint32(b[4:])
+	r.Attempts = int(binary.LittleEndian.Uint32(b[8:]))
+	r.Result, r.Reason = engine.Result(b[12]), engine.Reason(b[13])
+	flags := b[14]
+	r.Cacheable, r.CacheHit, r.Shared = flags&QueryAnswerCacheable != 0, flags&QueryAnswerCacheHit != 0, flags&QueryAnswerShared != 0
+	r.Question = binary.LittleEndian.Uint64(b[16:])
+	r.Upstream = time.Duration(binary.LittleEndian.Uint64(b[24:]))
+	var f [3][]byte
+	b = b[QueryAnswerHeaderSize:]
+	for i := range f {
+		var err error
+		if f[i], b, err = nextField(b); err != nil {
+			return r, err
+		}
+	}
+	if len(b) != 0 {
+		return r, errLong
+	}
+	r.QName, r.Scope, r.Wire = string(f[0]), string(f[1]), f[2]
+	return r, nil
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
 // Status is what dohfwd_status returns, as JSON: the instance's engine
 // status (its fields at the top level, as engine.Status marshals) and the
 // attempt latencies of its servers, which its host exports with its own
@@ -225,6 +409,19 @@ func ParsePollResult(b []byte, answers []Answer) (deadline int64, _ []Answer, er
 type Status struct {
 	engine.Status
 	AttemptLatency map[string]telemetry.Histogram `json:"attempt_latency,omitempty"`
+	// Queries counts the EventQuery questions by how the module answered
+	// them.
+	Queries QueryCounts `json:"queries"`
+}
+
+// QueryCounts counts EventQuery questions.
+type QueryCounts struct {
+	// AtOnce were answered from memory (cache, local names) in the poll
+	// that delivered them, on the poll's own goroutine.
+	AtOnce uint64 `json:"at_once"`
+	// Waited went to a worker goroutine: they waited on the network or
+	// on an identical question.
+	Waited uint64 `json:"waited"`
 }
 
 // Request is a DoH request as the host hands it over.
@@ -267,7 +464,10 @@ func appendHeaders(b []byte, hs [][2]string) []byte {
 	return b
 }
 
-var errShort = errors.New("abi: message cut short")
+var (
+	errShort = errors.New("abi: message cut short")
+	errLong  = errors.New("abi: bytes after the message")
+)
 
 // ParseRequest decodes a request. Body aliases b.
 func ParseRequest(b []byte) (Request, error) {

@@ -2,8 +2,13 @@ package abi
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/netip"
+	"reflect"
 	"testing"
+	"time"
+
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 // An event's fixed part is EventHeaderSize bytes, and an event reads back
@@ -55,5 +60,115 @@ func TestPollResultRoundTrip(t *testing.T) {
 	}
 	if _, _, err := ParsePollResult(b[:len(b)-1], nil); err == nil {
 		t.Fatal("a cut result must not parse")
+	}
+}
+
+// An EventQuery reads back as written, with and without its client and
+// trace, and its bytes are where the package comment says: the flags in
+// Code, the client in the address (port 0), the trace's TraceSize bytes
+// before the query.
+func TestQueryEventRoundTripAndLayout(t *testing.T) {
+	trace := engine.Trace{Flags: 1, HasParent: true}
+	for i := range trace.ID {
+		trace.ID[i] = byte(i + 1)
+	}
+	for i := range trace.Parent {
+		trace.Parent[i], trace.Span[i] = byte(0x20+i), byte(0x40+i)
+	}
+	wire := []byte{0xab, 0xcd, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1}
+	for _, q := range []Query{
+		{Wire: wire},
+		{Wire: wire, Client: netip.MustParseAddr("192.0.2.9")},
+		{Wire: wire, Client: netip.MustParseAddr("2001:db8::9"), Trace: trace, HasTrace: true},
+		{Wire: wire, Trace: trace, HasTrace: true},
+	} {
+		b := AppendQueryEvent(nil, 42, &q)
+		e, rest, err := ParseEvent(b)
+		if err != nil || len(rest) != 0 {
+			t.Fatalf("%+v: %v, %d bytes left", q, err, len(rest))
+		}
+		if e.Kind != EventQuery || e.ID != 42 || binary.LittleEndian.Uint32(b) != EventQuery {
+			t.Fatalf("event %+v", e)
+		}
+		var flags uint32
+		if q.Client.IsValid() {
+			flags |= QueryClient
+		}
+		if q.HasTrace {
+			flags |= QueryTrace
+		}
+		if e.Code != flags || binary.LittleEndian.Uint32(b[8:]) != flags {
+			t.Fatalf("flags %d, want %d", e.Code, flags)
+		}
+		if q.Client.IsValid() && [16]byte(b[16:32]) != q.Client.As16() {
+			t.Fatalf("client bytes % x, want %v", b[16:32], q.Client)
+		}
+		data := b[EventHeaderSize:]
+		if q.HasTrace {
+			if !bytes.Equal(data[:16], trace.ID[:]) || !bytes.Equal(data[16:24], trace.Parent[:]) ||
+				!bytes.Equal(data[24:32], trace.Span[:]) || data[32] != 1 || data[33] != 1 {
+				t.Fatalf("trace bytes % x", data[:TraceSize])
+			}
+			data = data[TraceSize:]
+		}
+		if !bytes.Equal(data, wire) {
+			t.Fatalf("query bytes % x", data)
+		}
+		got, err := ParseQuery(&e)
+		if err != nil || !bytes.Equal(got.Wire, wire) || got.Client != q.Client || got.HasTrace != q.HasTrace || got.Trace != q.Trace {
+			t.Fatalf("read back %+v (%v), want %+v", got, err, q)
+		}
+	}
+	e := Event{Kind: EventQuery, Code: QueryTrace, Data: make([]byte, TraceSize-1)}
+	if _, err := ParseQuery(&e); err == nil {
+		t.Fatal("a query with its trace cut must not parse")
+	}
+}
+
+// A QueryAnswer carries every field of engine.Response the front end
+// reads (Answered is the host's), at the offsets the package names.
+func TestQueryAnswerRoundTripAndLayout(t *testing.T) {
+	in := engine.Response{
+		Wire: []byte{0, 1, 0x81, 0x83, 0, 1}, Rcode: 3 | 1<<4, TTL: 300, Cacheable: true,
+		Result: engine.ResultNXDomain, Reason: engine.ReasonTruncated, Question: 1<<40 + 7,
+		QName: "gone.example.org", Scope: "corp", Attempts: 2, Upstream: 1500 * time.Microsecond,
+		CacheHit: true, Shared: true,
+	}
+	b := AppendQueryAnswer(nil, &in)
+	if binary.LittleEndian.Uint32(b) != uint32(in.Rcode) || binary.LittleEndian.Uint32(b[4:]) != 300 ||
+		binary.LittleEndian.Uint32(b[8:]) != 2 || b[12] != byte(engine.ResultNXDomain) || b[13] != byte(engine.ReasonTruncated) ||
+		b[14] != QueryAnswerCacheable|QueryAnswerCacheHit|QueryAnswerShared ||
+		binary.LittleEndian.Uint64(b[16:]) != in.Question || binary.LittleEndian.Uint64(b[24:]) != uint64(in.Upstream) {
+		t.Fatalf("header % x", b[:QueryAnswerHeaderSize])
+	}
+	if n := binary.LittleEndian.Uint32(b[QueryAnswerHeaderSize:]); n != uint32(len(in.QName)) {
+		t.Fatalf("QName field of %d bytes, want %d", n, len(in.QName))
+	}
+	got, err := ParseQueryAnswer(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Wire, in.Wire) {
+		t.Fatalf("wire % x, want % x", got.Wire, in.Wire)
+	}
+	got.Wire, in.Wire = nil, nil
+	if !reflect.DeepEqual(got, in) {
+		t.Fatalf("read back %+v, want %+v", got, in)
+	}
+	var zero engine.Response
+	if got, err := ParseQueryAnswer(AppendQueryAnswer(nil, &zero)); err != nil || got.Rcode != 0 || got.Cacheable || len(got.Wire) != 0 {
+		t.Fatalf("zero answer read back %+v, %v", got, err)
+	}
+	neg := engine.Response{Rcode: -1}
+	if got, _ := ParseQueryAnswer(AppendQueryAnswer(nil, &neg)); got.Rcode != -1 {
+		t.Fatalf("rcode -1 read back as %d", got.Rcode)
+	}
+	for _, cut := range []int{QueryAnswerHeaderSize - 1, len(b) - 1} {
+		if _, err := ParseQueryAnswer(b[:cut]); err == nil {
+			t.Fatalf("an answer cut at %d bytes must not parse", cut)
+		}
+	}
+	if _, err := ParseQueryAnswer(append(b, 0)); err == nil {
+		t.Fatal("an answer with a byte after it must not parse")
 	}
 }

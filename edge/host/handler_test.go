@@ -16,23 +16,47 @@ import (
 )
 
 // dohfwd-edge counts DoH requests as dohfwd serve does: by HTTP status and
-// by the rcode of the answer the module gave (wire or JSON), with "" for
-// requests that got no DNS message; and it exports the attempt latencies
-// its module instances tallied.
+// by the rcode of the answer (wire or JSON), with "" for requests that got
+// no DNS message; and it exports the attempt latencies its module
+// instances tallied. Both ways of serving count alike: the host's native
+// front end handing the module questions (dohfwd-edge), and whole
+// requests answered by the module's own DoH handler (Handler, the
+// Workers glue's way), whose answers the host reads back (rcodeOf).
 func TestWazeroRequestsAndLatencyCounted(t *testing.T) {
 	t.Parallel()
+	for _, whole := range []bool{false, true} {
+		name := "native front"
+		if whole {
+			name = "whole requests"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			requestsAndLatencyCounted(t, whole)
+		})
+	}
+}
+
+func requestsAndLatencyCounted(t *testing.T, whole bool) {
 	s := upstreamtest.Start(t, upstreamtest.Rcode(dns.RcodeNameError))
 	yaml := edgeConfig(s)
-	cfg, err := config.Parse("edge.yaml", yaml)
-	if err != nil {
-		t.Fatal(err)
-	}
 	met := metrics.NewMetrics()
-	d, err := assembly.New(cfg, assembly.Options{LogTo: io.Discard, Metrics: met})
-	if err != nil {
-		t.Fatal(err)
+	o := assembly.Options{LogTo: io.Discard, Metrics: met}
+	var e *edge
+	if whole {
+		// The module's handler observes nothing the host sees: the
+		// host's Handler tells the assembly's observer.
+		cfg, err := config.Parse("edge.yaml", yaml)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := assembly.New(cfg, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e = startEdgeWith(t, yaml, 1, assembly.Options{LogTo: io.Discard}, &Handler{Observe: d.Observe})
+	} else {
+		e = startEdgeWith(t, yaml, 1, o, nil)
 	}
-	e := startObservedEdge(t, yaml, 1, d.Observe)
 	met.CollectAttemptLatency(e.pool.AttemptLatency)
 
 	wire, _ := query("gone.example.org", dns.TypeA).Pack()

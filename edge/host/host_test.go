@@ -18,6 +18,8 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dohfwd/dohfwd/assembly"
+	cfgpkg "github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine"
@@ -75,26 +77,46 @@ log:
 
 type edge struct {
 	pool   *Pool
+	d      *assembly.Dohfwd // the host's assembly: its front end over the pool
 	srv    *doh.Server
 	url    string
 	client *http.Client
 }
 
-// startEdge serves DoH through a pool of size instances over HTTP/2 + TLS.
+// startEdge serves DoH through a pool of size instances over HTTP/2 + TLS,
+// as dohfwd-edge does: the native front end (package assembly's DoH
+// handler over the pool, served by package doh's own server) hands the
+// module questions.
 func startEdge(t *testing.T, config []byte, size int) *edge {
 	t.Helper()
-	return startObservedEdge(t, config, size, nil)
+	return startEdgeWith(t, config, size, assembly.Options{LogTo: io.Discard}, nil)
 }
 
-// startObservedEdge is startEdge with the handler's request observer. The
-// pool is served as dohfwd-edge serves it: by package doh's own server
-// (doh.HandlerFor), with httptest's certificate and client.
-func startObservedEdge(t *testing.T, config []byte, size int, observe func(doh.Exchange)) *edge {
+// startEdgeWith is startEdge with the assembly's options (Resolver is the
+// pool), or, with whole set, serving whole requests through the module's
+// own DoH handler (the Workers glue's way: Handler, doh.HandlerFor) with
+// whole's observer.
+func startEdgeWith(t *testing.T, config []byte, size int, o assembly.Options, whole *Handler) *edge {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := NewPool(ctx, testRuntime(t), config, size)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close(ctx) })
+	cfg, err := cfgpkg.Parse("edge.yaml", config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Resolver = pool
+	d, err := assembly.New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := d.Handler
+	if whole != nil {
+		whole.Pool = pool
+		handler = doh.HandlerFor(*whole)
 	}
 	cert := httptest.NewUnstartedServer(nil) // for its certificate and a client that trusts it
 	cert.EnableHTTP2 = true
@@ -102,7 +124,7 @@ func startObservedEdge(t *testing.T, config []byte, size int, observe func(doh.E
 	client := cert.Client()
 	tlsConfig := &tls.Config{Certificates: cert.TLS.Certificates}
 	cert.Close()
-	srv, err := doh.NewTLSServer(doh.HandlerFor(Handler{Pool: pool, Observe: observe}), tlsConfig, doh.Limits{})
+	srv, err := doh.NewTLSServer(handler, tlsConfig, doh.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +133,8 @@ func startObservedEdge(t *testing.T, config []byte, size int, observe func(doh.E
 		t.Fatal(err)
 	}
 	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close(); client.CloseIdleConnections(); pool.Close(ctx) })
-	return &edge{pool: pool, srv: srv, url: "https://" + ln.Addr().String(), client: client}
+	t.Cleanup(func() { srv.Close(); client.CloseIdleConnections() })
+	return &edge{pool: pool, d: d, srv: srv, url: "https://" + ln.Addr().String(), client: client}
 }
 
 func query(name string, qtype uint16) *dns.Msg {

@@ -50,8 +50,30 @@ type Instance struct {
 	failed  error // the module trapped or the instance was closed
 }
 
-// call is one request waiting for its answer.
-type call struct{ done chan []byte }
+// call is one request or question waiting for its answer. Pooled: a
+// question costs the host no allocation of its own but its strings.
+type call struct {
+	done chan struct{} // a value once answered (or failed: err)
+	err  error
+	// A request (EventRequest): out is the encoded abi.Response, a copy.
+	out []byte
+	// A question (EventQuery): resp is the engine's answer, its Wire
+	// appended to dst.
+	question bool
+	dst      []byte
+	resp     engine.Response
+}
+
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func getCall() *call { return calls.Get().(*call) }
+
+// putCall returns c to the pool; only a call with no answer on its way
+// (answered and read, or taken from the map before any answer came).
+func putCall(c *call) {
+	*c = call{done: c.done}
+	calls.Put(c)
+}
 
 // errClosed is what a call into a closed instance returns.
 var errClosed = errors.New("edge: instance closed")
@@ -231,14 +253,26 @@ func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("edge: poll result: %w", err)
 	}
+	var now time.Time // read once for the answers of this poll
 	for _, a := range answers {
 		in.mu.Lock()
 		c := in.calls[a.ID]
 		delete(in.calls, a.ID)
 		in.mu.Unlock()
-		if c != nil {
-			c.done <- append([]byte(nil), a.Response...)
+		if c == nil {
+			continue // cancelled: no one waits
 		}
+		if !c.question {
+			c.out = append([]byte(nil), a.Response...)
+		} else if c.resp, c.err = abi.ParseQueryAnswer(a.Response); c.err == nil {
+			// The front end's duration ends here, with the host's clock.
+			if now.IsZero() {
+				now = time.Now()
+			}
+			c.resp.Wire = append(c.dst, c.resp.Wire...)
+			c.resp.Answered = now
+		}
+		c.done <- struct{}{}
 	}
 	return time.Unix(0, deadline), nil
 }
@@ -250,13 +284,15 @@ func (in *Instance) fail(err error) {
 	if in.failed == nil {
 		in.failed = err
 	}
+	err = in.failed
 	calls := in.calls
 	in.calls = map[uint32]*call{}
 	socks := in.sockets
 	in.sockets = map[uint32]*socket{}
 	in.mu.Unlock()
 	for _, c := range calls {
-		close(c.done)
+		c.err = err
+		c.done <- struct{}{}
 	}
 	for _, s := range socks {
 		s.close()
@@ -268,30 +304,70 @@ func (in *Instance) fail(err error) {
 // module is told, and its engine ends the question as the native one
 // does: cancelled, not charged to the server.
 func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
-	c := &call{done: make(chan []byte, 1)}
+	c := getCall()
+	err := in.roundTrip(ctx, c, func(b []byte, id uint32) []byte {
+		return abi.AppendEvent(b, &abi.Event{Kind: abi.EventRequest, ID: id, Data: req})
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.out, c.err
+	putCall(c)
+	return out, err
+}
+
+// Resolve hands one DNS question to the module's engine (abi.EventQuery)
+// and returns its answer, the reply appended to dst. Cancelled as Serve.
+func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engine.Response, error) {
+	c := getCall()
+	c.question, c.dst = true, dst
+	err := in.roundTrip(ctx, c, func(b []byte, id uint32) []byte { return abi.AppendQueryEvent(b, id, q) })
+	if err != nil {
+		return engine.Response{}, err
+	}
+	resp, err := c.resp, c.err
+	putCall(c)
+	return resp, err
+}
+
+// roundTrip queues the event that appendEvent writes, numbered for c,
+// and waits for c's answer (or the instance's failure, in c.err) or
+// ctx's end. Unless it returns an error, c is the caller's to read and
+// put back.
+func (in *Instance) roundTrip(ctx context.Context, c *call, appendEvent func(b []byte, id uint32) []byte) error {
 	in.mu.Lock()
 	if in.failed != nil {
 		err := in.failed
 		in.mu.Unlock()
-		return nil, err
+		putCall(c)
+		return err
 	}
 	in.nextID++
 	id := in.nextID
 	in.calls[id] = c
+	in.events = appendEvent(in.events, id)
 	in.mu.Unlock()
 	in.inFlight.Add(1)
 	defer in.inFlight.Add(-1)
-	in.event(&abi.Event{Kind: abi.EventRequest, ID: id, Data: req})
+	in.kick()
 	select {
-	case out, ok := <-c.done:
-		if !ok {
-			return nil, in.err()
-		}
-		return out, nil
+	case <-c.done:
+		return nil
 	case <-ctx.Done():
-		in.event(&abi.Event{Kind: abi.EventCancel, ID: id})
-		return nil, ctx.Err()
 	}
+	in.mu.Lock()
+	_, waiting := in.calls[id]
+	delete(in.calls, id)
+	in.mu.Unlock()
+	if !waiting {
+		// A poll took the answer already and is handing it over (into
+		// dst, which is the caller's again once this returns): wait
+		// for it, then let it go.
+		<-c.done
+	}
+	putCall(c)
+	in.event(&abi.Event{Kind: abi.EventCancel, ID: id})
+	return ctx.Err()
 }
 
 func (in *Instance) err() error {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
-	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/metrics"
 )
 
@@ -24,8 +23,9 @@ func DefaultInstances() int { return 1 }
 
 // Main is the dohfwd-edge command (cmd/dohfwd-edge): it loads the
 // configuration (the file, or the embedded default), starts a pool of
-// module instances configured with the same YAML, and serves them with the
-// listeners package assembly builds until ctx ends or SIGTERM.
+// module instances configured with the same YAML, and serves DoH over
+// them with the listeners and handler package assembly builds until ctx
+// ends or SIGTERM.
 func Main(ctx context.Context, args []string, stderr io.Writer, version string) error {
 	fs := flag.NewFlagSet("dohfwd-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,21 +63,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	if err != nil {
 		return fmt.Errorf("module: %w", err)
 	}
-	// The engines run in the module instances; the host keeps the
-	// listeners, the certificates and Prometheus.
-	met := metrics.NewMetrics()
-	d, err := assembly.New(cfg, assembly.Options{LogTo: stderr, Metrics: met})
-	if err != nil {
-		return err
-	}
-	log := d.Log
 	// The module gets the configuration as loaded (the embedded default
 	// with its system scope included) in the same YAML form.
 	configYAML, err := yaml.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-
 	rt, err := NewRuntime(ctx, wasm, Options{CacheDir: *cacheDir, Stderr: stderr})
 	if err != nil {
 		return err
@@ -88,14 +79,22 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 		return err
 	}
 	defer pool.Close(context.Background())
-	log.Info().Str("module", *modPath).Int("instances", *instances).Str("cache_dir", *cacheDir).Msg("edge module ready")
+
+	// The engines run in the module instances; the host runs the rest
+	// natively, as dohfwd serve does: the listeners, the certificates,
+	// Prometheus, and the DoH front end (HTTP/2, the requests' checks,
+	// the client limits, the JSON form, Server-Timing), whose resolver is
+	// the pool. The module is handed only questions: its wasm runs
+	// several times slower than native code.
+	met := metrics.NewMetrics()
+	d, err := assembly.New(cfg, assembly.Options{LogTo: stderr, Metrics: met, Resolver: pool})
+	if err != nil {
+		return err
+	}
+	d.Log.Info().Str("module", *modPath).Int("instances", *instances).Str("cache_dir", *cacheDir).Msg("edge module ready")
 
 	met.CollectAttemptLatency(pool.AttemptLatency)
-	return d.Serve(ctx, assembly.Serving{
-		Backend: pool,
-		Handler: doh.HandlerFor(Handler{Pool: pool, Observe: d.Observe}),
-		Version: version,
-	})
+	return d.Serve(ctx, assembly.Serving{Backend: pool, Handler: d.Handler, Version: version})
 }
 
 func defaultCacheDir() string {

@@ -15,11 +15,14 @@ import (
 
 // Pool is the host's module instances: one by default, which holds the one
 // engine, so every request shares its cache, coalescing and demotion
-// marks. A request goes to the instance with the fewest in progress; an
-// instance that traps is replaced.
+// marks. A question (or a whole request) goes to the instance with the
+// fewest in progress; an instance that traps is replaced.
 //
-// Pool is the server's Backend (package server): Status, Counters and
-// InFlight add up the instances, and Reconfigure reaches every instance.
+// Pool is the DoH front end's resolver (doh.Resolver: ResolveWire), so
+// the host serves DoH with the native handler and hands the module only
+// questions. It is also the server's Backend (package server): Status,
+// Counters and InFlight add up the instances, and Reconfigure reaches
+// every instance.
 type Pool struct {
 	rt     *Runtime
 	config []byte // the YAML each new instance starts from
@@ -71,6 +74,41 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 		p.replace(context.WithoutCancel(ctx), in)
 	}
 	return out, err
+}
+
+// ResolveWire answers one checked query with an instance's engine, as
+// doh.Resolver asks: the reply appended to dst. It hands the engine what
+// the front end put in ctx, as natively: the client (engine.WithClient,
+// for its share of upstream transactions) and the trace. When ctx ends
+// first the instance's question ends as natively (cancelled, not charged
+// to the server) and the answer is ResultCancelled with no reply. When the
+// instance fails (a trap: it is replaced) the reply is empty, which the
+// front end answers as SERVFAIL.
+func (p *Pool) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	q := abi.Query{Wire: query, Client: engine.ClientOf(ctx)}
+	if t := engine.TraceFrom(ctx); t != nil {
+		q.Trace, q.HasTrace = *t, true
+	}
+	in := p.pick()
+	if in == nil {
+		return unanswered(dst, engine.ResultUnavailable)
+	}
+	r, err := in.Resolve(ctx, &q, dst)
+	if err == nil {
+		return r
+	}
+	if ctx.Err() != nil {
+		return unanswered(dst, engine.ResultCancelled)
+	}
+	if !errors.Is(err, errClosed) {
+		p.replace(context.WithoutCancel(ctx), in)
+	}
+	return unanswered(dst, engine.ResultUnavailable)
+}
+
+// unanswered is a Response with no reply.
+func unanswered(dst []byte, result engine.Result) engine.Response {
+	return engine.Response{Wire: dst, Rcode: -1, Result: result, Answered: time.Now()}
 }
 
 // replace closes a broken instance and starts a fresh one in its place;

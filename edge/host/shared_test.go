@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
@@ -18,32 +16,19 @@ import (
 // one engine and answers many questions at once, so the engine's state is
 // the host's: what one request learns, every other one uses.
 
-// ask sends one RFC 8484 GET for name straight to the pool (no HTTP in the
-// way) and returns the answer.
+// ask puts one question for name straight to the pool, as the host's
+// DoH front end does (no HTTP in the way), and returns the answer.
 func ask(ctx context.Context, p *Pool, name string) (*dns.Msg, error) {
 	wire, err := query(name, dns.TypeA).Pack()
 	if err != nil {
 		return nil, err
 	}
-	req := abi.AppendRequest(nil, &abi.Request{
-		Method:  "GET",
-		Target:  "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire),
-		Remote:  "127.0.0.1:1",
-		Headers: [][2]string{{"Host", "test"}, {"Accept", "application/dns-message"}},
-	})
-	out, err := p.Serve(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := abi.ParseResponse(out)
-	if err != nil {
-		return nil, err
-	}
-	if resp.Status != 200 {
-		return nil, fmt.Errorf("HTTP %d: %s", resp.Status, resp.Body)
+	r := p.ResolveWire(ctx, wire, nil)
+	if len(r.Wire) == 0 {
+		return nil, fmt.Errorf("%s: no reply (%v)", name, r.Result)
 	}
 	m := new(dns.Msg)
-	return m, m.Unpack(resp.Body)
+	return m, m.Unpack(r.Wire)
 }
 
 // askAll asks every name at once and fails t on any error or answer other

@@ -9,11 +9,15 @@
 //
 // The host calls _initialize, then dohfwd_init once with the configuration
 // it read (the server's YAML, checked and encoded by config.Encode: the
-// module links no YAML decoder), then dohfwd_poll with the requests and socket events as
-// they come (poll.go). One instance has one engine and answers any number
-// of requests at once, as the native server does: each request is a
-// goroutine, and no import waits, so the module's goroutines run while
-// the host is inside dohfwd_poll and wait for its events in between.
+// module links no YAML decoder), then dohfwd_poll with the requests,
+// questions and socket events as they come (poll.go). One instance has one
+// engine and answers any number of them at once, as the native server
+// does: each is a goroutine, and no import waits, so the module's
+// goroutines run while the host is inside dohfwd_poll and wait for its
+// events in between. A whole HTTP request (the Workers glue's) goes
+// through the DoH handler (serve); a DNS question (the wazero host's,
+// which runs the DoH front end natively) only through the engine
+// (query.go).
 package main
 
 import (
@@ -121,7 +125,10 @@ func exportStatus() uint32 {
 	if eng == nil {
 		return setResult([]byte("{}"))
 	}
-	b, _ := json.Marshal(abi.Status{Status: eng.Status(), AttemptLatency: latency.Snapshot()})
+	requests.Lock()
+	counts := queryCounts
+	requests.Unlock()
+	b, _ := json.Marshal(abi.Status{Status: eng.Status(), AttemptLatency: latency.Snapshot(), Queries: counts})
 	return setResult(b)
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
-// requests is the requests in progress: their contexts by the host's ID,
-// and the answers finished since the last poll.
+// requests is the requests and questions in progress: their contexts by
+// the host's ID, and the answers finished since the last poll.
 var requests = struct {
 	sync.Mutex
 	cancel  map[uint32]*engine.CancelContext
@@ -45,15 +45,18 @@ func exportPoll(now int64, n uint32) uint32 {
 		}
 		in = rest
 		switch e.Kind {
+		case abi.EventQuery:
+			ask(&e)
 		case abi.EventRequest:
 			start(e.ID, e.Data)
 		case abi.EventCancel:
+			// Under the lock: a question's context is pooled, and is
+			// another question's once its own left the map.
 			requests.Lock()
-			ctx := requests.cancel[e.ID]
-			requests.Unlock()
-			if ctx != nil {
+			if ctx := requests.cancel[e.ID]; ctx != nil {
 				ctx.Cancel()
 			}
+			requests.Unlock()
 		case abi.EventConnected, abi.EventRead:
 			network.deliver(&e)
 		}

@@ -1,0 +1,118 @@
+//go:build wasip1
+
+package main
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/engine"
+)
+
+// A question (abi.EventQuery) comes from a host that runs the DoH front
+// end itself: the module answers it with its engine alone, behind the
+// DDR names (the assembly's resolver), with none of the HTTP work that a
+// whole request costs in wasm.
+
+// question is one EventQuery on its way: its own copy of the query (the
+// poll's buffer is reused for the result), the context its host may
+// cancel, and the reply's buffer. Pooled: a question's state is the same
+// size every time.
+type question struct {
+	id     uint32
+	query  []byte
+	reply  []byte
+	cancel engine.CancelContext
+	ctx    context.Context // cancel, naming the client and the trace as the host asked
+	miss   engine.Miss
+}
+
+var questions = sync.Pool{New: func() any { return &question{query: make([]byte, 0, 512), reply: make([]byte, 0, 1232)} }}
+
+// queryCounts are abi.Status.Queries; under requests' lock.
+var queryCounts abi.QueryCounts
+
+// ask answers an EventQuery: from memory in this poll when the engine can
+// (a cache hit or a local name takes no goroutine), else on a worker
+// goroutine, whose answer joins a later poll's result (or this one's, if
+// it needs no network). The host's EventCancel ends it as a request's.
+func ask(e *abi.Event) {
+	q, err := abi.ParseQuery(e)
+	if err != nil || dohfwd == nil {
+		// A host bug or no dohfwd_init: the engine's answer to a query
+		// it cannot read (an empty reply, which the front end turns
+		// into SERVFAIL).
+		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, false)
+		return
+	}
+	qn := questions.Get().(*question)
+	qn.id = e.ID
+	qn.query = append(qn.query[:0], q.Wire...)
+	var trace *engine.Trace
+	if q.HasTrace {
+		trace = &q.Trace
+	}
+	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
+		answerQuery(qn.id, &r, true)
+		qn.done(r.Wire)
+		return
+	}
+	// The front end's context, as natively (doh.Handler.answer): the
+	// client for its share of transactions, the trace for the events.
+	switch {
+	case q.Client.IsValid() && q.HasTrace:
+		qn.ctx = engine.WithClientTrace(&qn.cancel, q.Client, q.Trace)
+	case q.Client.IsValid():
+		qn.ctx = engine.WithClient(&qn.cancel, q.Client)
+	case q.HasTrace:
+		qn.ctx = engine.WithTrace(&qn.cancel, q.Trace)
+	default:
+		qn.ctx = &qn.cancel
+	}
+	requests.Lock()
+	requests.cancel[qn.id] = &qn.cancel
+	requests.Unlock()
+	workers.Run(qn.resolve)
+}
+
+// resolve asks the engine on a worker goroutine.
+func (qn *question) resolve() {
+	var r engine.Response
+	if qn.miss.Ready() {
+		r = dohfwd.Resolver.ResolveWireMiss(qn.ctx, &qn.miss, qn.reply[:0])
+	} else {
+		r = dohfwd.Resolver.ResolveWire(qn.ctx, qn.query, qn.reply[:0])
+	}
+	requests.Lock()
+	delete(requests.cancel, qn.id)
+	requests.Unlock()
+	answerQuery(qn.id, &r, false)
+	qn.done(r.Wire)
+}
+
+// answerQuery adds the answer to question id to the next poll result.
+func answerQuery(id uint32, r *engine.Response, atOnce bool) {
+	requests.Lock()
+	if atOnce {
+		queryCounts.AtOnce++
+	} else {
+		queryCounts.Waited++
+	}
+	requests.scratch = abi.AppendQueryAnswer(requests.scratch[:0], r)
+	requests.answers = abi.AppendAnswer(requests.answers, id, requests.scratch)
+	requests.Unlock()
+}
+
+// done returns qn to the pool, keeping the reply's buffer when it grew
+// within bounds.
+func (qn *question) done(reply []byte) {
+	if cap(reply) <= 4096 {
+		qn.reply = reply[:0]
+	}
+	qn.cancel = engine.CancelContext{} // nothing resolves under it now
+	qn.ctx, qn.miss = nil, engine.Miss{}
+	if cap(qn.query) <= 4096 {
+		questions.Put(qn)
+	}
+}
