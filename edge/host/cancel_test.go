@@ -14,7 +14,8 @@ import (
 )
 
 // SPEC §3, "a client that goes away cancels its question" and "not charged
-// to the server", through the module: the client gives up on a question
+// to the server", through the module (the host's front end hands it the
+// question, abi.EventQuery, and cancels it with EventCancel): the client gives up on a question
 // whose server stays silent; the module's engine counts the transaction
 // cancelled (not a timeout, not upstream_failed), does not demote the
 // server, makes no further attempt, and the instance is free at once for
@@ -117,6 +118,11 @@ func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map
 	}
 	if st.InFlight != 0 || e.pool.InFlight() != 0 {
 		t.Errorf("in flight: engine %d, pool %d; want 0", st.InFlight, e.pool.InFlight())
+	}
+	// Both came to the module as questions from the host's front end
+	// (EventQuery), the abandoned one cancelled by EventCancel.
+	if q := e.queryCounts(t); q.Waited != 2 || q.AtOnce != 0 {
+		t.Errorf("questions the module answered: %+v; want both from the host's front end, on workers", q)
 	}
 	// No further attempt after the cancel: the server read the abandoned
 	// question's queries, then the next question's one.

@@ -26,9 +26,12 @@ var forwarded = func() []string {
 	return names
 }()
 
-// Handler serves DoH by passing each request to an instance of the pool.
-// It is a doh.RequestServer: doh.HandlerFor(h) serves it with the native
-// listeners and HTTP/2 server, as dohfwd serve serves its engine.
+// Handler serves DoH by passing each whole request to an instance of the
+// pool (abi.EventRequest), whose own DoH handler answers it: the Workers
+// glue's way. It is a doh.RequestServer: doh.HandlerFor(h) serves it with
+// the native listeners and HTTP/2 server. dohfwd-edge does not use it (its
+// front end is native and hands the module questions: Pool.ResolveWire);
+// it stays so that the module's DoH path is tested under wazero too.
 type Handler struct {
 	Pool *Pool
 	// Observe, if set, is told of each request at its end, as the native

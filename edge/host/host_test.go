@@ -98,8 +98,14 @@ func startEdge(t *testing.T, config []byte, size int) *edge {
 // whole's observer.
 func startEdgeWith(t *testing.T, config []byte, size int, o assembly.Options, whole *Handler) *edge {
 	t.Helper()
+	return startEdgeOn(t, testRuntime(t), config, size, o, whole)
+}
+
+// startEdgeOn is startEdgeWith on a runtime of the test's own.
+func startEdgeOn(t *testing.T, rt *Runtime, config []byte, size int, o assembly.Options, whole *Handler) *edge {
+	t.Helper()
 	ctx := context.Background()
-	pool, err := NewPool(ctx, testRuntime(t), config, size)
+	pool, err := NewPool(ctx, rt, config, size)
 	if err != nil {
 		t.Fatal(err)
 	}

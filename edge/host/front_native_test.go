@@ -1,0 +1,261 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/assembly"
+	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/edge/moduletest"
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+)
+
+// These tests are about the split dohfwd-edge makes: the host runs the
+// DoH front end natively (package assembly's handler over the pool) and
+// hands each instance only questions (abi.EventQuery).
+
+// queryCounts reads how the one instance answered its questions.
+func (e *edge) queryCounts(t *testing.T) abi.QueryCounts {
+	t.Helper()
+	all, err := e.pool.snapshots(context.Background())
+	if err != nil || len(all) != 1 {
+		t.Fatalf("status: %v %v", all, err)
+	}
+	return all[0].Queries
+}
+
+// withConfig is edgeConfig with extra top-level YAML, replacing the
+// sections it names.
+func withConfig(base []byte, extra string) []byte {
+	var out []string
+	skip := false
+	for _, line := range strings.Split(string(base), "\n") {
+		if line != "" && line[0] != ' ' {
+			key, _, _ := strings.Cut(line, ":")
+			skip = strings.Contains(extra, "\n"+key+":") || strings.HasPrefix(extra, key+":")
+		}
+		if !skip {
+			out = append(out, line)
+		}
+	}
+	return []byte(strings.Join(out, "\n") + "\n" + extra)
+}
+
+// A cache hit costs the module no goroutine: the engine answers it from
+// memory in the very poll that delivered the question
+// (ResolveWireImmediate, counted AtOnce); only the miss before it went to
+// a worker. The front end marks it as natively: Server-Timing says cache.
+func TestWazeroCacheHitAnsweredInItsPoll(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
+	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\nlisten: {server_timing: true}\n"), 1)
+
+	m, resp := e.get(t, query("hit.example.org", dns.TypeA))
+	wantAnswer(t, m, "192.0.2.5")
+	if st := resp.Header.Get("Server-Timing"); !strings.HasPrefix(st, "source;desc=upstream, attempts;desc=1") {
+		t.Errorf("first answer: Server-Timing %q, want the upstream's", st)
+	}
+	if c := e.queryCounts(t); c != (abi.QueryCounts{Waited: 1}) {
+		t.Fatalf("after the miss: %+v, want one question on a worker", c)
+	}
+	m, resp = e.post(t, query("hit.example.org", dns.TypeA))
+	wantAnswer(t, m, "192.0.2.5")
+	if st := resp.Header.Get("Server-Timing"); st != "source;desc=cache, attempts;desc=0, upstream;dur=0" {
+		t.Errorf("second answer: Server-Timing %q, want the cache's", st)
+	}
+	if c := e.queryCounts(t); c != (abi.QueryCounts{AtOnce: 1, Waited: 1}) {
+		t.Fatalf("after the hit: %+v, want it answered at once, in its poll", c)
+	}
+	if n := len(up.Queries()); n != 1 {
+		t.Fatalf("upstream asked %d times, want once", n)
+	}
+	if hits := e.status(t).Counters.CacheHits; hits != 1 {
+		t.Fatalf("cache hits %d, want 1", hits)
+	}
+}
+
+// What the host's front end now owns behaves as in dohfwd serve: the
+// JSON form, the client's rate limit (429 with Retry-After, and the
+// module never asked), the client named to the module's engine for its
+// share of upstream transactions (REFUSED with EDE 18 while the client's
+// one transaction is held), all by the client that trusted proxies name.
+func TestWazeroNativeFrontEnd(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		if q.Msg != nil && len(q.Msg.Question) == 1 && strings.HasPrefix(q.Msg.Question[0].Name, "slow.") {
+			return upstreamtest.Delay(700*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.8"))(q)
+		}
+		return upstreamtest.Answer("@ 60 IN A 192.0.2.8")(q)
+	})
+	e := startEdge(t, withConfig(edgeConfig(up), `listen: {trusted_proxies: [127.0.0.1]}
+limits: {client_qps: 0.01, client_burst: 2, client_in_flight: 1}
+`), 1)
+	get := func(target, client string, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.url+target, nil)
+		req.Header.Set("X-Forwarded-For", client)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, body
+	}
+
+	// The JSON form, answered by the host from the module's wire reply.
+	resp, body := get("/resolve?name=json.example.org&type=A", "198.51.100.1")
+	var j struct {
+		Status int
+		Answer []struct{ Data string }
+	}
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/dns-json") ||
+		json.Unmarshal(body, &j) != nil || j.Status != 0 || len(j.Answer) != 1 || j.Answer[0].Data != "192.0.2.8" {
+		t.Fatalf("JSON form: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+
+	// A client past its burst is refused by the host; the module is not
+	// asked (the upstream reads only the admitted questions).
+	before := len(up.Queries())
+	codes := []int{}
+	for i := range 3 {
+		resp, _ := get(dnsTarget(fmt.Sprintf("rate%d.example.org", i)), "100.64.0.2")
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("429 without Retry-After")
+		}
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("statuses %v, want [200 200 429] (burst 2)", codes)
+	}
+	if n := len(up.Queries()) - before; n != 2 {
+		t.Fatalf("upstream read %d queries for the rate-limited client, want 2", n)
+	}
+
+	// The client's one upstream transaction is held: its second question
+	// at the same time is refused by the module's engine, which knows the
+	// client only from the question the host handed it.
+	first := make(chan *dns.Msg, 1)
+	go func() { // no t.Fatal off the test's goroutine: a nil answer fails below
+		req, _ := http.NewRequest("GET", e.url+dnsTarget("slow.example.org"), nil)
+		req.Header.Set("X-Forwarded-For", "203.0.113.9")
+		var m *dns.Msg
+		if resp, err := e.client.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if m = new(dns.Msg); m.Unpack(body) != nil {
+				m = nil
+			}
+		}
+		first <- m
+	}()
+	for deadline := time.Now().Add(5 * time.Second); !askedFor(up, "slow.example.org."); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow question never reached the upstream")
+		}
+	}
+	resp, body = get(dnsTarget("other.example.org"), "203.0.113.10") // same /24
+	m := new(dns.Msg)
+	if resp.StatusCode != 200 || m.Unpack(body) != nil || m.Rcode != dns.RcodeRefused || !hasEDE(m, dns.ExtendedErrorCodeProhibited) {
+		t.Fatalf("second question while the client's transaction is held: %d\n%v", resp.StatusCode, m)
+	}
+	if m := <-first; m == nil || len(m.Answer) != 1 {
+		t.Fatalf("the held question: %v", m)
+	}
+	// Another client is not held back.
+	resp, _ = get(dnsTarget("free.example.org"), "192.0.2.200")
+	if resp.StatusCode != 200 {
+		t.Fatalf("another client: HTTP %d", resp.StatusCode)
+	}
+}
+
+func dnsTarget(name string) string {
+	wire, _ := query(name, dns.TypeA).Pack()
+	return "/dns-query?dns=" + b64(wire)
+}
+
+func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+func askedFor(up *upstreamtest.Server, name string) bool {
+	for _, q := range up.Queries() {
+		if q.Msg != nil && len(q.Msg.Question) == 1 && q.Msg.Question[0].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// syncBuffer is a bytes.Buffer for the module's log, written by the
+// goroutine calling the module and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// With trace context on, the host reads the client's traceparent, answers
+// with traceresponse, and hands the trace to the module's engine with the
+// question: the module's question event carries the client's trace ID.
+func TestWazeroTraceReachesTheModule(t *testing.T) {
+	t.Parallel()
+	wasm, _ := moduletest.Build(t)
+	var log syncBuffer
+	rt, err := NewRuntime(context.Background(), wasm, Options{CacheDir: moduletest.CacheDir(t), Stderr: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.9"))
+	cfg := withConfig(edgeConfig(up), "listen: {trace_context: true}\nlog: {level: info}\n")
+	e := startEdgeOn(t, rt, cfg, 1, assembly.Options{LogTo: io.Discard}, nil)
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	wire, _ := query("traced.example.org", dns.TypeA).Pack()
+	req, _ := http.NewRequest("GET", e.url+"/dns-query?dns="+b64(wire), nil)
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	m, resp := e.do(t, req)
+	wantAnswer(t, m, "192.0.2.9")
+	if tr := resp.Header.Get("traceresponse"); !strings.HasPrefix(tr, "00-"+traceID+"-") {
+		t.Fatalf("traceresponse %q, want the client's trace %s", tr, traceID)
+	}
+	want := `"trace_id":"` + traceID + `"`
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var question string
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, `"traced.example.org."`) && strings.Contains(line, `"duration_ms"`) {
+				question = line
+			}
+		}
+		if strings.Contains(question, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the module's question event lacks %s:\n%s", want, log.String())
+		}
+	}
+}
