@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -20,24 +21,12 @@ www IN A   192.0.2.80
 
 // BenchmarkPoolServe runs DoH GET requests straight into one instance
 // from 64 goroutines per core, against nsd on loopback (cache off),
-// without HTTP in the way: the cost of the module, wazero and the polling.
+// without HTTP in the way: the cost of the module's DoH handler and
+// engine, wazero and the polling (whole requests, the Workers glue's way).
 // It reports the linear memory the instance ended with.
 //
 //	go test ./edge/host -run '^$' -bench PoolServe -cpuprofile cpu.prof
 func BenchmarkPoolServe(b *testing.B) {
-	addr := upstreamtest.StartNSD(b, upstreamtest.Zone{Origin: "bench.test.", Text: benchZone})
-	const size = 1
-	ctx := context.Background()
-	pool, err := NewPool(ctx, testRuntime(b), []byte(`scopes:
-  - {name: bench, default_route: true, servers: ["`+addr+`"]}
-fallback_servers: []
-cache: {max_entries: 0}
-log: {level: error}
-`), size)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close(ctx)
 	q := query("www.bench.test", 1)
 	wire, _ := q.Pack()
 	req := abi.AppendRequest(nil, &abi.Request{
@@ -46,6 +35,47 @@ log: {level: error}
 		Remote:  "127.0.0.1:1",
 		Headers: [][2]string{{"Host", "bench"}, {"Accept", "application/dns-message"}},
 	})
+	benchPool(b, func(ctx context.Context, pool *Pool) error {
+		out, err := pool.Serve(ctx, req)
+		if err != nil {
+			return err
+		}
+		resp, err := abi.ParseResponse(out)
+		if err == nil && resp.Status != 200 {
+			err = fmt.Errorf("status %d", resp.Status)
+		}
+		return err
+	})
+}
+
+// BenchmarkPoolResolve is BenchmarkPoolServe with questions, as
+// dohfwd-edge's native front end hands them over (abi.EventQuery): the
+// cost of the module's engine, wazero and the polling.
+func BenchmarkPoolResolve(b *testing.B) {
+	wire, _ := query("www.bench.test", 1).Pack()
+	benchPool(b, func(ctx context.Context, pool *Pool) error {
+		dst := make([]byte, 0, 512)
+		if r := pool.ResolveWire(ctx, wire, dst); r.Rcode != 0 || len(r.Wire) == 0 {
+			return fmt.Errorf("rcode %d, %d bytes", r.Rcode, len(r.Wire))
+		}
+		return nil
+	})
+}
+
+// benchPool runs one through a pool of one instance over nsd.
+func benchPool(b *testing.B, one func(context.Context, *Pool) error) {
+	addr := upstreamtest.StartNSD(b, upstreamtest.Zone{Origin: "bench.test.", Text: benchZone})
+	ctx := context.Background()
+	pool, err := NewPool(ctx, testRuntime(b), []byte(`scopes:
+  - {name: bench, default_route: true, servers: ["`+addr+`"]}
+fallback_servers: []
+cache: {max_entries: 0}
+log: {level: error}
+`), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close(ctx)
 	b.SetParallelism(benchParallelism())
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -54,14 +84,8 @@ log: {level: error}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		for pb.Next() {
-			out, err := pool.Serve(ctx, req)
-			if err != nil {
+			if err := one(ctx, pool); err != nil {
 				b.Error(err)
-				return
-			}
-			resp, err := abi.ParseResponse(out)
-			if err != nil || resp.Status != 200 {
-				b.Errorf("status %d, %v", resp.Status, err)
 				return
 			}
 		}
