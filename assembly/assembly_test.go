@@ -1,12 +1,15 @@
 package assembly
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -146,5 +149,69 @@ func TestDoHResolverAnswersBytesAndAtOnce(t *testing.T) {
 	var e any = (*engine.Engine)(nil)
 	if _, ok := e.(doh.ImmediateResolver); !ok {
 		t.Error("engine.Engine is not a doh.ImmediateResolver")
+	}
+}
+
+// elsewhere is a resolver outside the assembly (the edge host's pool of
+// module instances): it answers every query with an A record and notes
+// the client the front end named.
+type elsewhere struct {
+	mu      sync.Mutex
+	asked   int
+	clients []netip.Addr
+}
+
+func (r *elsewhere) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	r.mu.Lock()
+	r.asked++
+	r.clients = append(r.clients, engine.ClientOf(ctx))
+	r.mu.Unlock()
+	q := new(dns.Msg)
+	if q.Unpack(query) != nil {
+		return engine.Response{Wire: dst, Rcode: -1}
+	}
+	m := new(dns.Msg)
+	m.SetReply(q)
+	rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A 192.0.2.44")
+	m.Answer = append(m.Answer, rr)
+	wire, _ := m.Pack()
+	return engine.Response{Wire: append(dst, wire...), TTL: 60, Cacheable: true, Result: engine.ResultAnswer, Attempts: 1}
+}
+
+// Over a resolver that lives elsewhere (Options.Resolver, no network),
+// the assembly builds no engine but the same DoH front end as natively:
+// the handler over that resolver, with the client limits (429 before the
+// resolver is asked, the client named to it) and the observer.
+func TestAssemblyOverAResolverElsewhere(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.ClientQPS, cfg.Limits.ClientBurst = 0.01, 1
+	met := metrics.NewMetrics()
+	r := &elsewhere{}
+	d, err := New(cfg, Options{LogTo: io.Discard, Metrics: met, Resolver: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Engine != nil || d.Resolver != nil || d.Handler == nil || d.Limits == nil {
+		t.Fatalf("engine %v, DDR resolver %v, handler %v, limits %v: want only the handler and limits", d.Engine, d.Resolver, d.Handler, d.Limits)
+	}
+	ask(t, d.Handler, "one.example.org")
+	if err := testutil.GatherAndCompare(met.Registry, strings.NewReader(wantRequests), "dohfwd_doh_requests_total"); err != nil {
+		t.Error(err)
+	}
+	srv := httptest.NewServer(d.Handler)
+	defer srv.Close()
+	q := new(dns.Msg)
+	q.SetQuestion("two.example.org.", dns.TypeA)
+	wire, _ := q.Pack()
+	resp, err := http.Get(srv.URL + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second question over a burst of 1: HTTP %d, want 429", resp.StatusCode)
+	}
+	if r.asked != 1 || len(r.clients) != 1 || !r.clients[0].IsLoopback() {
+		t.Fatalf("resolver asked %d times by clients %v; want once, naming the loopback client", r.asked, r.clients)
 	}
 }
