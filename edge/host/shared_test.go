@@ -60,15 +60,15 @@ func askAll(t *testing.T, p *Pool, names []string, ip string) time.Duration {
 }
 
 // 1 000 questions in flight at once through one instance: the upstream
-// holds every reply for 1.8 s (less than the 2 s transaction timeout), so
-// all 1 000 were waiting upstream at the same time, and all are answered
-// by their first attempt. The hold is as long as the timeout allows: on a
-// loaded 2-CPU machine handing 1 000 questions to one instance has taken
-// 0.6-2.8 s.
+// answers none until it has read all 1 000 (upstreamtest.Gather), so
+// they were all waiting upstream at the same time, and each is answered
+// by its first attempt (on a loaded 2-CPU machine, handing 1 000
+// questions to one instance has taken 0.6-2.8 s: the first of them is
+// held that long, within its 2 s only when the machine is not that busy).
 func TestWazeroThousandQuestionsInOneInstance(t *testing.T) {
 	t.Parallel()
-	const n, hold = 1000, 1800 * time.Millisecond
-	up := upstreamtest.Start(t, upstreamtest.Delay(hold, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
+	const n = 1000
+	up := upstreamtest.Start(t, upstreamtest.Gather(n, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
 	e := startEdge(t, edgeConfig(up), 1)
 	names := make([]string, n)
 	for i := range names {
@@ -88,14 +88,11 @@ func TestWazeroThousandQuestionsInOneInstance(t *testing.T) {
 			last = q.At
 		}
 	}
-	if spread := last.Sub(first); spread >= hold {
-		t.Fatalf("the queries reached the upstream over %v; with every reply held %v, want all %d in flight at once", spread, hold, n)
-	}
 	st := e.status(t)
 	if st.Counters.Attempts["answer"] != n || st.Counters.Attempts["timeout"] != 0 || st.InFlight != 0 {
 		t.Fatalf("attempts %v, in flight %d: want %d answers, no timeout, nothing left in flight", st.Counters.Attempts, st.InFlight, n)
 	}
-	t.Logf("%d questions through one instance in %v (every reply held %v upstream; queries sent within %v)", n, took, hold, last.Sub(first))
+	t.Logf("%d questions through one instance in %v (queries sent within %v, no reply before the last)", n, took, last.Sub(first))
 }
 
 // engine-servers.healthy-first-then-demoted across requests: a dead first

@@ -1,6 +1,7 @@
 package upstreamtest
 
 import (
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -36,6 +37,24 @@ func Delay(d time.Duration, h Handler) Handler {
 		a := h(q)
 		for i := range a.Replies {
 			a.Replies[i].Delay += d
+		}
+		return a
+	}
+}
+
+// Gather is h with every reply held until the server has read n queries
+// (counted over both transports): a proof that n queries were in flight
+// at once, since none is answered before the last arrives.
+func Gather(n int, h Handler) Handler {
+	all := make(chan struct{})
+	var once sync.Once
+	return func(q Query) Action {
+		if q.N+1 >= n {
+			once.Do(func() { close(all) })
+		}
+		a := h(q)
+		for i := range a.Replies {
+			a.Replies[i].Until = all
 		}
 		return a
 	}

@@ -42,7 +42,9 @@ type Action struct {
 
 // Reply is one datagram (UDP) or one framed message (TCP).
 type Reply struct {
-	Delay time.Duration // after the query was read
+	Delay time.Duration // after the query was read (and Until closed)
+	// Until, if set, holds the reply until it is closed (see Gather).
+	Until <-chan struct{}
 	Msg   *dns.Msg
 	Raw   []byte // sent instead of Msg: garbage
 	Cut   bool   // TCP: send only the first half of the framed message
@@ -162,26 +164,23 @@ func (s *Server) serveUDP() {
 			if b == nil {
 				continue
 			}
-			s.after(r.Delay, func() { s.udp.WriteToUDPAddrPort(b, from) })
+			s.after(r.Until, r.Delay, func() { s.udp.WriteToUDPAddrPort(b, from) })
 		}
 	}
 }
 
-// after runs f after d unless the server stops first.
-func (s *Server) after(d time.Duration, f func()) {
-	if d <= 0 {
+// after runs f once until is closed (nil: at once) and d has passed,
+// unless the server stops first.
+func (s *Server) after(until <-chan struct{}, d time.Duration, f func()) {
+	if until == nil && d <= 0 {
 		f()
 		return
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
+		if s.wait(until, d) {
 			f()
-		case <-s.done:
 		}
 	}()
 }
@@ -229,7 +228,7 @@ func (s *Server) serveConn(c *net.TCPConn) {
 		}
 		a := s.h(s.log(m, "tcp", from))
 		for _, r := range a.Replies {
-			if !s.sleep(r.Delay) {
+			if !s.wait(r.Until, r.Delay) {
 				return
 			}
 			b := r.wire()
@@ -249,8 +248,16 @@ func (s *Server) serveConn(c *net.TCPConn) {
 	}
 }
 
-// sleep waits d; false if the server stopped meanwhile.
-func (s *Server) sleep(d time.Duration) bool {
+// wait waits for until to close (nil: no wait), then d; false if the
+// server stopped meanwhile.
+func (s *Server) wait(until <-chan struct{}, d time.Duration) bool {
+	if until != nil {
+		select {
+		case <-until:
+		case <-s.done:
+			return false
+		}
+	}
 	if d <= 0 {
 		return true
 	}
