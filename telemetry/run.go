@@ -20,9 +20,10 @@ import (
 // needs JSON escaping, a list of traces) ends the run; the next field
 // starts another.
 
-// runSize is the room a run has on the stack; a longer one (a long name)
-// grows on the heap.
-const runSize = 320
+// runSize is the room a run has on the stack: the longest name (253
+// bytes) with every other field of either event, ids of a parent and a
+// joined trace included.
+const runSize = 512
 
 // startRun begins an event's run in dst with its first fields: question,
 // qname and the time the question or attempt took (under msKey). It
