@@ -30,9 +30,9 @@ const (
 // events go on gathering while the kernel takes the previous batch;
 // batches still leave one at a time, in the order they were taken.
 type BatchWriter struct {
-	mu     sync.Mutex // guards buf, spare, armed, closed
+	mu     sync.Mutex // guards buf, spares, armed, closed
 	buf    []byte
-	spare  []byte // nil while a batch's buffer is being written
+	spares [][]byte // buffers written out, for the next batches (at most maxSpares)
 	timer  *time.Timer
 	armed  bool
 	closed bool
@@ -42,9 +42,14 @@ type BatchWriter struct {
 	err   error // the first error writing out, reported by Flush and Close; guarded by outMu
 }
 
+// maxSpares is the buffers kept for the next batches: one is enough while
+// the kernel takes a batch faster than events fill the next; a third
+// buffer covers a full batch waiting for its turn.
+const maxSpares = 2
+
 // NewBatchWriter returns a BatchWriter over out.
 func NewBatchWriter(out io.Writer) *BatchWriter {
-	w := &BatchWriter{out: out, buf: make([]byte, 0, BatchSize), spare: make([]byte, 0, BatchSize)}
+	w := &BatchWriter{out: out, buf: make([]byte, 0, BatchSize), spares: make([][]byte, 0, maxSpares)}
 	w.timer = time.AfterFunc(time.Hour, func() { w.Flush() })
 	w.timer.Stop()
 	return w
@@ -90,8 +95,9 @@ func (w *BatchWriter) flushUnlock() error {
 	}
 	batch := w.buf
 	if len(batch) > 0 {
-		w.buf, w.spare = w.spare, nil
-		if w.buf == nil { // the other buffer is still being written
+		if n := len(w.spares); n > 0 {
+			w.buf, w.spares = w.spares[n-1], w.spares[:n-1]
+		} else { // the first batch, or the batches before are still being written
 			w.buf = make([]byte, 0, BatchSize)
 		}
 	}
@@ -106,8 +112,8 @@ func (w *BatchWriter) flushUnlock() error {
 	w.outMu.Unlock()
 	if len(batch) > 0 && cap(batch) <= 4*BatchSize { // else one huge event: let it go
 		w.mu.Lock()
-		if w.spare == nil {
-			w.spare = batch[:0]
+		if len(w.spares) < maxSpares {
+			w.spares = append(w.spares, batch[:0])
 		}
 		w.mu.Unlock()
 	}
