@@ -25,79 +25,112 @@ const (
 
 // BatchWriter is an io.Writer that writes in batches. Each Write is kept
 // whole and in order. It is safe for concurrent use.
+//
+// A batch is written outside the lock that events are gathered under, so
+// events go on gathering while the kernel takes the previous batch;
+// batches still leave one at a time, in the order they were taken.
 type BatchWriter struct {
-	mu     sync.Mutex
-	out    io.Writer
+	mu     sync.Mutex // guards buf, spares, armed, closed
 	buf    []byte
-	spare  []byte
+	spares [][]byte // buffers written out, for the next batches (at most maxSpares)
 	timer  *time.Timer
 	armed  bool
 	closed bool
-	err    error // the first error writing out, reported by Flush and Close
+
+	outMu sync.Mutex // held while writing to out; taken before mu is released
+	out   io.Writer
+	err   error // the first error writing out, reported by Flush and Close; guarded by outMu
 }
+
+// maxSpares is the buffers kept for the next batches: one is enough while
+// the kernel takes a batch faster than events fill the next; a third
+// buffer covers a full batch waiting for its turn.
+const maxSpares = 2
 
 // NewBatchWriter returns a BatchWriter over out.
 func NewBatchWriter(out io.Writer) *BatchWriter {
-	w := &BatchWriter{out: out, buf: make([]byte, 0, BatchSize), spare: make([]byte, 0, BatchSize)}
+	w := &BatchWriter{out: out, buf: make([]byte, 0, BatchSize), spares: make([][]byte, 0, maxSpares)}
 	w.timer = time.AfterFunc(time.Hour, func() { w.Flush() })
 	w.timer.Stop()
 	return w
 }
 
+var _ zerolog.LevelWriter = (*BatchWriter)(nil)
+
+// WriteLevel is Write: zerolog calls it directly instead of through an
+// adapter.
+func (w *BatchWriter) WriteLevel(_ zerolog.Level, p []byte) (int, error) { return w.Write(p) }
+
 // Write keeps a copy of p for the next batch. After Close it writes
 // through.
 func (w *BatchWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
+		w.outMu.Lock() // after the last batch
+		w.mu.Unlock()
+		defer w.outMu.Unlock()
 		return w.out.Write(p)
 	}
 	w.buf = append(w.buf, p...)
-	switch {
-	case len(w.buf) >= BatchSize:
-		w.flushLocked()
-	case !w.armed:
+	if len(w.buf) >= BatchSize {
+		w.flushUnlock()
+		return len(p), nil
+	}
+	if !w.armed {
 		w.armed = true
 		w.timer.Reset(BatchInterval)
 	}
+	w.mu.Unlock()
 	return len(p), nil
 }
 
-// flushLocked writes the gathered batch. The caller holds w.mu, so
-// batches leave in order.
-func (w *BatchWriter) flushLocked() {
+// flushUnlock writes the gathered batch. The caller holds w.mu; it is
+// released once the batch is taken and w.outMu held, so batches leave in
+// the order they were taken and the next one gathers meanwhile. It
+// returns the first error writing out.
+func (w *BatchWriter) flushUnlock() error {
 	if w.armed {
 		w.timer.Stop()
 		w.armed = false
 	}
-	if len(w.buf) == 0 {
-		return
-	}
 	batch := w.buf
-	w.buf, w.spare = w.spare[:0], batch
-	if _, err := w.out.Write(batch); err != nil && w.err == nil {
-		w.err = err
+	if len(batch) > 0 {
+		if n := len(w.spares); n > 0 {
+			w.buf, w.spares = w.spares[n-1], w.spares[:n-1]
+		} else { // the first batch, or the batches before are still being written
+			w.buf = make([]byte, 0, BatchSize)
+		}
 	}
-	if cap(w.spare) > 4*BatchSize { // one huge event: let it go
-		w.spare = make([]byte, 0, BatchSize)
+	w.outMu.Lock()
+	w.mu.Unlock()
+	if len(batch) > 0 {
+		if _, err := w.out.Write(batch); err != nil && w.err == nil {
+			w.err = err
+		}
 	}
+	err := w.err
+	w.outMu.Unlock()
+	if len(batch) > 0 && cap(batch) <= 4*BatchSize { // else one huge event: let it go
+		w.mu.Lock()
+		if len(w.spares) < maxSpares {
+			w.spares = append(w.spares, batch[:0])
+		}
+		w.mu.Unlock()
+	}
+	return err
 }
 
 // Flush writes what has gathered.
 func (w *BatchWriter) Flush() error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.flushLocked()
-	return w.err
+	return w.flushUnlock()
 }
 
 // Close writes what has gathered; later writes go straight through.
 func (w *BatchWriter) Close() error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.flushLocked()
 	w.closed = true
-	return w.err
+	return w.flushUnlock()
 }
 
 // NewBatchedLogger is NewLogger writing through a BatchWriter over w when

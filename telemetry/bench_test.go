@@ -30,8 +30,9 @@ func BenchmarkQuestionEvents(b *testing.B) {
 		Result: engine.ResultAnswer, Attempts: 1, Duration: 130 * time.Microsecond, End: end, Trace: tr}
 	// direct: a write(2) per event; batched: through a BatchWriter;
 	// discard: through a BatchWriter to io.Discard, the events' own cost
-	// without the kernel's.
-	for _, name := range []string{"direct", "batched", "discard"} {
+	// without the kernel's; parallel: batched, from GOMAXPROCS goroutines
+	// at once (the BatchWriter's lock shared, as in the server).
+	for _, name := range []string{"direct", "batched", "discard", "parallel"} {
 		b.Run(name, func(b *testing.B) {
 			var out io.Writer = io.Discard
 			if name != "discard" {
@@ -50,6 +51,15 @@ func BenchmarkQuestionEvents(b *testing.B) {
 			log, _ := telemetry.NewLogger(out, "json", "info")
 			o := telemetry.NewObserver(log, nil)
 			b.ReportAllocs()
+			if name == "parallel" {
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						o.Attempt(ae)
+						o.Question(qe)
+					}
+				})
+				return
+			}
 			for b.Loop() {
 				o.Attempt(ae)
 				o.Question(qe)

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"strconv"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -53,10 +52,10 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	}
 	log := o.attempts.logger(attemptFields{scope: ev.Scope, server: ev.Server, transport: ev.Transport,
 		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, rcode: ev.Rcode, demoted: ev.Demoted})
-	e := log.Log().Uint64("question", ev.Question).Str("qname", ev.QName)
-	e = millisField(e, "rtt_ms", ev.RTT)
-	e = traceFields(e, ev.Trace)
-	timeField(e, ev.End).Send()
+	var b [runSize]byte
+	e, key, r := startRun(log.Log(), b[:0], ev.Question, ev.QName, "rtt_ms", ev.RTT)
+	r = appendTime(appendKey(appendTrace(r, ev.Trace), zerolog.TimestampFieldName), ev.End)
+	e.RawJSON(key, r).Send()
 }
 
 // Question writes the "question" event at the end of each question.
@@ -66,16 +65,19 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 	}
 	log := o.questions.logger(questionFields{scope: ev.Scope, qtype: ev.QType, result: ev.Result,
 		reason: ev.Reason, attempts: ev.Attempts, cacheHit: ev.CacheHit})
-	e := log.Log().Uint64("question", ev.Question).Str("qname", ev.QName)
-	e = millisField(e, "duration_ms", ev.Duration)
-	e = traceFields(e, ev.Trace)
+	var b [runSize]byte
+	e, key, r := startRun(log.Log(), b[:0], ev.Question, ev.QName, "duration_ms", ev.Duration)
+	r = appendTrace(r, ev.Trace)
 	if ev.Joined != nil {
-		e = e.Hex("joined_trace_id", ev.Joined.ID[:])
+		r = appendHex(appendKey(r, "joined_trace_id"), ev.Joined.ID[:])
 	}
-	if len(ev.Served) > 0 {
-		e = e.Array("trace_ids", servedTraces{own: ev.Trace, served: ev.Served})
+	if len(ev.Served) > 0 { // a list zerolog writes; the time follows in a run of its own
+		e = e.RawJSON(key, r).Array("trace_ids", servedTraces{own: ev.Trace, served: ev.Served})
+		e.RawJSON(zerolog.TimestampFieldName, appendTime(b[:0], ev.End)).Send()
+		return
 	}
-	timeField(e, ev.End).Send()
+	r = appendTime(appendKey(r, zerolog.TimestampFieldName), ev.End)
+	e.RawJSON(key, r).Send()
 }
 
 // infoEnabled reports whether events at level info are written, the check
@@ -158,18 +160,6 @@ func levelAndMessage(c zerolog.Context, msg string) zerolog.Context {
 		Str(zerolog.MessageFieldName, msg)
 }
 
-// millisField writes d in milliseconds, as Float64(key,
-// float64(d.Microseconds())/1000) does (microsecond precision, no trailing
-// zeros), without the float formatting.
-func millisField(e *zerolog.Event, key string, d time.Duration) *zerolog.Event {
-	us := d.Microseconds()
-	if us < 0 || us >= 1e12 { // left to strconv: a sign, or too large for an exact float64 ms
-		return e.Float64(key, float64(us)/1000)
-	}
-	var b [24]byte
-	return e.RawJSON(key, appendMillis(b[:0], us))
-}
-
 // appendMillis appends us microseconds (0 ≤ us) as milliseconds.
 func appendMillis(dst []byte, us int64) []byte {
 	dst = strconv.AppendInt(dst, us/1000, 10)
@@ -182,30 +172,6 @@ func appendMillis(dst []byte, us int64) []byte {
 		dst = dst[:len(dst)-1]
 	}
 	return dst
-}
-
-// timeField writes the event's time as timestampHook would have, from t
-// (the engine's reading) or, when the event has none, from the clock.
-func timeField(e *zerolog.Event, t time.Time) *zerolog.Event {
-	if t.IsZero() {
-		t = time.Now()
-	}
-	var b [48]byte
-	q := append(appendRFC3339Nano(append(b[:0], '"'), t), '"')
-	return e.RawJSON(zerolog.TimestampFieldName, q)
-}
-
-// traceFields writes a question's trace: trace_id, span_id (this server's
-// span) and parent_id (the caller's span, when it sent one).
-func traceFields(e *zerolog.Event, t *engine.Trace) *zerolog.Event {
-	if t == nil {
-		return e
-	}
-	e = e.Hex("trace_id", t.ID[:]).Hex("span_id", t.Span[:])
-	if t.HasParent {
-		e = e.Hex("parent_id", t.Parent[:])
-	}
-	return e
 }
 
 // servedTraces lists the traces one upstream question served: its own

@@ -188,3 +188,23 @@ func TestTraceFields(t *testing.T) {
 		}
 	}
 }
+
+// The longest name a question can have is written without allocating,
+// with every per-question field of either event.
+func TestLongestNameDoesNotAllocate(t *testing.T) {
+	o := telemetry.NewObserver(zerolog.New(io.Discard), nil)
+	name := strings.Repeat(strings.Repeat("a", 62)+".", 5)[:253]
+	tr := &engine.Trace{HasParent: true}
+	a := sampleAttempt
+	a.QName, a.Trace, a.RTT = name, tr, 1234567*time.Microsecond
+	q := engine.QuestionEvent{Question: 1<<64 - 1, QName: name, QType: 1, Result: engine.ResultAnswer,
+		Duration: 7654321 * time.Microsecond, Trace: tr, Joined: tr}
+	o.Attempt(a)
+	o.Question(q)
+	if n := testing.AllocsPerRun(200, func() { o.Attempt(a) }); n != 0 {
+		t.Errorf("Attempt with a %d-byte name allocates %v times per event", len(name), n)
+	}
+	if n := testing.AllocsPerRun(200, func() { o.Question(q) }); n != 0 {
+		t.Errorf("Question with a %d-byte name allocates %v times per event", len(name), n)
+	}
+}

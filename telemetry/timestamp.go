@@ -43,17 +43,29 @@ func appendRFC3339Nano(dst []byte, t time.Time) []byte {
 	}
 	dst = append(dst, s.date...)
 	if ns := t.Nanosecond(); ns != 0 {
-		var frac [10]byte
-		frac[0] = '.'
-		for i := 9; i > 0; i-- {
-			frac[i] = byte('0' + ns%10)
-			ns /= 10
-		}
-		n := len(frac)
-		for frac[n-1] == '0' {
-			n--
-		}
-		dst = append(dst, frac[:n]...)
+		dst = appendFraction(dst, uint32(ns))
 	}
 	return append(dst, s.zone...)
 }
+
+// appendFraction appends ns (1 to 999 999 999) as a second's fraction: a
+// dot, nine digits, trailing zeros trimmed; two digits at a time.
+func appendFraction(dst []byte, ns uint32) []byte {
+	var f [10]byte
+	f[0], f[1] = '.', byte('0'+ns/1e8)
+	ns %= 1e8
+	for i := 8; i >= 2; i -= 2 {
+		d := ns % 100 * 2
+		f[i], f[i+1] = digitPairs[d], digitPairs[d+1]
+		ns /= 100
+	}
+	n := len(f)
+	for f[n-1] == '0' {
+		n--
+	}
+	return append(dst, f[:n]...)
+}
+
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
+	"8081828384858687888990919293949596979899"

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -53,5 +54,28 @@ func TestTimestampHookWritesTheTime(t *testing.T) {
 	}
 	if ev["k"] != "v" || ev["message"] != "m" {
 		t.Errorf("event %s", buf.Bytes())
+	}
+}
+
+// TestFractionAsTimeFormat: the fraction of a second reads as
+// time.RFC3339Nano writes it, for every digit in every place and many
+// random nanoseconds.
+func TestFractionAsTimeFormat(t *testing.T) {
+	var values []int
+	for p := 1; p < 1e9; p *= 10 {
+		for d := 1; d <= 9; d++ {
+			values = append(values, d*p, d*p+1, 1e9-d*p)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 100_000 {
+		values = append(values, 1+rng.IntN(1e9-1))
+	}
+	base := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, ns := range values {
+		tm := base.Add(time.Duration(ns))
+		if got, want := string(appendRFC3339Nano(nil, tm)), tm.Format(time.RFC3339Nano); got != want {
+			t.Fatalf("%d ns: %s, want %s", ns, got, want)
+		}
 	}
 }
