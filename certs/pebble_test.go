@@ -229,7 +229,7 @@ func startPebble(t *testing.T, tlsPort int) *pebble {
 	apiTransport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
 	t.Cleanup(apiTransport.CloseIdleConnections)
 	client := &http.Client{Transport: apiTransport, Timeout: 2 * time.Second}
-	eventually(t, 10*time.Second, "pebble to serve its directory", func() bool {
+	eventually(t, 45*time.Second, "pebble to serve its directory", func() bool {
 		resp, err := client.Get("https://" + listen + "/dir")
 		if err != nil {
 			return false
