@@ -49,7 +49,7 @@ func startWorkerd(t *testing.T, configYAML string) string {
 	bin := workerdBinary(t)
 	wasm, _ := moduletest.Build(t)
 	dir := t.TempDir()
-	for _, f := range []string{"workerd.capnp", "worker.mjs", "wasi.mjs", "sockets.mjs"} {
+	for _, f := range []string{"workerd.capnp", "worker.mjs", "wasi.mjs", "sockets.mjs", "rfc8484.mjs"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
