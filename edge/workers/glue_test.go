@@ -126,7 +126,9 @@ func TestGlueRFC8484AsGo(t *testing.T) {
 		{msg("x.example.", dns.TypeA, func(q *dns.Msg) { q.Response = true }), false},
 		{msg("x.example.", dns.TypeA, func(q *dns.Msg) { q.Opcode = dns.OpcodeNotify }), false},
 		{msg("x.example.", dns.TypeA, func(q *dns.Msg) { q.Question = append(q.Question, q.Question[0]) }), false},
-		{msg("x.example.", dns.TypeA, func(q *dns.Msg) { q.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET}}} }), false},
+		{msg("x.example.", dns.TypeA, func(q *dns.Msg) {
+			q.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET}}}
+		}), false},
 		{"00", false},
 		{msg("x.example.", dns.TypeA, nil) + "00", false},
 	}
