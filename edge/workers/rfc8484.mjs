@@ -181,7 +181,13 @@ export function serverTiming(a, v) {
   return `source;desc=${source}, attempts;desc=${v.getUint32(8, true)}, upstream;dur=${dur}`;
 }
 
-const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+const hexDigits = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
+
+function hex(b) {
+  let s = "";
+  for (let i = 0; i < b.length; i++) s += hexDigits[b[i]];
+  return s;
+}
 
 // newTrace is doh.NewTrace for a request's traceparent header (null for
 // none; several values arrive joined by commas and so do not parse):
@@ -190,12 +196,20 @@ export function newTrace(traceparent) {
   const t = new Uint8Array(TraceSize);
   if (traceparent !== null && parseTraceparent(traceparent, t)) {
     t[33] = 1;
-  } else {
-    t.fill(0);
-    while (t.subarray(0, 16).every((x) => x === 0)) crypto.getRandomValues(t.subarray(0, 16));
+    while (zero(t, 24, 32)) crypto.getRandomValues(t.subarray(24, 32));
+    return t;
   }
-  while (t.subarray(24, 32).every((x) => x === 0)) crypto.getRandomValues(t.subarray(24, 32));
+  t.fill(0);
+  crypto.getRandomValues(t.subarray(0, 32)); // the ID, the parent (cleared), the span
+  t.fill(0, 16, 24);
+  while (zero(t, 0, 16)) crypto.getRandomValues(t.subarray(0, 16));
+  while (zero(t, 24, 32)) crypto.getRandomValues(t.subarray(24, 32));
   return t;
+}
+
+function zero(b, from, to) {
+  for (let i = from; i < to; i++) if (b[i] !== 0) return false;
+  return true;
 }
 
 // parseTraceparent is doh's parseTraceparent into the trace bytes t.
