@@ -3,7 +3,7 @@
 // events a host hands in, and the byte layout of a DoH request and response
 // as they cross the module's memory. The module (edge/module), the wazero
 // host (edge/host) and the JavaScript glue (edge/workers: worker.mjs,
-// sockets.mjs) all follow it.
+// sockets.mjs, rfc8484.mjs) all follow it.
 //
 // # The module never waits in an import
 //
