@@ -41,6 +41,7 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 let instance = null; // a promise of the isolate's instance
+let ready = null; // the instance, once it is ready
 
 // Instance drives one module instance: the only caller of its exports.
 class Instance {
@@ -182,6 +183,7 @@ class Instance {
     this.calls.clear();
     this.settle();
     if (this.promise === instance) instance = null;
+    if (ready === this) ready = null;
   }
 
   // call hands one event in (an encoded request, or a question with its
@@ -295,12 +297,29 @@ async function question(it, q, end, request, ctx) {
 
 export default {
   async fetch(request, env, ctx) {
-    if (!instance) {
-      instance = setup(env);
-      instance.catch(() => { instance = null; });
+    let it = ready;
+    if (it === null || it.broken) {
+      if (!instance) {
+        instance = setup(env);
+        instance.catch(() => { instance = null; });
+      }
+      it = await instance;
+      it.promise ??= instance;
+      if (!it.broken) ready = it;
     }
-    const it = await instance;
-    it.promise ??= instance;
+
+    // A plain request's path and query, read off the URL as it came when
+    // it needs no normalising; the URL parser for the rest.
+    if (it.front.questions) {
+      const u = request.url;
+      const start = u.indexOf("/", u.indexOf("//") + 2);
+      const q = u.indexOf("?", start);
+      if (start > 0 && q > 0 && u.slice(start, q) === it.front.path && request.method === "GET") {
+        const query = dnsParam(u.slice(q));
+        const end = query ? plainEnd(query) : 0;
+        if (end) return question(it, query, end, request, ctx);
+      }
+    }
     const url = new URL(request.url);
 
     // DOHFWD_STATUS_PATH, when bound, serves the module's status there
