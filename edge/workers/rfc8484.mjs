@@ -250,7 +250,7 @@ export function traceResponse(t) {
 // ending at end) from a question answer a (abi.QueryAnswer), with the
 // operator headers front (abi.Front) asks for; trace is the question's
 // (newTrace) when front.trace_context. It returns the status, the body
-// and the headers in the handler's order.
+// and the headers (name: value) in the handler's order.
 export function response(q, end, a, front, trace) {
   const v = new DataView(a.buffer, a.byteOffset, a.byteLength);
   let off = QueryAnswerHeaderSize;
@@ -264,13 +264,15 @@ export function response(q, end, a, front, trace) {
   } else if (a[14] & QueryAnswerCacheable) {
     cc = "max-age=" + v.getUint32(4, true);
   }
-  const headers = [
-    ["content-type", "application/dns-message"],
-    ["content-length", String(wire.length)],
-    ["cache-control", cc],
-    ["vary", "Accept"],
-  ];
-  if (front.server_timing) headers.push(["server-timing", serverTiming(a, v)]);
-  if (front.trace_context) headers.push(["traceresponse", traceResponse(trace)]);
+  // A record, not a list of pairs: workerd's Response takes it faster
+  // (a V8 profile), and its keys keep this order.
+  const headers = {
+    "content-type": "application/dns-message",
+    "content-length": String(wire.length),
+    "cache-control": cc,
+    "vary": "Accept",
+  };
+  if (front.server_timing) headers["server-timing"] = serverTiming(a, v);
+  if (front.trace_context) headers["traceresponse"] = traceResponse(trace);
   return { status: 200, body: wire, headers };
 }
