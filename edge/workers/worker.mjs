@@ -53,6 +53,7 @@ class Instance {
     this.calls = new Map(); // request ID -> { resolve, reject }
     this.nextId = 1;
     this.scheduled = false;
+    this.polling = false; // inside dohfwd_poll
     this.timer = null;
     this.timerAt = 0; // when the timer fires (Date.now() ms)
     this.broken = null;
@@ -138,10 +139,13 @@ class Instance {
   poll() {
     if (this.broken) return;
     let n;
+    this.polling = true;
     try {
       n = this.exports.dohfwd_poll(BigInt(Date.now()) * 1000000n, this.encode()) >>> 0;
     } catch (err) {
       return this.fail(err instanceof ProcExit ? new Error(err.message) : err);
+    } finally {
+      this.polling = false;
     }
     const ptr = this.exports.dohfwd_buffer(0) >>> 0;
     const mem = new Uint8Array(this.exports.memory.buffer);
@@ -194,7 +198,16 @@ class Instance {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.calls.set(id, { resolve, reject });
-      this.event(kind, id, code, data);
+      // A request's event is polled in at once, in its own request's
+      // context, unless a poll is already due (then it joins that one):
+      // a microtask per request showed in the glue's profile.
+      if (this.scheduled || this.polling) {
+        this.event(kind, id, code, data);
+      } else {
+        this.events.push([kind, id, code, data]);
+        this.eventBytes += EventHeaderSize + data.length;
+        this.poll();
+      }
       signal?.addEventListener("abort", () => {
         if (this.calls.has(id)) this.event(EventCancel, id, 0, null);
       }, { once: true });
