@@ -195,6 +195,10 @@ func NewHandler(r Resolver, o Options) *Handler {
 	return h
 }
 
+// Path is the path h serves RFC 8484 at (Options.Path, DefaultPath if
+// none).
+func (h *Handler) Path() string { return h.path }
+
 // SetupProfilePath is the Apple profile's path, served by Options.Setup.
 const SetupProfilePath = "/apple.mobileconfig"
 

@@ -76,7 +76,7 @@ waitport "$edgeport"
 # workerd with the glue and the same module; TCP to nsd.
 if [ -x edge/workers/node_modules/.bin/workerd ]; then
 	mkdir "$work/workers"
-	cp edge/workers/{workerd.capnp,worker.mjs,wasi.mjs,sockets.mjs} "$work/workers/"
+	cp edge/workers/workerd.capnp edge/workers/*.mjs "$work/workers/"
 	cp "$wasm" "$work/workers/dohfwd.wasm"
 	config 0 >"$work/workers/dohfwd.yaml" # encoded for the module, as make wasm-workers does
 	"$work/dohfwd-edge" -encode-config -config "$work/workers/dohfwd.yaml" >"$work/workers/dohfwd.config.json"
@@ -88,7 +88,7 @@ if [ -x edge/workers/node_modules/.bin/workerd ]; then
 	if [ -n "${BASELINE_WORKERS:-}" ]; then
 		wdbase=$(freeport)
 		mkdir "$work/workers-base"
-		cp "$BASELINE_WORKERS"/{workerd.capnp,worker.mjs,wasi.mjs,sockets.mjs} "$work/workers-base/"
+		cp "$BASELINE_WORKERS"/workerd.capnp "$BASELINE_WORKERS"/*.mjs "$work/workers-base/"
 		cp "${BASELINE_MODULE:-$wasm}" "$work/workers-base/dohfwd.wasm"
 		config 0 >"$work/workers-base/dohfwd.yaml"
 		"$work/dohfwd-edge" -encode-config -config "$work/workers-base/dohfwd.yaml" >"$work/workers-base/dohfwd.config.json"

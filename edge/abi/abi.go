@@ -3,7 +3,7 @@
 // events a host hands in, and the byte layout of a DoH request and response
 // as they cross the module's memory. The module (edge/module), the wazero
 // host (edge/host) and the JavaScript glue (edge/workers: worker.mjs,
-// sockets.mjs) all follow it.
+// sockets.mjs, rfc8484.mjs) all follow it.
 //
 // # The module never waits in an import
 //
@@ -35,7 +35,7 @@
 // A host hands in either a whole HTTP request (EventRequest), which the
 // module answers with its own DoH handler, or only a DNS question
 // (EventQuery), which it answers with its engine alone. The Workers glue
-// has no DoH code and sends whole requests. The wazero host runs the DoH
+// sends whole requests but for plain RFC 8484 ones (see Front). The wazero host runs the DoH
 // front end natively (package doh over the instance: HTTP/2, the request's
 // checks, per-client admission, Server-Timing, the JSON form) and sends
 // questions: Go compiled to wasm runs several times slower than natively,
@@ -54,6 +54,12 @@
 //
 // A question (EventQuery, see AppendQueryEvent) and its answer (see
 // AppendQueryAnswer) have layouts of their own.
+//
+// The Workers glue sends both kinds: a plain RFC 8484 request, when the
+// module's Status.Front allows it, as its question (the glue decodes the
+// request and writes the response as the handler would, see Front), and
+// every other request whole, so that what the glue does not reproduce
+// stays the module's.
 //
 // Socket imports return 0 for success or an engine.ErrorClass value (1..7);
 // so do the Code fields of socket events.
@@ -119,7 +125,7 @@ const (
 // ForwardedHeaders are the request headers a host passes to the module
 // (with Host): the ones the DoH handling reads. Hosts keep the rest.
 var ForwardedHeaders = []string{
-	"Accept", "Content-Type", "Content-Length", "X-Forwarded-For", "Forwarded", "User-Agent",
+	"Accept", "Content-Type", "Content-Length", "X-Forwarded-For", "Forwarded", "User-Agent", "Traceparent",
 }
 
 // Transport codes for sock_open.
@@ -412,6 +418,46 @@ type Status struct {
 	// Queries counts the EventQuery questions by how the module answered
 	// them.
 	Queries QueryCounts `json:"queries"`
+	// Front is what a host without a DoH front end of its own needs to
+	// answer plain RFC 8484 requests with EventQuery; zero before
+	// dohfwd_init.
+	Front Front `json:"front"`
+}
+
+// Front tells a host that hands the module whole requests (the Workers
+// glue) when it may answer a plain RFC 8484 request itself: send its
+// query as an EventQuery and write the response as the module's DoH
+// handler would for the engine's answer. It is read once, from
+// dohfwd_status after dohfwd_init, so the host parses no configuration.
+//
+// A plain request is a GET at Path whose only query parameter is dns (an
+// unpadded base64url query), or a POST at Path with Content-Type
+// application/dns-message and a body (and Content-Length) of at most
+// 65 535 bytes; its query passes the handler's plain test (one question
+// of ordinary labels, QUERY, no records but an OPT with only Cookie or
+// Padding options). Its response is 200 with the reply (or, for an empty
+// reply, a SERVFAIL made from the query: engine.AppendErrorReply, padded
+// when the query was) and the headers, in this order, Content-Type
+// application/dns-message, Content-Length, Cache-Control (max-age=TTL
+// when the answer is QueryAnswerCacheable, else no-store), Vary: Accept,
+// then, when ServerTiming, Server-Timing as doh.ServerTiming writes it
+// from the answer's Result, flags, Attempts and Upstream, and, when
+// TraceContext, traceresponse: the question then carries its trace
+// (QueryTrace), from the request's one traceparent or made afresh, as
+// doh.NewTrace does. Everything else still goes to the module as an
+// EventRequest.
+type Front struct {
+	// Path is the DoH path the handler serves (listen.path).
+	Path string `json:"path"`
+	// Questions is true when the handler would answer a plain request
+	// so: no per-client limits (they need the client, which trusted
+	// proxies' headers may name) and no trusted proxies. When false
+	// every request goes to the module.
+	Questions bool `json:"questions"`
+	// ServerTiming and TraceContext are listen.server_timing and
+	// listen.trace_context.
+	ServerTiming bool `json:"server_timing"`
+	TraceContext bool `json:"trace_context"`
 }
 
 // QueryCounts counts EventQuery questions.

@@ -3,12 +3,14 @@ package abi
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/engine"
 )
 
@@ -38,21 +40,32 @@ func glue(t *testing.T) string {
 func TestWorkersGlueFollowsTheABI(t *testing.T) {
 	js := glue(t)
 	want := map[string]int{
-		"InitTCPOnly":     InitTCPOnly,
-		"TransportTCP":    TransportTCP,
-		"EventRequest":    EventRequest,
-		"EventCancel":     EventCancel,
-		"EventConnected":  EventConnected,
-		"EventRead":       EventRead,
-		"EventHeaderSize": EventHeaderSize,
-		"PollHeaderSize":  PollHeaderSize,
-		"ErrOther":        int(engine.ErrOther),
-		"ErrTimeout":      int(engine.ErrTimeout),
-		"ErrRefused":      int(engine.ErrRefused),
-		"ErrUnreachable":  int(engine.ErrUnreachable),
-		"ErrReset":        int(engine.ErrReset),
-		"ErrClosed":       int(engine.ErrClosed),
-		"ErrLocal":        int(engine.ErrLocal),
+		"InitTCPOnly":           InitTCPOnly,
+		"TransportTCP":          TransportTCP,
+		"EventRequest":          EventRequest,
+		"EventCancel":           EventCancel,
+		"EventConnected":        EventConnected,
+		"EventRead":             EventRead,
+		"EventHeaderSize":       EventHeaderSize,
+		"PollHeaderSize":        PollHeaderSize,
+		"ErrOther":              int(engine.ErrOther),
+		"ErrTimeout":            int(engine.ErrTimeout),
+		"ErrRefused":            int(engine.ErrRefused),
+		"ErrUnreachable":        int(engine.ErrUnreachable),
+		"ErrReset":              int(engine.ErrReset),
+		"ErrClosed":             int(engine.ErrClosed),
+		"ErrLocal":              int(engine.ErrLocal),
+		"EventQuery":            EventQuery,
+		"QueryTrace":            QueryTrace,
+		"TraceSize":             TraceSize,
+		"QueryAnswerHeaderSize": QueryAnswerHeaderSize,
+		"QueryAnswerCacheable":  QueryAnswerCacheable,
+		"QueryAnswerCacheHit":   QueryAnswerCacheHit,
+		"QueryAnswerShared":     QueryAnswerShared,
+		"ResultLocal":           int(engine.ResultLocal),
+		"ResultStale":           int(engine.ResultStale),
+		"MaxMessageSize":        doh.MaxMessageSize,
+		"PaddingBlock":          engine.PaddingBlock,
 	}
 	consts := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^(?:export )?const (\w+) = (\d+);`).FindAllStringSubmatch(js, -1) {
@@ -109,5 +122,31 @@ func TestWorkersGlueFollowsTheABI(t *testing.T) {
 	}
 	if !slices.Equal(forwarded, wantHeaders) {
 		t.Errorf("the glue forwards %v; abi.ForwardedHeaders is %v", forwarded, wantHeaders)
+	}
+}
+
+// The glue reads abi.Front from dohfwd_status by its JSON names: every
+// field it reads is one Front has, and it reads them all.
+func TestWorkersGlueReadsFront(t *testing.T) {
+	js := glue(t)
+	names := map[string]bool{}
+	ft := reflect.TypeFor[Front]()
+	for i := range ft.NumField() {
+		name, _, _ := strings.Cut(ft.Field(i).Tag.Get("json"), ",")
+		names[name] = false
+	}
+	if st, ok := reflect.TypeFor[Status]().FieldByName("Front"); !ok || st.Tag.Get("json") != "front" {
+		t.Fatal(`Status has no field Front named "front" in JSON`)
+	}
+	for _, m := range regexp.MustCompile(`front\.(\w+)`).FindAllStringSubmatch(js, -1) {
+		if _, ok := names[m[1]]; !ok {
+			t.Errorf("the glue reads front.%s, which abi.Front does not have", m[1])
+		}
+		names[m[1]] = true
+	}
+	for name, read := range names {
+		if !read {
+			t.Errorf("the glue never reads front.%s", name)
+		}
 	}
 }

@@ -88,7 +88,25 @@ func setup(encoded []byte, flags uint32) error {
 		return err
 	}
 	dohfwd, eng, handler = d, d.Engine, d.Handler
+	front = frontOf(d)
 	return nil
+}
+
+// front is abi.Status.Front: set by dohfwd_init.
+var front abi.Front
+
+// frontOf tells a host whether d's handler answers a plain RFC 8484
+// request with nothing but the engine's reply and the headers abi.Front
+// lists: not when per-client limits are on (Admit and the engine's share
+// need the client, which trusted proxies' headers may name).
+func frontOf(d *assembly.Dohfwd) abi.Front {
+	l := d.Config.Limits
+	return abi.Front{
+		Path:         d.Handler.Path(),
+		Questions:    l.ClientQPS <= 0 && l.ClientInFlight <= 0 && len(d.TrustedProxies) == 0,
+		ServerTiming: d.Config.Listen.ServerTiming,
+		TraceContext: d.Config.Listen.TraceContext,
+	}
 }
 
 // inModule is c as the module runs it. The module runs only inside the
@@ -128,7 +146,7 @@ func exportStatus() uint32 {
 	requests.Lock()
 	counts := queryCounts
 	requests.Unlock()
-	b, _ := json.Marshal(abi.Status{Status: eng.Status(), AttemptLatency: latency.Snapshot(), Queries: counts})
+	b, _ := json.Marshal(abi.Status{Status: eng.Status(), AttemptLatency: latency.Snapshot(), Queries: counts, Front: front})
 	return setResult(b)
 }
 

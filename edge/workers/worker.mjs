@@ -11,46 +11,62 @@
 // waits inside the module, so no JSPI: a poll is an ordinary call, and the
 // waiting is promises (sockets.mjs) and one timer. The engine state
 // (cache, coalescing, demotion marks) is the isolate's.
+//
+// A plain RFC 8484 request (rfc8484.mjs) goes in as its DNS question
+// (EventQuery) and its response is written here, as the module's DoH
+// handler would write it, when the module says nothing configured adds to
+// that (abi.Front, read once from dohfwd_status): Go compiled to wasm is
+// several times slower than V8 at the HTTP part. Every other request goes
+// in whole (EventRequest), so its answer stays the handler's.
 
 import wasmModule from "./dohfwd.wasm";
 import { createWasi, ProcExit } from "./wasi.mjs";
 import { createSockets } from "./sockets.mjs";
+import { dnsParam, isDNSMessage, plainEnd, newTrace, response, MaxMessageSize, TraceSize } from "./rfc8484.mjs";
 
 // abi.InitTCPOnly, the event kinds and sizes; edge/abi checks these
 // constants against package abi.
 const InitTCPOnly = 1;
 const EventRequest = 1;
 const EventCancel = 2;
+const EventQuery = 5;
+const QueryTrace = 2;
 const EventHeaderSize = 36;
 const PollHeaderSize = 8;
 
 // abi.ForwardedHeaders: the request headers the DoH handling reads; the rest stay here.
-const FORWARDED = ["accept", "content-type", "content-length", "x-forwarded-for", "forwarded", "user-agent"];
+const FORWARDED = ["accept", "content-type", "content-length", "x-forwarded-for", "forwarded", "user-agent", "traceparent"];
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 let instance = null; // a promise of the isolate's instance
+let ready = null; // the instance, once it is ready
 
 // Instance drives one module instance: the only caller of its exports.
 class Instance {
   constructor(exports, sockets) {
     this.exports = exports;
     this.sockets = sockets;
-    this.events = []; // encoded events for the next poll
+    this.events = []; // events for the next poll: [kind, id, code, data]
+    this.eventBytes = 0; // their encoded length
     this.calls = new Map(); // request ID -> { resolve, reject }
     this.nextId = 1;
     this.scheduled = false;
+    this.polling = false; // inside dohfwd_poll
     this.timer = null;
+    this.timerAt = 0; // when the timer fires (Date.now() ms)
     this.broken = null;
     this.quietWaiters = []; // resolved when no request is in progress
+    this.front = { path: "", questions: false, server_timing: false, trace_context: false }; // abi.Front
   }
 
   // quiet resolves once no request is in progress. A poll runs in the
   // context of whichever request's event or timer started it, and the
   // sockets, reads and timer it sets up belong to that request: Workers
   // cancel a request's continuations once it has ended. Each request
-  // therefore stays alive (waitUntil) until the instance is quiet.
+  // therefore stays alive (waitUntil) until the instance is quiet, and
+  // so does a timer set while requests are in progress.
   quiet() {
     if (this.calls.size === 0) return Promise.resolve();
     return new Promise((resolve) => this.quietWaiters.push(resolve));
@@ -58,6 +74,9 @@ class Instance {
 
   settle() {
     if (this.calls.size !== 0) return;
+    // Every request ends now, and with them the timer.
+    clearTimeout(this.timer);
+    this.timer = null;
     const waiters = this.quietWaiters;
     this.quietWaiters = [];
     for (const resolve of waiters) resolve();
@@ -75,16 +94,8 @@ class Instance {
 
   // event queues one event (abi.AppendEvent) and a poll to hand it in.
   event(kind, id, code, data) {
-    const b = new Uint8Array(EventHeaderSize + (data ? data.length : 0));
-    const v = new DataView(b.buffer);
-    v.setUint32(0, kind, true);
-    v.setUint32(4, id, true);
-    v.setUint32(8, code, true);
-    // The peer's port and address stay zero: over TCP the engine reads
-    // only the stream.
-    v.setUint32(32, data ? data.length : 0, true);
-    if (data) b.set(data, EventHeaderSize);
-    this.events.push(b);
+    this.events.push([kind, id, code, data]);
+    this.eventBytes += EventHeaderSize + (data ? data.length : 0);
     this.schedule();
   }
 
@@ -97,61 +108,106 @@ class Instance {
     });
   }
 
+  // encode writes the queued events into the module's buffer, as
+  // abi.AppendEvent lays them out, and returns their length.
+  encode() {
+    const n = this.eventBytes;
+    const ptr = this.exports.dohfwd_buffer(n) >>> 0;
+    const mem = this.exports.memory.buffer;
+    const b = new Uint8Array(mem, ptr, n);
+    const v = new DataView(mem, ptr, n);
+    let off = 0;
+    for (const [kind, id, code, data] of this.events) {
+      v.setUint32(off, kind, true);
+      v.setUint32(off + 4, id, true);
+      v.setUint32(off + 8, code, true);
+      // The peer's port and address stay zero: over TCP the engine reads
+      // only the stream, and a question names no client (abi.Front).
+      b.fill(0, off + 12, off + 32);
+      const len = data ? data.length : 0;
+      v.setUint32(off + 32, len, true);
+      if (len) b.set(data, off + EventHeaderSize);
+      off += EventHeaderSize + len;
+    }
+    this.events = [];
+    this.eventBytes = 0;
+    return n;
+  }
+
   // poll hands the events in, the answers out, and sets the timer for
   // the module's next deadline.
   poll() {
     if (this.broken) return;
-    const events = this.events;
-    this.events = [];
-    const input = new Uint8Array(events.reduce((n, e) => n + e.length, 0));
-    let off = 0;
-    for (const e of events) {
-      input.set(e, off);
-      off += e.length;
-    }
-    let out;
+    let n;
+    this.polling = true;
     try {
-      this.put(input);
-      const n = this.exports.dohfwd_poll(BigInt(Date.now()) * 1000000n, input.length);
-      out = this.view(n).slice();
+      n = this.exports.dohfwd_poll(BigInt(Date.now()) * 1000000n, this.encode()) >>> 0;
     } catch (err) {
       return this.fail(err instanceof ProcExit ? new Error(err.message) : err);
+    } finally {
+      this.polling = false;
     }
-    const v = new DataView(out.buffer);
+    const ptr = this.exports.dohfwd_buffer(0) >>> 0;
+    const mem = new Uint8Array(this.exports.memory.buffer);
+    const v = new DataView(this.exports.memory.buffer, ptr, n);
     const deadline = Number(v.getBigInt64(0, true) / 1000000n);
-    off = PollHeaderSize;
-    while (off < out.length) {
+    let off = PollHeaderSize;
+    while (off < n) {
       const id = v.getUint32(off, true);
       const len = v.getUint32(off + 4, true);
-      const resp = out.subarray(off + 8, off + 8 + len);
+      const start = ptr + off + 8;
       off += 8 + len;
       const c = this.calls.get(id);
+      if (!c) continue;
       this.calls.delete(id);
-      if (c) c.resolve(resp);
+      c.resolve(mem.slice(start, start + len)); // the buffer is the next poll's
     }
     this.settle();
+    // While requests are in progress a timer that fires no later than
+    // the deadline is kept (an early poll costs little, a new timer on
+    // every poll does); once quiet there is no request left for one.
+    if (this.calls.size === 0) return;
+    if (this.timer !== null && this.timerAt <= deadline) return;
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.poll(), Math.max(0, deadline - Date.now()));
+    const now = Date.now();
+    this.timerAt = Math.max(now, deadline);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.poll();
+    }, this.timerAt - now);
   }
 
   // fail ends every request with err; the next request starts a new instance.
   fail(err) {
     this.broken = err;
     clearTimeout(this.timer);
+    this.timer = null;
     this.sockets.closeAll();
     for (const c of this.calls.values()) c.reject(err);
     this.calls.clear();
     this.settle();
     if (this.promise === instance) instance = null;
+    if (ready === this) ready = null;
   }
 
-  // serve hands one encoded request in and resolves to its encoded
-  // response; a signal that aborts tells the module its client went away.
-  serve(req, signal) {
+  // call hands one event in (an encoded request, or a question with its
+  // flags in code) and
+  // resolves to its answer; a signal that aborts tells the module its
+  // client went away.
+  call(kind, data, signal, code = 0) {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.calls.set(id, { resolve, reject });
-      this.event(EventRequest, id, 0, req);
+      // A request's event is polled in at once, in its own request's
+      // context, unless a poll is already due (then it joins that one):
+      // a microtask per request showed in the glue's profile.
+      if (this.scheduled || this.polling) {
+        this.event(kind, id, code, data);
+      } else {
+        this.events.push([kind, id, code, data]);
+        this.eventBytes += EventHeaderSize + data.length;
+        this.poll();
+      }
       signal?.addEventListener("abort", () => {
         if (this.calls.has(id)) this.event(EventCancel, id, 0, null);
       }, { once: true });
@@ -178,7 +234,13 @@ async function setup(env) {
   if (errLen !== 0) {
     throw new Error("dohfwd config: " + dec.decode(it.view(errLen)));
   }
+  it.front = status(it).front ?? it.front;
   return it;
+}
+
+// status is the module's dohfwd_status (abi.Status).
+function status(it) {
+  return JSON.parse(dec.decode(it.view(it.exports.dohfwd_status())));
 }
 
 function appendField(parts, v) {
@@ -227,10 +289,75 @@ function decodeResponse(b) {
   return { status, body, headers };
 }
 
+// question answers a plain RFC 8484 request whose query is q (its
+// question ending at end) with the module's engine alone.
+async function question(it, q, end, request, ctx) {
+  let code = 0;
+  let data = q;
+  let trace = null;
+  if (it.front.trace_context) {
+    trace = newTrace(request.headers.get("traceparent"));
+    code = QueryTrace;
+    data = new Uint8Array(TraceSize + q.length);
+    data.set(trace);
+    data.set(q, TraceSize);
+  }
+  const answer = it.call(EventQuery, data, request.signal ?? null, code);
+  ctx?.waitUntil(it.quiet());
+  const resp = response(q, end, await answer, it.front, trace);
+  return new Response(resp.body, { status: resp.status, headers: resp.headers });
+}
+
 export default {
   async fetch(request, env, ctx) {
+    let it = ready;
+    if (it === null || it.broken) {
+      if (!instance) {
+        instance = setup(env);
+        instance.catch(() => { instance = null; });
+      }
+      it = await instance;
+      it.promise ??= instance;
+      if (!it.broken) ready = it;
+    }
+
+    // A plain request's path and query, read off the URL as it came when
+    // it needs no normalising; the URL parser for the rest.
+    if (it.front.questions) {
+      const u = request.url;
+      const start = u.indexOf("/", u.indexOf("//") + 2);
+      const q = u.indexOf("?", start);
+      if (start > 0 && q > 0 && u.slice(start, q) === it.front.path && request.method === "GET") {
+        const query = dnsParam(u.slice(q));
+        const end = query ? plainEnd(query) : 0;
+        if (end) return question(it, query, end, request, ctx);
+      }
+    }
     const url = new URL(request.url);
-    const body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
+
+    // DOHFWD_STATUS_PATH, when bound, serves the module's status there
+    // (the tests read it; keep it unset or secret in production).
+    if (env.DOHFWD_STATUS_PATH && url.pathname === env.DOHFWD_STATUS_PATH) {
+      return Response.json(status(it));
+    }
+
+    let body = null;
+    if (it.front.questions && url.pathname === it.front.path) {
+      let q = null;
+      if (request.method === "GET") {
+        q = dnsParam(url.search);
+      } else if (request.method === "POST" && isDNSMessage(request.headers.get("content-type"))) {
+        const cl = request.headers.get("content-length");
+        body = new Uint8Array(await request.arrayBuffer());
+        if (body.length <= MaxMessageSize && (cl === null || Number(cl) <= MaxMessageSize)) q = body;
+      }
+      const end = q ? plainEnd(q) : 0;
+      if (end) return question(it, q, end, request, ctx);
+    }
+
+    if (body === null) {
+      body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
+    }
     const headers = [["Host", url.host]];
     for (const k of FORWARDED) {
       const v = request.headers.get(k);
@@ -239,14 +366,7 @@ export default {
     const ip = request.headers.get("cf-connecting-ip");
     const remote = ip ? (ip.includes(":") ? `[${ip}]:0` : `${ip}:0`) : "[::]:0";
     const req = encodeRequest(request.method, url.pathname + url.search, remote, body, headers);
-
-    if (!instance) {
-      instance = setup(env);
-      instance.catch(() => { instance = null; });
-    }
-    const it = await instance;
-    it.promise ??= instance;
-    const answer = it.serve(req, request.signal ?? null);
+    const answer = it.call(EventRequest, req, request.signal ?? null);
     ctx?.waitUntil(it.quiet());
     const resp = decodeResponse(await answer);
     return new Response(resp.status === 204 || resp.status === 304 ? null : resp.body, {

@@ -19,6 +19,7 @@ const dohfwd :Workerd.Worker = (
     (name = "worker.mjs", esModule = embed "worker.mjs"),
     (name = "wasi.mjs", esModule = embed "wasi.mjs"),
     (name = "sockets.mjs", esModule = embed "sockets.mjs"),
+    (name = "rfc8484.mjs", esModule = embed "rfc8484.mjs"),
     (name = "dohfwd.wasm", wasm = embed "dohfwd.wasm"),
   ],
   bindings = [

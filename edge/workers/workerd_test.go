@@ -6,13 +6,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +25,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/dohfwd/dohfwd/internal/testtool"
@@ -41,6 +46,10 @@ func workerdBinary(t *testing.T) string {
 	return bin
 }
 
+// statusPath is where the glue serves the module's status in the tests
+// (DOHFWD_STATUS_PATH).
+const statusPath = "/.dohfwd/status"
+
 // startWorkerd runs `workerd serve` on the repository's workerd.capnp with
 // the glue, the module and configYAML, on a free loopback port, and
 // returns the base URL.
@@ -49,7 +58,7 @@ func startWorkerd(t *testing.T, configYAML string) string {
 	bin := workerdBinary(t)
 	wasm, _ := moduletest.Build(t)
 	dir := t.TempDir()
-	for _, f := range []string{"workerd.capnp", "worker.mjs", "wasi.mjs", "sockets.mjs"} {
+	for _, f := range []string{"workerd.capnp", "worker.mjs", "wasi.mjs", "sockets.mjs", "rfc8484.mjs"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -59,6 +68,16 @@ func startWorkerd(t *testing.T, configYAML string) string {
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "dohfwd.wasm"), wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The test reads the module's status (statusPath) through the glue.
+	capnp, _ := os.ReadFile(filepath.Join(dir, "workerd.capnp"))
+	const binding = `(name = "DOHFWD_CONFIG", text = embed "dohfwd.config.json"),`
+	if !bytes.Contains(capnp, []byte(binding)) {
+		t.Fatalf("workerd.capnp has no %s", binding)
+	}
+	capnp = bytes.Replace(capnp, []byte(binding), []byte(binding+"\n    (name = \"DOHFWD_STATUS_PATH\", text = \""+statusPath+"\"),"), 1)
+	if err := os.WriteFile(filepath.Join(dir, "workerd.capnp"), capnp, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// DOHFWD_CONFIG is the configuration encoded, as `make workers-config`
@@ -207,6 +226,23 @@ func TestWorkerd(t *testing.T) {
 	s4 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.4"))
 	s5 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
 	refused := upstreamtest.FreeAddr(t)
+	nx := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		if q.Msg == nil {
+			return upstreamtest.Action{}
+		}
+		m := upstreamtest.ReplyTo(q.Msg, dns.RcodeNameError)
+		soa, _ := dns.NewRR("nx.test. 300 IN SOA ns.nx.test. host.nx.test. 1 7200 900 1209600 30")
+		m.Ns = append(m.Ns, soa)
+		return upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: m}}}
+	})
+	sf := upstreamtest.Start(t, upstreamtest.Rcode(dns.RcodeServerFailure))
+	// silent.cancel.test is never answered; every other name is.
+	cancelled := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		if q.Msg != nil && len(q.Msg.Question) == 1 && q.Msg.Question[0].Name == "silent.cancel.test." {
+			return upstreamtest.Action{}
+		}
+		return upstreamtest.Answer("@ 60 IN A 192.0.2.6")(q)
+	})
 	base := startWorkerd(t, fmt.Sprintf(`scopes:
   - name: plain
     domains: [plain.test]
@@ -220,12 +256,26 @@ func TestWorkerd(t *testing.T) {
   - name: refused
     domains: [refused.test]
     servers: [%q, %q]
+  - name: nx
+    domains: [nx.test]
+    servers: [%q]
+  - name: servfail
+    domains: [sf.test]
+    servers: [%q]
+  - name: cancel
+    domains: [cancel.test]
+    servers: [%q]
 fallback_servers: []
 cache:
   max_entries: 0
 log:
   level: warn
-`, plain, s1, s2, s3, s4, refused, s5))
+`, plain, s1, s2, s3, s4, refused, s5, nx, sf, cancelled))
+	// The defaults are on: Server-Timing and trace context, which the
+	// glue writes itself for the questions it sends.
+	if st := status(t, base); !st.Front.Questions || st.Front.Path != "/dns-query" || !st.Front.ServerTiming || !st.Front.TraceContext {
+		t.Fatalf("the module's front: %+v; want questions at /dns-query with Server-Timing and trace context", st.Front)
+	}
 
 	// Several requests in flight at once in the one instance of the
 	// isolate: GETs and POSTs side by side.
@@ -322,17 +372,261 @@ log:
 		onlyTCP(t, s5)
 	})
 
-	t.Run("bad input answered by the module", func(t *testing.T) {
-		resp, err := http.Get(base + "/dns-query?dns=!!!")
+	// A plain RFC 8484 request goes to the module as its question
+	// (abi.EventQuery) and the glue writes the response; the same request
+	// made slightly odd (another query parameter, a Content-Type with a
+	// parameter) goes whole to the module's DoH handler. Both answers must
+	// be the same: status, headers, body.
+	t.Run("plain requests answered by the glue as the module does", func(t *testing.T) {
+		before := status(t, base).Queries
+		cases := []struct {
+			name, cacheControl string
+			rcode              int
+		}{
+			{"www.plain.test", "max-age=60", dns.RcodeSuccess},
+			{"www.nx.test", "max-age=30", dns.RcodeNameError}, // RFC 2308: the SOA's MINIMUM
+			{"www.sf.test", "no-store", dns.RcodeServerFailure},
+		}
+		fast := 0
+		for _, tc := range cases {
+			for _, method := range []string{"GET", "POST"} {
+				wire := packQuery(t, tc.name, dns.TypeA)
+				f := exchange(t, method, base, wire, false)
+				fast++
+				m := exchange(t, method, base, wire, true)
+				if f.status != http.StatusOK || f.header.Get("Content-Type") != "application/dns-message" ||
+					f.header.Get("Cache-Control") != tc.cacheControl || f.header.Get("Vary") != "Accept" {
+					t.Fatalf("%s %s: HTTP %d %v; want 200 application/dns-message, Cache-Control %s, Vary Accept", method, tc.name, f.status, f.header, tc.cacheControl)
+				}
+				if got := rcodeOf(t, f.body); got != tc.rcode {
+					t.Fatalf("%s %s: rcode %s, want %s", method, tc.name, dns.RcodeToString[got], dns.RcodeToString[tc.rcode])
+				}
+				sameResponse(t, method+" "+tc.name, f, m)
+			}
+		}
+		after := status(t, base).Queries
+		if n := after.AtOnce + after.Waited - before.AtOnce - before.Waited; n != uint64(fast) {
+			t.Fatalf("the module answered %d questions (EventQuery); want the %d plain requests, and none of the odd ones", n, fast)
+		}
+	})
+
+	t.Run("odd requests answered by the module", func(t *testing.T) {
+		before := status(t, base).Queries
+		// Bad base64, and good characters of a bad length: doh's 400.
+		for _, param := range []string{"!!!", "A"} {
+			r := get(t, base+"/dns-query?dns="+param, nil)
+			if r.status != http.StatusBadRequest || string(r.body) != "bad dns parameter: not base64url\n" ||
+				r.header.Get("Content-Type") != "text/plain; charset=utf-8" || r.header.Get("Cache-Control") != "no-store" ||
+				r.header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Fatalf("?dns=%s: HTTP %d %v %q; want doh's 400 for a bad dns parameter", param, r.status, r.header, r.body)
+			}
+		}
+		// The JSON form, at its path and at the DoH path.
+		for _, target := range []string{"/resolve?name=json.plain.test&type=A", "/dns-query?name=json2.plain.test"} {
+			r := get(t, base+target, http.Header{"Accept": {"application/dns-json"}})
+			if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/dns-json" || !bytes.Contains(r.body, []byte("192.0.2.1")) {
+				t.Fatalf("%s: HTTP %d %v %s; want the JSON answer", target, r.status, r.header, r.body)
+			}
+		}
+		// A query that is not plain (an ECS option): the module reads it
+		// through and answers it.
+		q := new(dns.Msg)
+		q.SetQuestion("ecs.plain.test.", dns.TypeA)
+		q.Id = 0
+		q.SetEdns0(1232, false)
+		q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(198, 51, 100, 0)})
+		wire, _ := q.Pack()
+		r := exchange(t, "GET", base, wire, false)
+		if r.status != http.StatusOK || rcodeOf(t, r.body) != dns.RcodeSuccess {
+			t.Fatalf("a query with ECS: HTTP %d %s", r.status, r.body)
+		}
+		// Another path, another media type.
+		if r := get(t, base+"/elsewhere", nil); r.status != http.StatusNotFound {
+			t.Fatalf("/elsewhere: HTTP %d, want 404", r.status)
+		}
+		resp, err := http.Post(base+"/dns-query", "text/plain", bytes.NewReader(wire))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Fatalf("bad dns parameter: HTTP %d, want 400", resp.StatusCode)
+		if resp.StatusCode != http.StatusUnsupportedMediaType {
+			t.Fatalf("POST text/plain: HTTP %d, want 415", resp.StatusCode)
 		}
-		if strings.Contains(resp.Header.Get("Content-Type"), "dns-message") {
-			t.Fatalf("a 400 carries no DNS message")
+		after := status(t, base).Queries
+		if after != before {
+			t.Fatalf("the module answered questions (EventQuery) %+v -> %+v; every odd request must go to it whole", before, after)
 		}
 	})
+
+	// A client that goes away from a plain request (a question to the
+	// module) whose server stays silent: the instance keeps answering the
+	// next question at once, and the abandoned one ends and leaves nothing
+	// in flight. The glue sends EventCancel when request.signal aborts
+	// (enable_request_signal), but this workerd does not abort it when an
+	// HTTP/1.1 client disconnects (checked with a log in the listener),
+	// so the engine ends the question at its transaction timeout, as it
+	// would a whole request's; with the abort the engine would count it
+	// cancelled, which the wazero host's TestWazeroClientCancelNotCharged
+	// checks through the same EventCancel.
+	t.Run("client goes away", func(t *testing.T) {
+		before := status(t, base)
+		ctx, cancel := context.WithCancel(context.Background())
+		wire := packQuery(t, "silent.cancel.test", dns.TypeA)
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+		go func() {
+			for deadline := time.Now().Add(5 * time.Second); len(cancelled.Queries()) == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+		}()
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("the abandoned request got HTTP %d; want the client's cancellation", resp.StatusCode)
+		}
+		cancelledAt := time.Now()
+		m, _ := ask(t, "GET", base, "next.cancel.test")
+		wantA(t, m, "192.0.2.6")
+		if took := time.Since(cancelledAt); took >= time.Second {
+			t.Fatalf("the next question was answered %v after the cancel; want at once", took)
+		}
+		var st abi.Status
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			st = status(t, base)
+			q, b := st.Queries, before.Queries
+			if q.AtOnce+q.Waited == b.AtOnce+b.Waited+2 && st.InFlight == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("questions the module answered %+v -> %+v, in flight %d: want both requests answered as questions and nothing left in flight", b, q, st.InFlight)
+			}
+		}
+		b, c := before.Counters, st.Counters
+		t.Logf("the abandoned question: cancelled %d, timeouts %d (request.signal aborted: %v)", c.Cancelled-b.Cancelled,
+			c.Attempts["timeout"]-b.Attempts["timeout"], c.Cancelled > b.Cancelled)
+	})
+}
+
+// status reads the module's status through the glue (statusPath).
+func status(t *testing.T, base string) abi.Status {
+	t.Helper()
+	r := get(t, base+statusPath, nil)
+	var st abi.Status
+	if err := json.Unmarshal(r.body, &st); r.status != http.StatusOK || err != nil {
+		t.Fatalf("status: HTTP %d %v: %s", r.status, err, r.body)
+	}
+	return st
+}
+
+func packQuery(t *testing.T, name string, qtype uint16) []byte {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), qtype)
+	q.Id = 0
+	wire, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wire
+}
+
+func rcodeOf(t *testing.T, body []byte) int {
+	t.Helper()
+	m := new(dns.Msg)
+	if err := m.Unpack(body); err != nil {
+		t.Fatalf("not a DNS message: %v", err)
+	}
+	return m.Rcode
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func do(t *testing.T, req *http.Request) answer {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header, body}
+}
+
+func get(t *testing.T, url string, h http.Header) answer {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	maps.Copy(req.Header, h)
+	return do(t, req)
+}
+
+// testTraceparent is the caller's trace both paths must carry on.
+const testTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// exchange sends wire with GET or POST, as a plain request, or (odd) as
+// one the glue hands whole to the module: a GET with another parameter, a
+// POST whose Content-Type has a parameter.
+func exchange(t *testing.T, method, base string, wire []byte, odd bool) answer {
+	t.Helper()
+	var req *http.Request
+	if method == "GET" {
+		url := base + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire)
+		if odd {
+			url += "&via=module"
+		}
+		req, _ = http.NewRequest("GET", url, nil)
+	} else {
+		req, _ = http.NewRequest("POST", base+"/dns-query", bytes.NewReader(wire))
+		ct := "application/dns-message"
+		if odd {
+			ct += "; via=module"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	req.Header.Set("Accept", "application/dns-message")
+	req.Header.Set("Traceparent", testTraceparent)
+	return do(t, req)
+}
+
+var upstreamDur = regexp.MustCompile(`upstream;dur=[0-9.]+`)
+
+// sameResponse fails unless a (the glue's) and b (the module's) are the
+// same response: status, header names, every value but those of this
+// moment (Date, Server-Timing's time, the span of traceresponse), body.
+func sameResponse(t *testing.T, what string, a, b answer) {
+	t.Helper()
+	if a.status != b.status || !bytes.Equal(a.body, b.body) {
+		t.Fatalf("%s: glue HTTP %d %x, module HTTP %d %x", what, a.status, a.body, b.status, b.body)
+	}
+	if !slices.Equal(slices.Sorted(maps.Keys(a.header)), slices.Sorted(maps.Keys(b.header))) {
+		t.Fatalf("%s: glue headers %v, module headers %v", what, a.header, b.header)
+	}
+	for k, v := range a.header {
+		w := b.header[k]
+		switch k {
+		case "Date":
+			continue
+		case "Server-Timing":
+			v, w = []string{upstreamDur.ReplaceAllString(v[0], "")}, []string{upstreamDur.ReplaceAllString(w[0], "")}
+			if !strings.HasPrefix(a.header.Get(k), "source;desc=upstream, attempts;desc=") {
+				t.Fatalf("%s: Server-Timing %q", what, a.header.Get(k))
+			}
+		case "Traceresponse":
+			// The caller's trace and flags, a span of the module's own.
+			trace := regexp.MustCompile(`^00-` + testTraceparent[3:35] + `-[0-9a-f]{16}-01$`)
+			if len(v) != 1 || len(w) != 1 || !trace.MatchString(v[0]) || !trace.MatchString(w[0]) || v[0][36:52] == testTraceparent[36:52] {
+				t.Fatalf("%s: traceresponse %q (glue), %q (module); want the caller's trace with a new span", what, v, w)
+			}
+			continue
+		}
+		if !slices.Equal(v, w) {
+			t.Fatalf("%s: %s is %q from the glue, %q from the module", what, k, v, w)
+		}
+	}
 }
