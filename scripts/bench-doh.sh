@@ -52,7 +52,11 @@
 #        PIN=1 keeps the load generator (h2load) on CPU 0 and the servers
 #        and nsd on CPU 1 (taskset), so neither server's threads compete
 #        with h2load and both get the same one CPU (dnsdist's threads and
-#        dohfwd's Go scheduler alike); default: no pinning.
+#        dohfwd's Go scheduler alike); default: no pinning;
+#        LEVEL_HUP=1 runs the info loads on the cache-off dohfwd itself,
+#        its log.level switched by SIGHUP between loads (warn, info, info,
+#        warn), so info and warn are the same process, memory and TLS
+#        state: steadier than a second server.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +72,7 @@ BASE_REV=${BASE_REV:-}
 OPS_OFF=${OPS_OFF:-}
 PEER_ROUNDS=${PEER_ROUNDS:-}
 PIN=${PIN:-}
+LEVEL_HUP=${LEVEL_HUP:-}
 # gen and serve prefix the load generator's and the servers' commands.
 gen=() serve=()
 if [ -n "$PIN" ]; then
@@ -191,7 +196,23 @@ start dohfwd-cache dohfwd "$CACHE_ENTRIES"
 start dohfwd-nocache dohfwd 0
 start dnsdist-cache dnsdist "$CACHE_ENTRIES"
 start dnsdist-nocache dnsdist 0
-start dohfwd-info dohfwd 0 info
+# info is the dohfwd the info loads go to: its own server, or with
+# LEVEL_HUP the cache-off one with its level switched by set_level.
+info=dohfwd-info
+dohfwds=(dohfwd-cache dohfwd-nocache)
+if [ -n "$LEVEL_HUP" ]; then
+	info=dohfwd-nocache
+else
+	start dohfwd-info dohfwd 0 info
+	dohfwds+=(dohfwd-info)
+fi
+# set_level NAME LEVEL: reload dohfwd NAME at log level LEVEL.
+set_level() {
+	[ -n "$LEVEL_HUP" ] || return 0
+	sed -i "s/^log: {level: [a-z]*/log: {level: $2/" "$work/$1.yaml"
+	kill -HUP "${pid[$1]}"
+	sleep 0.3
+}
 if [ -n "$BASE_REV" ]; then
 	start base-cache base "$CACHE_ENTRIES"
 	start base-nocache base 0
@@ -341,8 +362,10 @@ for cache in cache nocache; do
 				if [ "$round" -gt 1 ]; then
 					read -r d_rps _ d_cpu <<<"$(measured "$d" distinct)"
 				fi
-				read -r i1_rps i_ok i1_cpu <<<"$(measured dohfwd-info distinct)"
-				read -r i2_rps _ i2_cpu <<<"$(measured dohfwd-info distinct)"
+				set_level "$info" info
+				read -r i1_rps i_ok i1_cpu <<<"$(measured "$info" distinct)"
+				read -r i2_rps _ i2_cpu <<<"$(measured "$info" distinct)"
+				set_level "$info" "$LOG_LEVEL"
 				read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
 				i_rps=$(echo "$i_rps + ($i1_rps + $i2_rps) / 2 / $ROUNDS" | bc -l)
 				i_cpu=$(echo "$i_cpu + ($i1_cpu + $i2_cpu) / 2 / $ROUNDS" | bc -l)
@@ -389,9 +412,9 @@ printf 'one stream, median us/request: cache off distinct  dohfwd %s  dnsdist %s
 printf '                               cache on, one name  dohfwd %s  dnsdist %s  ratio %.2f\n' \
 	"$lat_hit_d" "$lat_hit_s" "$(echo "if ($lat_hit_s > 0) $lat_hit_d / $lat_hit_s else 0" | bc -l)"
 if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
-	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved, %s round(s)): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
-		"$LOG_LEVEL" "$ROUNDS" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
-		"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/dohfwd-info.log" || true)"
+	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved, %s round(s)%s): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
+		"$LOG_LEVEL" "$ROUNDS" "${LEVEL_HUP:+, one process, level switched by SIGHUP}" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
+		"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/$info.log" || true)"
 	if [ "$ROUNDS" -gt 1 ]; then
 		printf '  us/req ratio per round:'
 		printf ' %.2f' "${iw_rounds[@]}"
@@ -400,7 +423,7 @@ if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
 fi
 echo
 echo "file descriptors at rest after the runs:"
-for name in dohfwd-cache dohfwd-nocache dohfwd-info; do
+for name in "${dohfwds[@]}"; do
 	printf '  %-15s %s\n' "$name" "$(ls "/proc/${pid[$name]}/fd" | wc -l)"
 done
 echo "peak RSS (VmHWM) after the runs:"
