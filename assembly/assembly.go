@@ -13,6 +13,7 @@
 package assembly
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -212,6 +213,29 @@ func (d *Dohfwd) Reloaded(cfg *config.Config) {
 	if d.Limits != nil {
 		d.Limits.Reconfigure(LimitsConfig(cfg))
 	}
+}
+
+// Reload applies a reloaded configuration to the engine assembled here and
+// to what surrounds it, the steps a SIGHUP takes in dohfwd serve (package
+// server's reload over Serve), in one call, for the module
+// (dohfwd_reload): the engine takes its part or refuses it, and then
+// nothing changes; else the metrics forget the servers it dropped
+// (Reconfigured), the limits take theirs (Reloaded) and the log level is
+// set.
+func (d *Dohfwd) Reload(cfg *config.Config) error {
+	if d.Engine == nil {
+		return errors.New("assembly: reload: no engine was assembled here")
+	}
+	if _, err := telemetry.ParseLevel(cfg.Log.Level); err != nil { // checked at load; refused before anything changes
+		return err
+	}
+	ec := cfg.EngineConfig()
+	if err := d.Engine.Reconfigure(ec); err != nil {
+		return err
+	}
+	d.Reconfigured(ec)
+	d.Reloaded(cfg)
+	return telemetry.SetLevel(cfg.Log.Level)
 }
 
 // LimitsConfig is the limits section of cfg.

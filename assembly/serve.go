@@ -9,6 +9,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 
 	"github.com/rs/zerolog"
@@ -40,6 +41,11 @@ type Serving struct {
 	// Handler serves DoH; nil means the assembled Handler.
 	Handler http.Handler
 	Version string
+	// Signals, when set, stands for the process's SIGHUP, SIGTERM and
+	// SIGINT, and Load, when set, reads the configuration on SIGHUP in
+	// place of Config.Source (server.Options): for tests.
+	Signals <-chan os.Signal
+	Load    func() (*config.Config, error)
 }
 
 // Serve runs the listeners (package server) around s until ctx ends or a
@@ -82,6 +88,8 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		Certs:   CertsConfig(d.Config, d.Log),
 		Log:     d.Log,
 		Version: s.Version,
+		Signals: s.Signals,
+		Load:    s.Load,
 		// A reload reaches the limits here, after the backend took it.
 		Reloaded: d.Reloaded,
 	}
@@ -137,6 +145,22 @@ func (r reloading) Reconfigure(ec engine.Config) error {
 		return err
 	}
 	r.d.Reconfigured(ec)
+	return nil
+}
+
+// Reload is a reload as package server makes it (server.Reloader): the
+// whole configuration for a backend that takes it whole (the edge host's
+// pool, whose instances apply it as Dohfwd.Reload does), the engine's
+// part for any other.
+func (r reloading) Reload(cfg *config.Config) error {
+	whole, ok := r.Backend.(server.Reloader)
+	if !ok {
+		return r.Reconfigure(cfg.EngineConfig())
+	}
+	if err := whole.Reload(cfg); err != nil {
+		return err
+	}
+	r.d.Reconfigured(cfg.EngineConfig())
 	return nil
 }
 

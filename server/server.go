@@ -46,6 +46,14 @@ type Backend interface {
 	Reconfigure(engine.Config) error
 }
 
+// Reloader is a Backend that takes a reload whole: the edge host's pool,
+// whose module instances each hold, besides an engine, a log level and
+// client limits of their own. reload hands it the loaded configuration in
+// place of Reconfigure(next.EngineConfig()); on error nothing changes.
+type Reloader interface {
+	Reload(*config.Config) error
+}
+
 // DefaultDrainTimeout bounds the wait for questions in flight at SIGTERM:
 // longer than the slowest question (three 2 s attempts).
 const DefaultDrainTimeout = 10 * time.Second
@@ -304,8 +312,9 @@ func ProxyOptions(cfg *config.Config, log zerolog.Logger) proxied.Options {
 }
 
 // reload applies a new configuration file: scopes, servers, hosts, engine
-// values and the log level. A file that does not load, or that the engine
-// refuses, is logged and the running configuration stays.
+// values, the limits (Reloaded) and the log level. A file that does not
+// load, or that the engine refuses, is logged and the running
+// configuration stays. A Reloader backend gets the whole file.
 func reload(o Options, current *atomic.Pointer[config.Config]) {
 	log := o.Log
 	old := current.Load()
@@ -323,7 +332,12 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 		log.Error().Err(err).Str("config", old.Source).Msg("reload rejected: keeping the running configuration")
 		return
 	}
-	if err := o.Backend.Reconfigure(next.EngineConfig()); err != nil {
+	if r, ok := o.Backend.(Reloader); ok {
+		err = r.Reload(next)
+	} else {
+		err = o.Backend.Reconfigure(next.EngineConfig())
+	}
+	if err != nil {
 		log.Error().Err(err).Str("config", next.Source).Msg("reload rejected: keeping the running configuration")
 		return
 	}

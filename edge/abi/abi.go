@@ -111,9 +111,29 @@ const (
 	// poll result out (ParsePollResult).
 	ExportPoll   = "dohfwd_poll"
 	ExportStatus = "dohfwd_status" // () -> len u32: a Status as JSON
-	// (len u32) -> errlen u32: an engine.Config as JSON in (a reload); 0, or the error text's length
-	ExportReconfigure = "dohfwd_reconfigure"
+	// (len u32) -> errlen u32: a reload (SIGHUP), the whole configuration
+	// in as dohfwd_init takes it (config.Encode). The module applies it as
+	// dohfwd serve applies a reload (assembly.Dohfwd.Reload): its engine
+	// takes the engine's part or refuses it, and then nothing changes (the
+	// error text's length is returned); else the log level and the limits
+	// section (the engine's per-client share of upstream transactions, and
+	// the client limits of the module's own DoH handler) change too, and 0
+	// is returned. What needs a restart natively (listen, tls, ddr) is left
+	// as it is. A host that replaces an instance starts the new one with
+	// dohfwd_init from the configuration of the last reload. The Workers
+	// glue does not reload: a new configuration is a new deployment.
+	//
+	// It replaced dohfwd_reconfigure (an engine.Config as JSON), which
+	// missed the log level and the limits; the new name makes a host and
+	// a module of different ABIs fail at instantiation instead of
+	// misreading each other's JSON.
+	ExportReload = "dohfwd_reload"
 )
+
+// Exports are the module's exports: what a host looks up after
+// instantiating it, each a function of the signature documented above
+// (wasm i32 for u32, i64 for i64 and deadlines).
+var Exports = []string{ExportBuffer, ExportInit, ExportPoll, ExportStatus, ExportReload}
 
 // Flags of dohfwd_init.
 const (

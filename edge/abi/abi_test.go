@@ -81,7 +81,7 @@ func TestWorkersGlueFollowsTheABI(t *testing.T) {
 			t.Errorf("the glue has %s = %d; the Go side %d", name, got, v)
 		}
 	}
-	exports := []string{ExportBuffer, ExportInit, ExportPoll, ExportStatus, ExportReconfigure}
+	exports := Exports
 	called := map[string]bool{}
 	for _, m := range regexp.MustCompile(`exports\.(dohfwd_\w+)`).FindAllStringSubmatch(js, -1) {
 		called[m[1]] = true

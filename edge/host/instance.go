@@ -25,14 +25,14 @@ import (
 // that call's goroutine takes the new events too before it lets go. So a
 // request's own goroutine usually runs its poll, no goroutine is woken
 // just to call the module, and under load the events come in batches.
-// Serve, Status and Reconfigure are safe for concurrent use.
+// Serve, Status and Reload are safe for concurrent use.
 type Instance struct {
-	mod                               api.Module
-	memory                            linearMemory
-	buffer, poll, status, reconfigure api.Function
-	network                           engine.Network
-	inFlight                          atomic.Int64 // requests in progress
-	receiving                         atomic.Int32 // reads the host waits on, for tests
+	mod                          api.Module
+	memory                       linearMemory
+	buffer, poll, status, reload api.Function
+	network                      engine.Network
+	inFlight                     atomic.Int64 // requests in progress
+	receiving                    atomic.Int32 // reads the host waits on, for tests
 
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex
@@ -82,14 +82,25 @@ var errClosed = errors.New("edge: instance closed")
 // same YAML as the server's, handed to the module encoded: see
 // abi.ExportInit) and runs its first poll.
 func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance, error) {
+	encoded, err := encodeYAML(configYAML)
+	if err != nil {
+		return nil, err
+	}
+	return r.newInstance(ctx, encoded)
+}
+
+// encodeYAML reads and checks configYAML and encodes it for the module.
+func encodeYAML(configYAML []byte) ([]byte, error) {
 	cfg, err := config.Parse("edge config", configYAML)
 	if err != nil {
 		return nil, err
 	}
-	encoded, err := config.Encode(cfg)
-	if err != nil {
-		return nil, err
-	}
+	return config.Encode(cfg)
+}
+
+// newInstance is NewInstance with the configuration encoded already
+// (config.Encode).
+func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, error) {
 	mc := wazero.NewModuleConfig().
 		WithName(""). // anonymous, so there may be many
 		WithStartFunctions("_initialize").
@@ -120,9 +131,9 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 	in.buffer = mod.ExportedFunction(abi.ExportBuffer)
 	in.poll = mod.ExportedFunction(abi.ExportPoll)
 	in.status = mod.ExportedFunction(abi.ExportStatus)
-	in.reconfigure = mod.ExportedFunction(abi.ExportReconfigure)
+	in.reload = mod.ExportedFunction(abi.ExportReload)
 	initFn := mod.ExportedFunction(abi.ExportInit)
-	if in.buffer == nil || in.poll == nil || in.status == nil || in.reconfigure == nil || initFn == nil {
+	if in.buffer == nil || in.poll == nil || in.status == nil || in.reload == nil || initFn == nil {
 		mod.Close(ctx)
 		return nil, errors.New("edge: module lacks the dohfwd exports")
 	}
@@ -409,19 +420,22 @@ func (in *Instance) Status(ctx context.Context) ([]byte, error) {
 	return out, err
 }
 
-// Reconfigure hands the instance's engine a new configuration as JSON.
-func (in *Instance) Reconfigure(ctx context.Context, cfgJSON []byte) error {
+// Reload hands the instance a reloaded configuration, encoded as for
+// dohfwd_init (abi.ExportReload): its engine, log level and limits take
+// it, or, when its engine refuses it, nothing changes and the error says
+// why.
+func (in *Instance) Reload(ctx context.Context, encoded []byte) error {
 	return in.do(ctx, func(ctx context.Context) error {
-		if err := in.put(ctx, cfgJSON); err != nil {
+		if err := in.put(ctx, encoded); err != nil {
 			return err
 		}
-		res, err := in.reconfigure.Call(ctx, uint64(len(cfgJSON)))
+		res, err := in.reload.Call(ctx, uint64(len(encoded)))
 		if err != nil {
-			return fmt.Errorf("edge: reconfigure: %w", err)
+			return fmt.Errorf("edge: reload: %w", err)
 		}
 		if n := uint32(res[0]); n != 0 {
 			msg, _ := in.result(ctx, n)
-			return fmt.Errorf("edge: reconfigure: %s", msg)
+			return fmt.Errorf("edge: reload: %s", msg)
 		}
 		return nil
 	})

@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/server"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
@@ -21,25 +23,36 @@ import (
 // Pool is the DoH front end's resolver (doh.Resolver: ResolveWire), so
 // the host serves DoH with the native handler and hands the module only
 // questions. It is also the server's Backend (package server): Status,
-// Counters and InFlight add up the instances, and Reconfigure reaches
-// every instance.
+// Counters and InFlight add up the instances, and a reload reaches every
+// instance whole (Reload: server.Reloader).
 type Pool struct {
-	rt     *Runtime
-	config []byte // the YAML each new instance starts from
+	rt *Runtime
 
-	mu       sync.Mutex
-	all      []*Instance
-	reloaded []byte // the engine.Config JSON of the last reload, for replacements
+	// configuring is held while the configuration changes (Reload) and
+	// while an instance is started to replace another, so a replacement
+	// never misses a reload.
+	configuring sync.Mutex
+	config      []byte // encoded (config.Encode): what a new instance starts from, the last reload's
+
+	mu  sync.Mutex
+	all []*Instance
 }
+
+// The server hands a pool a reload whole.
+var _ server.Reloader = (*Pool)(nil)
 
 // NewPool starts size instances configured with configYAML.
 func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Pool, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("edge: pool size %d: want at least 1", size)
 	}
-	p := &Pool{rt: rt, config: configYAML}
+	encoded, err := encodeYAML(configYAML)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{rt: rt, config: encoded}
 	for range size {
-		in, err := rt.NewInstance(ctx, configYAML)
+		in, err := rt.newInstance(ctx, encoded)
 		if err != nil {
 			p.Close(ctx)
 			return nil, err
@@ -111,9 +124,12 @@ func unanswered(dst []byte, result engine.Result) engine.Response {
 	return engine.Response{Wire: dst, Rcode: -1, Result: result, Answered: time.Now()}
 }
 
-// replace closes a broken instance and starts a fresh one in its place;
-// when that fails the pool is one smaller.
+// replace closes a broken instance and starts a fresh one in its place,
+// from the configuration of the last reload; when that fails the pool is
+// one smaller.
 func (p *Pool) replace(ctx context.Context, old *Instance) {
+	p.configuring.Lock()
+	defer p.configuring.Unlock()
 	p.mu.Lock()
 	i := -1
 	for j, x := range p.all {
@@ -126,17 +142,10 @@ func (p *Pool) replace(ctx context.Context, old *Instance) {
 		return
 	}
 	p.all = append(p.all[:i], p.all[i+1:]...)
-	reloaded := p.reloaded
 	p.mu.Unlock()
 	old.Close(ctx)
-	fresh, err := p.rt.NewInstance(ctx, p.config)
-	if err == nil && reloaded != nil {
-		err = fresh.Reconfigure(ctx, reloaded)
-	}
+	fresh, err := p.rt.newInstance(ctx, p.config)
 	if err != nil {
-		if fresh != nil {
-			fresh.Close(ctx)
-		}
 		return
 	}
 	p.mu.Lock()
@@ -222,24 +231,38 @@ func (p *Pool) InFlight() int64 {
 	return n
 }
 
-// Reconfigure hands every instance the reloaded configuration. An instance
-// that refuses it keeps its own; the first error is returned.
-func (p *Pool) Reconfigure(cfg engine.Config) error {
-	b, err := json.Marshal(cfg)
+// Reload hands every instance a reloaded configuration whole
+// (abi.ExportReload), as package server reloads a server.Reloader: each
+// instance applies it as dohfwd serve does (its engine, log level and
+// limits), or refuses it when its engine does. The first refusal stops
+// the reload and is returned; the instances keep their configuration
+// (with one instance, the default, the pool's is unchanged; with more,
+// those before the refusing one took it, but an engine refuses a
+// configuration the same way in every instance, so the first one does).
+// Replacements start from the last configuration taken.
+func (p *Pool) Reload(cfg *config.Config) error {
+	encoded, err := config.Encode(cfg)
 	if err != nil {
-		return fmt.Errorf("edge: reconfigure: %w", err)
+		return fmt.Errorf("edge: reload: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
+	p.configuring.Lock()
+	defer p.configuring.Unlock()
 	for _, in := range p.instances() {
-		if err := in.Reconfigure(ctx, b); err != nil {
+		if err := in.Reload(ctx, encoded); err != nil {
 			return err
 		}
 	}
-	p.mu.Lock()
-	p.reloaded = b
-	p.mu.Unlock()
+	p.config = encoded
 	return nil
+}
+
+// Reconfigure is server.Backend's reload of the engine's part alone,
+// which the pool cannot apply: its instances take a reload whole, and
+// package server calls Reload for a server.Reloader.
+func (p *Pool) Reconfigure(engine.Config) error {
+	return errors.New("edge: the pool reloads whole configurations (Reload), not the engine's part alone")
 }
 
 // Close ends every instance.

@@ -10,7 +10,8 @@
 // The host calls _initialize, then dohfwd_init once with the configuration
 // it read (the server's YAML, checked and encoded by config.Encode: the
 // module links no YAML decoder), then dohfwd_poll with the requests,
-// questions and socket events as they come (poll.go). One instance has one
+// questions and socket events as they come (poll.go), and dohfwd_reload
+// with the configuration read again on SIGHUP. One instance has one
 // engine and answers any number of them at once, as the native server
 // does: each is a goroutine, and no import waits, so the module's
 // goroutines run while the host is inside dohfwd_poll and wait for its
@@ -24,7 +25,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -80,15 +81,13 @@ func setup(encoded []byte, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	// No timer or prefetch runs here: nothing may run once a host call
-	// returns (see inModule).
-	cfg.Cache.StaleAnswerAfter, cfg.Cache.PrefetchMinHits = 0, 0
+	inModule(cfg)
 	d, err := assemble(cfg, flags&abi.InitTCPOnly != 0, latency, hostNetwork{network})
 	if err != nil {
 		return err
 	}
 	dohfwd, eng, handler = d, d.Engine, d.Handler
-	front = frontOf(d)
+	front = frontOf(d, cfg)
 	return nil
 }
 
@@ -99,8 +98,8 @@ var front abi.Front
 // request with nothing but the engine's reply and the headers abi.Front
 // lists: not when per-client limits are on (Admit and the engine's share
 // need the client, which trusted proxies' headers may name).
-func frontOf(d *assembly.Dohfwd) abi.Front {
-	l := d.Config.Limits
+func frontOf(d *assembly.Dohfwd, cfg *config.Config) abi.Front {
+	l := cfg.Limits
 	return abi.Front{
 		Path:         d.Handler.Path(),
 		Questions:    l.ClientQPS <= 0 && l.ClientInFlight <= 0 && len(d.TrustedProxies) == 0,
@@ -109,33 +108,43 @@ func frontOf(d *assembly.Dohfwd) abi.Front {
 	}
 }
 
-// inModule is c as the module runs it. The module runs only inside the
-// host's calls: nothing may go on after a question is answered, so neither
-// the stale client timer nor prefetch (both keep upstream questions
-// running in the background). Serve-stale after the attempts needs
-// neither.
-func inModule(c engine.Config) engine.Config {
-	c.Cache.StaleAnswerAfter, c.Cache.PrefetchMinHits = 0, 0
-	return c
+// inModule changes cfg to what the module runs: nothing may go on after
+// a question is answered (the module runs only inside the host's calls),
+// so neither the stale client timer nor prefetch (both keep upstream
+// questions running in the background). Serve-stale after the attempts
+// needs neither.
+func inModule(cfg *config.Config) {
+	cfg.Cache.StaleAnswerAfter, cfg.Cache.PrefetchMinHits = 0, 0
 }
 
-//go:wasmexport dohfwd_reconfigure
-func exportReconfigure(n uint32) uint32 {
-	var cfg engine.Config
-	err := json.Unmarshal(buf[:n], &cfg)
-	if err == nil && eng == nil {
-		err = fmt.Errorf("dohfwd_init was not called")
-	}
-	if err == nil {
-		err = eng.Reconfigure(inModule(cfg))
-	}
-	if err == nil {
-		dohfwd.Reconfigured(cfg)
-	}
-	if err != nil {
+// dohfwd_reload: a SIGHUP reload, the whole configuration as dohfwd_init
+// takes it, applied as dohfwd serve applies one (assembly.Dohfwd.Reload:
+// the engine's part, or nothing when the engine refuses it; then the
+// limits and the log level). The handler's Path and the listen section
+// stay as they are, as natively until a restart.
+//
+//go:wasmexport dohfwd_reload
+func exportReload(n uint32) uint32 {
+	if err := reload(buf[:n]); err != nil {
 		return setResult([]byte(err.Error()))
 	}
 	return 0
+}
+
+func reload(encoded []byte) error {
+	if dohfwd == nil {
+		return errors.New("dohfwd_init was not called")
+	}
+	cfg, err := config.Decode(encoded)
+	if err != nil {
+		return err
+	}
+	inModule(cfg)
+	if err := dohfwd.Reload(cfg); err != nil {
+		return err
+	}
+	front = frontOf(dohfwd, cfg)
+	return nil
 }
 
 //go:wasmexport dohfwd_status
