@@ -264,9 +264,12 @@ func TestWazeroRefusedReloadKeepsTheModulesConfiguration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	// Every part changes, and the scope takes a name the engine refuses
-	// (one the host's checks would have refused at load: the module's
-	// check is the last word, as natively the engine's is).
+	// Every part changes, and the scope takes the fallback scope's name,
+	// which the engine refuses. The host's checks refuse it at load, so it
+	// is set after them: the module checks what it is handed (config.Decode,
+	// the engine's own rules) before anything changes, as the engine does
+	// natively (assembly's TestReloadIsWholeOrNothing has the engine's
+	// refusal itself).
 	refused := parseConfig(t, withConfig(edgeConfig(other), "log: {level: info}\n"))
 	refused.Scopes[0].Name = engine.FallbackScope
 	if err := e.reload(t, refused); err == nil || !strings.Contains(err.Error(), engine.FallbackScope) {
