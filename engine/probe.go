@@ -123,7 +123,8 @@ func (e *Engine) probe(s *scope, u *upstream, cfg *Config) {
 	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: query,
 		deadline: time.Now().Add(cfg.TransactionTimeout)}
 	sent := time.Now()
-	res := e.exchange(context.Background(), &tx)
+	var res exchangeResult
+	e.exchange(context.Background(), &tx, &res)
 	e.inFlight.release()
 	rtt := time.Since(sent)
 	ch := e.settle(u, res.outcome, probeAttempt, cfg.DemotionPeriod)

@@ -311,14 +311,15 @@ func (qn *question) joined(fl *flight, own bool) {
 // the attempt of an NXDOMAIN: it moves the question on, it is not a
 // failure.
 func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
-	r, res := qn.ask(name)
+	var res exchangeResult
+	r := qn.ask(name, &res)
 	if r.result != ResultAnswer && r.result != ResultNXDomain {
 		return r, nil
 	}
 	if r.result == ResultNXDomain && searched {
 		qn.spent--
 	}
-	r.en = makeEntry(res.en, res.walked, r.result, qn.routes.cfg.Cache, r.at) // r.at: when the reply came
+	r.en = makeEntry(res.en, &res.walked, r.result, &qn.routes.cfg.Cache, r.at) // r.at: when the reply came
 	r.en.scope = qn.scope.name
 	return r, r.en
 }

@@ -36,17 +36,25 @@ type walkedReply struct {
 // read the TTL it may have rewritten there. It
 // reports false for a message whose header counts, names or record
 // lengths run past its end (a truncated final record included).
-func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply, bool) {
-	w := walkedReply{optStart: -1}
+func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (w walkedReply, ok bool) {
+	ok = walkReplyInto(m, ttlAt, &w)
+	return w, ok
+}
+
+// walkReplyInto is walkReply into *w, which it sets whole: the forwarding
+// path walks each reply into its exchangeResult in place (a copy of a
+// walkedReply costs a call to the host's memmove as WebAssembly).
+func walkReplyInto(m []byte, ttlAt func(section, off int, typ uint16), w *walkedReply) bool {
+	*w = walkedReply{optStart: -1}
 	if len(m) < dnswire.HeaderLen {
-		return w, false
+		return false
 	}
 	w.rcode = int(m[3] & 0x0F)
 	w.tc = m[dnswire.OffFlags]&0x02 != 0
 	off := dnswire.HeaderLen
 	for range binary.BigEndian.Uint16(m[dnswire.OffQDCount:]) {
 		if off = dnswire.SkipName(m, off); off < 0 || off+4 > len(m) {
-			return w, false
+			return false
 		}
 		off += 4
 	}
@@ -58,7 +66,7 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 		for range n {
 			start := off
 			if off = dnswire.SkipName(m, off); off < 0 || off+dnswire.RRFixedLen > len(m) {
-				return w, false
+				return false
 			}
 			typ := binary.BigEndian.Uint16(m[off:])
 			ttl := binary.BigEndian.Uint32(m[off+4:])
@@ -66,11 +74,11 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 			rdata := off + dnswire.RRFixedLen
 			end := rdata + rdlen
 			if end > len(m) {
-				return w, false
+				return false
 			}
 			if typ == dnswire.TypeOPT {
 				if section != 2 || w.optStart >= 0 || m[start] != 0 {
-					return w, false // RFC 6891: one OPT, in additional, owner root
+					return false // RFC 6891: one OPT, in additional, owner root
 				}
 				w.optStart, w.optEnd = start, end
 				w.optClass = binary.BigEndian.Uint16(m[off+2:])
@@ -98,7 +106,7 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 	w.optLast = w.optStart >= 0 && w.optEnd == off
 	w.end = off
 	w.facts.rcode = w.rcode
-	return w, true
+	return true
 }
 
 // ttlFacts are what the TTL of an answer is computed from.
