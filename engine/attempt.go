@@ -16,13 +16,13 @@ const maxStackServers = 16
 // read for any other result.
 func (qn *question) ask(name string, res *exchangeResult) found {
 	e, cfg := qn.e, qn.cfg
-	bp, err := packQuery(&qn.client, name, cfg.ForwardECS)
+	bufs, err := packQuery(&qn.client, name, cfg.ForwardECS)
 	if err != nil {
 		// Nothing can be sent for a name that does not pack; no server
 		// is at fault.
 		return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
 	}
-	defer queryBuffers.Put(bp)
+	defer askBuffersPool.Put(bufs)
 
 	var (
 		untilBuf [maxStackServers]time.Duration
@@ -36,7 +36,7 @@ func (qn *question) ask(name string, res *exchangeResult) found {
 		if qn.spent >= cfg.Attempts {
 			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
 		}
-		tx := transaction{query: *bp}
+		tx := transaction{query: bufs.query, bufs: bufs}
 		now := time.Now() // the deadline's, the demotion marks' and the RTT's start
 		if !qn.deadline(&tx, now) {
 			return qn.ended() // no time left: nothing is sent

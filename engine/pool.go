@@ -57,6 +57,7 @@ type SocketReuser interface {
 // pooledSocket is an idle socket and when it was opened.
 type pooledSocket struct {
 	sock Socket
+	x    DatagramExchanger // sock as one, when it is
 	born time.Time
 }
 

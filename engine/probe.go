@@ -118,9 +118,10 @@ func (e *Engine) probe(s *scope, u *upstream, cfg *Config) {
 	if !e.inFlight.acquire() {
 		return // at the ceiling: questions come first; try at the next tick
 	}
-	query := make([]byte, len(probeQuery))
-	copy(query, probeQuery)
-	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: query,
+	bufs := askBuffersPool.Get().(*askBuffers)
+	defer askBuffersPool.Put(bufs)
+	bufs.query = append(bufs.query[:0], probeQuery...)
+	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: bufs.query, bufs: bufs,
 		deadline: time.Now().Add(cfg.TransactionTimeout)}
 	sent := time.Now()
 	var res exchangeResult

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"io"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
@@ -15,8 +14,6 @@ import (
 // udpReceiveSize is the receive buffer of a UDP transaction. Queries
 // advertise 1232 bytes; a larger datagram is cut and then ignored as garbage.
 const udpReceiveSize = 4096
-
-var udpBuffers = sync.Pool{New: func() any { b := make([]byte, udpReceiveSize); return &b }}
 
 // budget says which of the three time budgets set a transaction's deadline.
 type budget uint8
@@ -36,6 +33,7 @@ type transaction struct {
 	transport Transport
 	source    netip.Addr
 	query     []byte
+	bufs      *askBuffers // the receive buffer and the IDs' random bytes
 	deadline  time.Time
 	setBy     budget
 	// ended is when exchange saw the transaction end (zero when no
@@ -64,12 +62,6 @@ type CancelWatcher interface {
 // cancelWatcherOf returns the CancelWatcher ctx is, or wraps with the
 // engine's own contexts, or nil.
 func cancelWatcherOf(ctx context.Context) CancelWatcher {
-	// The front ends' own context first: a comparison of type words,
-	// where the switch below asks the runtime's interface tables (slow
-	// as WebAssembly).
-	if c, ok := ctx.(*CancelContext); ok {
-		return c
-	}
 	for {
 		switch c := ctx.(type) {
 		case *traceContext:
@@ -94,6 +86,13 @@ func cancelWatcherOf(ctx context.Context) CancelWatcher {
 //
 //go:noinline
 func closeOnCancel(ctx context.Context, sock Socket) (stop func() bool) {
+	// The front ends' own context first, without interface conversions:
+	// each (the switch in cancelWatcherOf, the socket made an io.Closer)
+	// looks in the runtime's interface tables as WebAssembly.
+	if c, ok := ctx.(*CancelContext); ok {
+		c.closeOnCancel(sock)
+		return nil
+	}
 	if w := cancelWatcherOf(ctx); w != nil {
 		w.CloseOnCancel(sock)
 		return nil
@@ -111,6 +110,9 @@ func closeOnCancel(ctx context.Context, sock Socket) (stop func() bool) {
 func stopClosing(ctx context.Context, sock Socket, stop func() bool) bool {
 	if stop != nil {
 		return stop()
+	}
+	if c, ok := ctx.(*CancelContext); ok {
+		return c.stopClosing(sock)
 	}
 	if w := cancelWatcherOf(ctx); w != nil {
 		return w.StopClosing(sock)
@@ -134,28 +136,26 @@ type exchangeResult struct {
 }
 
 // newID returns a random 16-bit ID from the cryptographic source. The
-// source is read 128 IDs at a time into a pooled buffer: one read per ID
-// was a system call's worth of work per transaction. Each ID is used
-// once; an off-path attacker sees none of the buffer before its ID leaves.
-func newID() uint16 {
-	ids := idBuffers.Get().(*idBuffer)
-	if ids.next == len(ids.b) {
+// source is read 128 IDs at a time into the buffer (pooled, with the
+// rest of an ask's buffers): one read per ID was a system call's worth of
+// work per transaction. Each ID is used once; an off-path attacker sees
+// none of the buffer before its ID leaves.
+func (ids *idBuffer) newID() uint16 {
+	if ids.next >= len(ids.b) {
 		rand.Read(ids.b[:])
 		ids.next = 0
 	}
 	id := binary.BigEndian.Uint16(ids.b[ids.next:])
 	ids.next += 2
-	idBuffers.Put(ids)
 	return id
 }
 
-// idBuffer holds random bytes for newID; next is the first unused.
+// idBuffer holds random bytes for newID; next is the first unused (the
+// buffer's length: none).
 type idBuffer struct {
 	b    [256]byte
 	next int
 }
-
-var idBuffers = sync.Pool{New: func() any { return &idBuffer{next: 256} }}
 
 // exchange runs one transaction to its end: a matching reply, the
 // deadline, a socket failure, or ctx ending (the client gone). A reply that
@@ -166,7 +166,7 @@ var idBuffers = sync.Pool{New: func() any { return &idBuffer{next: 256} }}
 // it only when the transaction ended cleanly; any failure closes it. The
 // result is written into r, which must be zero.
 func (e *Engine) exchange(ctx context.Context, tx *transaction, r *exchangeResult) {
-	binary.BigEndian.PutUint16(tx.query[2:], newID())
+	binary.BigEndian.PutUint16(tx.query[2:], tx.bufs.ids.newID())
 	msg := tx.query[2:]
 	binary.BigEndian.PutUint16(tx.query, uint16(len(msg)))
 
@@ -190,10 +190,13 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction, r *exchangeResul
 			return
 		}
 		ps = pooledSocket{sock: sock, born: time.Now()}
+		if tx.transport == UDP {
+			ps.x, _ = sock.(DatagramExchanger)
+		}
 	}
 	sock := ps.sock
 	stop := closeOnCancel(ctx, sock)
-	e.transact(ctx, tx, sock, msg, r)
+	e.transact(ctx, tx, sock, ps.x, msg, r)
 	// A socket closed under the transaction by its client's leaving is
 	// not reused either.
 	stopped := stopClosing(ctx, sock, stop)
@@ -206,8 +209,10 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction, r *exchangeResul
 }
 
 // transact sends the query on sock and waits for the matching reply,
-// written into r.
-func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg []byte, r *exchangeResult) {
+// written into r. x is sock as a DatagramExchanger, if it is one (UDP):
+// asserted once per socket, not per transaction, since an assertion to an
+// interface type looks in the runtime's tables each time as WebAssembly.
+func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, x DatagramExchanger, msg []byte, r *exchangeResult) {
 	if tx.transport == TCP {
 		if err := sock.Send(tx.query); err != nil {
 			e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError), r)
@@ -216,7 +221,6 @@ func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg
 		e.receiveTCP(ctx, tx, sock, msg, r)
 		return
 	}
-	x, _ := sock.(DatagramExchanger)
 	if x == nil {
 		if err := sock.Send(msg); err != nil {
 			e.socketFailure(ctx, tx, err, OutcomeSendError, r)
@@ -261,9 +265,7 @@ func (e *Engine) open(ctx context.Context, tx *transaction) (Socket, error) {
 // query is not sent yet: x sends it and reads the first datagram in one
 // call.
 func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, x DatagramExchanger, query []byte, r *exchangeResult) {
-	bp := udpBuffers.Get().(*[]byte)
-	defer udpBuffers.Put(bp)
-	buf := *bp
+	buf := tx.bufs.recv[:]
 	strays := false // anything but the reply makes the socket unfit to reuse
 	for {
 		var n int
