@@ -51,7 +51,7 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Mis
 	qn.client.own()
 	qn.id = e.questionIDs.Add(1)
 	var resp Response
-	qn.respond(&resp, dst, f)
+	qn.respond(&resp, dst, &f)
 	return resp, true
 }
 
@@ -90,7 +90,8 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	}
 	*m = Miss{}
 	qn.setBudget(start)
-	qn.respond(&resp, dst, qn.resolve())
+	f := qn.resolve()
+	qn.respond(&resp, dst, &f)
 	return resp
 }
 
