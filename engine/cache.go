@@ -22,7 +22,10 @@ type cacheKey struct {
 
 // keyFor is the key of client's question asked as name.
 func keyFor(client *clientQuery, name string) cacheKey {
-	return cacheKey{name: strings.ToLower(name), qtype: client.qtype, qclass: client.qclass, cd: client.cd, do: client.do}
+	if !client.lower || name != client.name {
+		name = strings.ToLower(name)
+	}
+	return cacheKey{name: name, qtype: client.qtype, qclass: client.qclass, cd: client.cd, do: client.do}
 }
 
 // With forward_ecs an answer to a query carrying an EDNS Client Subnet

@@ -170,6 +170,10 @@ type clientQuery struct {
 	do     bool
 	padded bool // an EDNS Padding option (RFC 7830)
 	ecs    bool // an EDNS Client Subnet option
+	// lower says name has no upper-case letter (read while it was
+	// written): its cache key is name itself, without strings.ToLower's
+	// pass over it. False when not known.
+	lower bool
 	// borrowed says name lies in a pooled buffer that goes back when the
 	// call that parsed it returns (ResolveWireImmediate): whatever keeps
 	// the name calls own first.
@@ -217,16 +221,13 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 		qclass: binary.BigEndian.Uint16(raw[qe-2:]),
 	}
 	if buf != nil {
-		if n, simple := dnswire.AppendPlainNameText(buf[:0], cq.qname); simple {
-			cq.name, cq.borrowed = unsafe.String(&buf[0], len(n)), true
+		if n, simple, upper := dnswire.AppendPlainNameTextUpper(buf[:0], cq.qname); simple {
+			cq.name, cq.borrowed, cq.lower = unsafe.String(&buf[0], len(n)), true, !upper
 		}
 	}
 	if !cq.borrowed {
-		name, ok := nameString(cq.qname)
-		if !ok {
-			return false
-		}
-		cq.name = name
+		name, lower := nameString(cq.qname)
+		cq.name, cq.lower = name, lower
 	}
 	off := qe
 	counts := int(binary.BigEndian.Uint16(raw[dnswire.OffANCount:])) + int(binary.BigEndian.Uint16(raw[dnswire.OffNSCount:])) +
@@ -267,14 +268,15 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 const maxNameText = 256
 
 // nameString is the presentation form of an uncompressed wire name, as
-// miekg/dns writes it (so events and routes see the same text).
-func nameString(wire []byte) (string, bool) {
+// miekg/dns writes it (so events and routes see the same text), and
+// whether it is known to have no upper-case letter.
+func nameString(wire []byte) (name string, lower bool) {
 	var buf [maxNameText]byte
-	out, simple := dnswire.AppendPlainNameText(buf[:0], wire)
+	out, simple, upper := dnswire.AppendPlainNameTextUpper(buf[:0], wire)
 	if !simple {
-		return dnswire.NameText(wire), true
+		return dnswire.NameText(wire), false
 	}
-	return string(out), true
+	return string(out), !upper
 }
 
 // appendMade appends reply, a message the engine made for cq (OPT, if
