@@ -3,7 +3,8 @@ package engine
 import "time"
 
 // maxStackServers is how many servers a scope may list before the
-// per-attempt scratch space leaves the stack.
+// per-attempt scratch space leaves the ask's pooled buffers (askBuffers)
+// for an allocation of its own.
 const maxStackServers = 16
 
 // ask asks one candidate name: attempts one at a time, each sent only after
@@ -24,12 +25,12 @@ func (qn *question) ask(name string, res *exchangeResult) found {
 	}
 	defer askBuffersPool.Put(bufs)
 
-	var (
-		untilBuf [maxStackServers]time.Duration
-		orderBuf [maxStackServers]int
-		askedBuf [maxStackServers]bool
-	)
-	c := newCandidate(qn.scope.servers, untilBuf[:0], orderBuf[:0], askedBuf[:0])
+	// The scratch is in the pooled buffers, not arrays on the stack,
+	// which Go zeroes at each ask: as WebAssembly zeroing 128 bytes is
+	// seven calls to the host's memmove. until and order are written
+	// before they are read; asked is cleared here.
+	bufs.asked = [maxStackServers]bool{}
+	c := newCandidate(qn.scope.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
 	var tcpTo *upstream // set after a truncated UDP reply
 	for {
 		// Budget exhaustion is checked first: it is not a ceiling refusal.
@@ -170,8 +171,8 @@ func (c *candidate) next(now time.Duration, tcpTo *upstream) int {
 			}
 		}
 	}
-	// Written in place, never appended: the scratch stays on the caller's
-	// stack.
+	// Written in place, never appended: the scratch stays in the
+	// caller's buffers.
 	until := c.until[:len(c.servers)]
 	for i, s := range c.servers {
 		until[i] = s.markUntil()

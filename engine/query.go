@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
 )
@@ -21,6 +22,11 @@ type askBuffers struct {
 	query []byte
 	recv  [udpReceiveSize]byte
 	ids   idBuffer
+	// The candidate's scratch (newCandidate), for scopes of up to
+	// maxStackServers servers.
+	until [maxStackServers]time.Duration
+	order [maxStackServers]int
+	asked [maxStackServers]bool
 }
 
 var askBuffersPool = sync.Pool{New: func() any {
