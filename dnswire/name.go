@@ -160,16 +160,27 @@ func NameText(wire []byte) string {
 // needs an escape, the common case: it reports false, having appended
 // only part of the name, when one does.
 func AppendPlainNameText(dst, wire []byte) ([]byte, bool) {
+	dst, simple, _ := AppendPlainNameTextUpper(dst, wire)
+	return dst, simple
+}
+
+// AppendPlainNameTextUpper is AppendPlainNameText that also reports
+// whether the name has an ASCII upper-case letter, from the same pass
+// over its bytes: a caller that wants the name in lower case (a cache
+// key) then knows whether it already is, without a second pass.
+func AppendPlainNameTextUpper(dst, wire []byte) (out []byte, simple, upper bool) {
 	start := len(dst)
+	var seen uint8
 	for off := 0; off < len(wire); {
 		l := int(wire[off])
 		if l == 0 || off+1+l > len(wire) {
 			break
 		}
 		for _, c := range wire[off+1 : off+1+l] {
-			if needsEscape[c] {
-				return dst, false
-			}
+			seen |= textClass[c]
+		}
+		if seen&classEscape != 0 {
+			return dst, false, false
 		}
 		dst = append(append(dst, wire[off+1:off+1+l]...), '.')
 		off += 1 + l
@@ -177,8 +188,26 @@ func AppendPlainNameText(dst, wire []byte) ([]byte, bool) {
 	if len(dst) == start {
 		dst = append(dst, '.')
 	}
-	return dst, true
+	return dst, true, seen&classUpper != 0
 }
+
+// textClass classes the bytes of a label for AppendPlainNameTextUpper.
+const (
+	classEscape = 1 << iota // needsEscape
+	classUpper              // 'A' to 'Z'
+)
+
+var textClass = func() (t [256]uint8) {
+	for c := range t {
+		if needsEscape[c] {
+			t[c] |= classEscape
+		}
+		if 'A' <= c && c <= 'Z' {
+			t[c] |= classUpper
+		}
+	}
+	return t
+}()
 
 // needsEscape marks the bytes a label's presentation form escapes: those
 // special in master files with a backslash, the rest outside printable

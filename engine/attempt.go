@@ -3,41 +3,44 @@ package engine
 import "time"
 
 // maxStackServers is how many servers a scope may list before the
-// per-attempt scratch space leaves the stack.
+// per-attempt scratch space leaves the ask's pooled buffers (askBuffers)
+// for an allocation of its own.
 const maxStackServers = 16
 
 // ask asks one candidate name: attempts one at a time, each sent only after
 // the previous one ended, to the server the order and the choice rule give,
 // with a TCP retry to the same server after a truncated UDP reply.
 //
-// It returns how the candidate ended and, for an answer or NXDOMAIN, the
-// transaction's result carrying the reply (found.at: when it came).
-func (qn *question) ask(name string) (found, exchangeResult) {
+// It returns how the candidate ended and, for an answer or NXDOMAIN,
+// writes the transaction's result carrying the reply into res (found.at:
+// when it came); res is the caller's zero value, and holds nothing to
+// read for any other result.
+func (qn *question) ask(name string, res *exchangeResult) found {
 	e, cfg := qn.e, qn.cfg
-	bp, err := packQuery(&qn.client, name, cfg.ForwardECS)
+	bufs, err := packQuery(&qn.client, name, cfg.ForwardECS)
 	if err != nil {
 		// Nothing can be sent for a name that does not pack; no server
 		// is at fault.
-		return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}, exchangeResult{}
+		return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
 	}
-	defer queryBuffers.Put(bp)
+	defer askBuffersPool.Put(bufs)
 
-	var (
-		untilBuf [maxStackServers]time.Duration
-		orderBuf [maxStackServers]int
-		askedBuf [maxStackServers]bool
-	)
-	c := newCandidate(qn.scope.servers, untilBuf[:0], orderBuf[:0], askedBuf[:0])
+	// The scratch is in the pooled buffers, not arrays on the stack,
+	// which Go zeroes at each ask: as WebAssembly zeroing 128 bytes is
+	// seven calls to the host's memmove. until and order are written
+	// before they are read; asked is cleared here.
+	bufs.asked = [maxStackServers]bool{}
+	c := newCandidate(qn.scope.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
 	var tcpTo *upstream // set after a truncated UDP reply
 	for {
 		// Budget exhaustion is checked first: it is not a ceiling refusal.
 		if qn.spent >= cfg.Attempts {
-			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}, exchangeResult{}
+			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
 		}
-		tx := transaction{query: *bp}
+		tx := transaction{query: bufs.query, bufs: bufs}
 		now := time.Now() // the deadline's, the demotion marks' and the RTT's start
 		if !qn.deadline(&tx, now) {
-			return qn.ended(), exchangeResult{} // no time left: nothing is sent
+			return qn.ended() // no time left: nothing is sent
 		}
 		pick := c.next(now.Sub(e.epoch), tcpTo)
 		tx.server, tx.transport = c.servers[pick], e.first
@@ -49,14 +52,17 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 			if !qn.background {
 				e.counters.refused.Add(1)
 			}
-			return found{result: ResultUnavailable, reason: ReasonInFlightCeiling}, exchangeResult{}
+			return found{result: ResultUnavailable, reason: ReasonInFlightCeiling}
 		}
 		slot, ok := qn.acquireClient()
 		if !ok {
 			e.inFlight.release()
-			return found{result: ResultUnavailable, reason: ReasonClientInFlight}, exchangeResult{}
+			return found{result: ResultUnavailable, reason: ReasonClientInFlight}
 		}
-		res := e.exchange(qn.ctx, &tx)
+		if qn.spent > 0 {
+			*res = exchangeResult{} // the last attempt's, to be written again
+		}
+		e.exchange(qn.ctx, &tx, res)
 		e.inFlight.release()
 		if slot != nil {
 			slot.ReleaseTransaction()
@@ -74,14 +80,14 @@ func (qn *question) ask(name string) (found, exchangeResult) {
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
-			return found{result: ResultAnswer, at: tx.ended}, res
+			return found{result: ResultAnswer, at: tx.ended}
 		case OutcomeNXDomain:
-			return found{result: ResultNXDomain, at: tx.ended}, res
+			return found{result: ResultNXDomain, at: tx.ended}
 		case OutcomeCancelled:
-			return qn.ended(), exchangeResult{}
+			return qn.ended()
 		case OutcomeTruncated:
 			if qn.spent >= cfg.Attempts {
-				return found{result: ResultUnavailable, reason: ReasonTruncated}, exchangeResult{}
+				return found{result: ResultUnavailable, reason: ReasonTruncated}
 			}
 			tcpTo = tx.server
 		}
@@ -165,8 +171,8 @@ func (c *candidate) next(now time.Duration, tcpTo *upstream) int {
 			}
 		}
 	}
-	// Written in place, never appended: the scratch stays on the caller's
-	// stack.
+	// Written in place, never appended: the scratch stays in the
+	// caller's buffers.
 	until := c.until[:len(c.servers)]
 	for i, s := range c.servers {
 		until[i] = s.markUntil()

@@ -22,7 +22,10 @@ type cacheKey struct {
 
 // keyFor is the key of client's question asked as name.
 func keyFor(client *clientQuery, name string) cacheKey {
-	return cacheKey{name: strings.ToLower(name), qtype: client.qtype, qclass: client.qclass, cd: client.cd, do: client.do}
+	if !client.lower || name != client.name {
+		name = strings.ToLower(name)
+	}
+	return cacheKey{name: name, qtype: client.qtype, qclass: client.qclass, cd: client.cd, do: client.do}
 }
 
 // With forward_ecs an answer to a query carrying an EDNS Client Subnet
@@ -197,15 +200,15 @@ func entryWithRoom[R any](room func(*R) []byte) *entry {
 }
 
 // makeEntry makes en, from entryFor, the entry for its msg, a message
-// that walked as w (its TTLs are changed in place). conf gives the
-// clamps.
-func makeEntry(en *entry, w walkedReply, result Result, conf CacheConfig, now time.Time) *entry {
+// that walked as *w (its TTLs are changed in place; *w may be changed
+// too). conf gives the clamps.
+func makeEntry(en *entry, w *walkedReply, result Result, conf *CacheConfig, now time.Time) *entry {
 	reply := en.msg
 	if w.optStart >= 0 && !w.optLast {
 		// Cutting an OPT record out of the middle would move names that
 		// later records point to: copy it with the OPT last, once.
 		if r, rw, ok := optMovedLast(reply); ok {
-			reply, w = r, rw
+			reply, *w = r, rw
 		}
 	}
 	en.result, en.stored = result, now

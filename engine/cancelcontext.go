@@ -22,11 +22,15 @@ import (
 // the engine keeps past a question (context.WithoutCancel) only ask it for
 // values, which it never has.
 type CancelContext struct {
-	mu       sync.Mutex
-	done     chan struct{} // made by Done, closed by Cancel
-	err      error         // context.Canceled once cancelled
-	watched  []io.Closer   // closed by Cancel; in watchBuf while it fits
-	watchBuf [1]io.Closer
+	mu   sync.Mutex
+	done chan struct{} // made by Done, closed by Cancel
+	err  error         // context.Canceled once cancelled
+	// watched are closed by Cancel; in watchBuf while they fit. Each is
+	// an io.Closer, kept as any: the engine hands over its Socket, and
+	// making an io.Closer of it would look in the runtime's interface
+	// tables each time as WebAssembly (a socket's any is its own words).
+	watched  []any
+	watchBuf [1]any
 	// cancelled is err != nil, for Err without the lock: the engine and
 	// the front end ask it several times a question.
 	cancelled atomic.Bool
@@ -75,23 +79,26 @@ func (c *CancelContext) Cancel() {
 	if c.done != nil {
 		close(c.done)
 	}
-	var buf [1]io.Closer
+	var buf [1]any
 	w := append(buf[:0], c.watched...)
 	clear(c.watched)
 	c.watched = nil
 	c.mu.Unlock()
 	for _, x := range w {
-		x.Close()
+		x.(io.Closer).Close()
 	}
 }
 
 // CloseOnCancel closes x when the context is cancelled; at once if it
 // is already (CancelWatcher).
-func (c *CancelContext) CloseOnCancel(x io.Closer) {
+func (c *CancelContext) CloseOnCancel(x io.Closer) { c.closeOnCancel(x) }
+
+// closeOnCancel is CloseOnCancel for x, an io.Closer.
+func (c *CancelContext) closeOnCancel(x any) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		x.Close()
+		x.(io.Closer).Close()
 		return
 	}
 	if c.watched == nil {
@@ -103,7 +110,10 @@ func (c *CancelContext) CloseOnCancel(x io.Closer) {
 
 // StopClosing ends the watch of x. It reports false when x was closed,
 // or is being closed, for the cancel (CancelWatcher).
-func (c *CancelContext) StopClosing(x io.Closer) bool {
+func (c *CancelContext) StopClosing(x io.Closer) bool { return c.stopClosing(x) }
+
+// stopClosing is StopClosing for x, an io.Closer.
+func (c *CancelContext) stopClosing(x any) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, y := range c.watched {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,9 +16,32 @@ import (
 // A leader that ends for reasons of its own (its client went away, its
 // question timeout ran out) abandons the flight; its followers then race to
 // lead a new one, so one client leaving never fails the others.
+//
+// The map is keyed by the key's hash, computed once per question: a map
+// keyed by cacheKey hashed its name at each of join's and land's two
+// look-ups, and as WebAssembly (no AES instructions) string hashing is
+// slow. Flights whose keys share a hash are chained (next); join compares
+// whole keys.
 type flights struct {
 	mu sync.Mutex
-	m  map[cacheKey]*flight
+	m  map[uint64]*flight
+}
+
+// flightSeed seeds the hash of the flights' keys (unknown to clients,
+// so they cannot make chains long on purpose).
+var flightSeed = maphash.MakeSeed()
+
+// hash is k's hash for flights.
+func (k *cacheKey) hash() uint64 {
+	h := maphash.String(flightSeed, k.name)
+	meta := uint64(k.qtype)<<32 | uint64(k.qclass)<<16
+	if k.do {
+		meta |= 1
+	}
+	if k.cd {
+		meta |= 2
+	}
+	return (h ^ meta) * 0x9E3779B97F4A7C15
 }
 
 // flight is one shared upstream question. Flights are pooled: refs
@@ -25,6 +49,10 @@ type flights struct {
 // awaiting its detached copy), and the last to let go (release) puts it
 // back. A flight is read by its holders only until they release it.
 type flight struct {
+	key  cacheKey
+	hash uint64  // key.hash()
+	next *flight // the next flight in the map whose key has the same hash
+
 	// done is closed when the fields below are set. It is made when the
 	// first follower joins (under flights.mu): most flights have none.
 	done chan struct{}
@@ -52,9 +80,17 @@ type flight struct {
 // the caller's trace: a follower's is listed among those the flight
 // served.
 func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
+	return f.joinHashed(k, k.hash(), tr)
+}
+
+// joinHashed is join for k whose hash is h.
+func (f *flights) joinHashed(k cacheKey, h uint64, tr *Trace) (*flight, bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fl := f.m[k]; fl != nil {
+	head := f.m[h]
+	for fl := head; fl != nil; fl = fl.next {
+		if fl.key != k {
+			continue
+		}
 		fl.refs.Add(1) // in the map: the leader has not let go
 		if fl.done == nil {
 			fl.done = make(chan struct{})
@@ -62,16 +98,30 @@ func (f *flights) join(k cacheKey, tr *Trace) (*flight, bool) {
 		if tr != nil {
 			fl.served = append(fl.served, tr)
 		}
+		f.mu.Unlock()
 		return fl, false
 	}
 	if f.m == nil {
-		f.m = map[cacheKey]*flight{}
+		f.m = map[uint64]*flight{}
 	}
 	fl := flightPool.Get().(*flight)
+	fl.key, fl.hash, fl.next = k, h, head
 	fl.leader = tr
 	fl.refs.Store(1)
-	f.m[k] = fl
+	f.m[h] = fl
+	f.mu.Unlock()
 	return fl, true
+}
+
+// find returns the flight for k, if one is in the map. The caller holds
+// f.mu.
+func (f *flights) find(k cacheKey) *flight {
+	for fl := f.m[k.hash()]; fl != nil; fl = fl.next {
+		if fl.key == k {
+			return fl
+		}
+	}
+	return nil
 }
 
 // awaited makes fl's done channel for a waiter that did not join it as a
@@ -86,13 +136,25 @@ func (f *flights) awaited(fl *flight) {
 	f.mu.Unlock()
 }
 
-// land ends the flight for k: later questions start a new one (or find the
-// cache), and the followers wake.
+// land ends the flight fl for k: later questions start a new one (or find
+// the cache), and the followers wake.
 func (f *flights) land(k cacheKey, fl *flight) {
 	f.mu.Lock()
-	if f.m[k] == fl {
-		delete(f.m, k)
+	if head := f.m[fl.hash]; head == fl {
+		if fl.next == nil {
+			delete(f.m, fl.hash)
+		} else {
+			f.m[fl.hash] = fl.next
+		}
+	} else {
+		for p := head; p != nil; p = p.next {
+			if p.next == fl {
+				p.next = fl.next
+				break
+			}
+		}
 	}
+	fl.next = nil
 	done := fl.done
 	f.mu.Unlock()
 	if done != nil {

@@ -96,3 +96,45 @@ func TestPooledFlightFollowersRace(t *testing.T) {
 		}
 	}
 }
+
+// TestFlightsSharingAHash: flights whose keys have the same hash (forced
+// here; by chance one in 2^64) are chained: each question finds its own
+// key's flight, and landing one in any order leaves the others flying.
+func TestFlightsSharingAHash(t *testing.T) {
+	var f flights
+	const h = 42
+	keys := []cacheKey{{name: "a.example.", qtype: 1, qclass: 1}, {name: "b.example.", qtype: 1, qclass: 1}, {name: "a.example.", qtype: 28, qclass: 1}}
+	var fls []*flight
+	for _, k := range keys {
+		fl, leads := f.joinHashed(k, h, nil)
+		if !leads {
+			t.Fatalf("%v follows another key's flight", k)
+		}
+		fls = append(fls, fl)
+	}
+	for i, k := range keys {
+		if fl, leads := f.joinHashed(k, h, nil); leads || fl != fls[i] {
+			t.Fatalf("%v: leads %v, same flight %v", k, leads, fl == fls[i])
+		}
+	}
+	for _, i := range []int{1, 2, 0} { // the middle, the head, the last
+		f.land(keys[i], fls[i])
+		for j, k := range keys {
+			f.mu.Lock()
+			var found *flight
+			for fl := f.m[h]; fl != nil; fl = fl.next {
+				if fl.key == k {
+					found = fl
+				}
+			}
+			f.mu.Unlock()
+			landed := j == i || (i == 2 && j == 1) || i == 0
+			if (found == nil) != landed || found != nil && found != fls[j] {
+				t.Fatalf("after landing %v: %v flying %v", keys[i], k, found != nil)
+			}
+		}
+	}
+	if len(f.m) != 0 {
+		t.Fatalf("%d hashes left in the map", len(f.m))
+	}
+}

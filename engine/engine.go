@@ -183,7 +183,8 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (res
 	}
 	qn.scope = rt.route(qn.client.name)
 	qn.setBudget(start)
-	qn.respond(&resp, dst, qn.resolve())
+	f := qn.resolve()
+	qn.respond(&resp, dst, &f)
 	return resp
 }
 
@@ -195,11 +196,15 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (res
 // returning one, so the frames below the question's (ResolveWire's) hold
 // no room for a second Response either.
 //
+// Every field of *resp is set one by one (a field added to Response must
+// be set here too): as WebAssembly a composite literal's zeroing and copy
+// are calls to the host's memmove, several for a struct this size.
+//
 //go:noinline
-func (qn *question) respond(resp *Response, dst []byte, f found) {
+func (qn *question) respond(resp *Response, dst []byte, f *found) {
 	e, cq := qn.e, &qn.client
-	*resp = Response{Result: f.result, Reason: f.reason, CacheHit: f.cacheHit, Shared: f.shared,
-		Question: qn.id, QName: cq.name, Scope: qn.scope.name, Attempts: qn.spent, Upstream: qn.upstream}
+	resp.Result, resp.Reason, resp.CacheHit, resp.Shared = f.result, f.reason, f.cacheHit, f.shared
+	resp.Question, resp.QName, resp.Scope, resp.Attempts, resp.Upstream = qn.id, cq.name, qn.scope.name, qn.spent, qn.upstream
 	resp.Wire = qn.writeReply(dst, f)
 	resp.Answered = time.Now()
 	resp.Rcode, resp.TTL, resp.Cacheable = qn.replyFacts(resp.Wire[len(dst):], f)
@@ -223,7 +228,7 @@ func (qn *question) respond(resp *Response, dst []byte, f found) {
 // replyFacts are the rcode and answerTTL of reply, the client's reply
 // writeReply made for f: from its entry's facts when it has them (no walk
 // of the reply), else from a walk.
-func (qn *question) replyFacts(reply []byte, f found) (rcode int, ttl uint32, cacheable bool) {
+func (qn *question) replyFacts(reply []byte, f *found) (rcode int, ttl uint32, cacheable bool) {
 	if f.en != nil {
 		staleTTL := int64(-1)
 		if f.result == ResultStale {
@@ -239,7 +244,7 @@ func (qn *question) replyFacts(reply []byte, f found) (rcode int, ttl uint32, ca
 }
 
 // writeReply appends the client's reply for f to dst.
-func (qn *question) writeReply(dst []byte, f found) []byte {
+func (qn *question) writeReply(dst []byte, f *found) []byte {
 	cq := &qn.client
 	switch {
 	case f.en != nil:
@@ -252,7 +257,7 @@ func (qn *question) writeReply(dst []byte, f found) []byte {
 
 // appendEntry appends the client's reply from f's entry: its stale form
 // for a stale answer; qname as for appendReply.
-func (qn *question) appendEntry(dst []byte, f found, qname []byte) []byte {
+func (qn *question) appendEntry(dst []byte, f *found, qname []byte) []byte {
 	if f.result == ResultStale {
 		return f.en.appendStale(dst, &qn.client, qname, qn.cfg.Cache.StaleTTL)
 	}

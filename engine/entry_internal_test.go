@@ -85,7 +85,7 @@ func TestEntryReplyFactsAsWalk(t *testing.T) {
 			en := entryFor(len(wire))
 			en.msg = append(en.msg, wire...)
 			w, _ = walkReply(en.msg, nil) // offsets into the entry's copy
-			en = makeEntry(en, w, result, conf, stored)
+			en = makeEntry(en, &w, result, &conf, stored)
 			for _, q := range []*dns.Msg{
 				new(dns.Msg).SetQuestion("A.example.test.", dns.TypeA),
 				new(dns.Msg).SetQuestion("a.example.test.", dns.TypeA).SetEdns0(4096, true),

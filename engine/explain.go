@@ -174,5 +174,5 @@ func (e *Engine) firstTransport() Transport { return e.first }
 func (f *flights) flying(k cacheKey) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.m[k] != nil
+	return f.find(k) != nil
 }

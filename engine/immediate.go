@@ -34,24 +34,28 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Mis
 	// Most questions asked here miss: their name is read into a pooled
 	// buffer, and made a string of its own only when it is answered or
 	// handed on.
+	// The buffer goes back once the name is the question's own (no
+	// defer: one costs more than the rest of a return as WebAssembly).
 	buf := nameBuffers.Get().(*[maxNameText]byte)
-	defer nameBuffers.Put(buf)
 	if !qn.client.parseInto(query, buf) {
+		nameBuffers.Put(buf)
 		return Response{}, false
 	}
 	qn.scope = rt.route(qn.client.name)
 	f, ok := qn.immediate()
+	if ok || miss != nil {
+		qn.client.own()
+	}
+	nameBuffers.Put(buf)
 	if !ok {
 		if miss != nil {
-			qn.client.own()
 			*miss = Miss{client: qn.client, scope: qn.scope, routes: rt}
 		}
 		return Response{}, false
 	}
-	qn.client.own()
 	qn.id = e.questionIDs.Add(1)
 	var resp Response
-	qn.respond(&resp, dst, f)
+	qn.respond(&resp, dst, &f)
 	return resp, true
 }
 
@@ -90,7 +94,8 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	}
 	*m = Miss{}
 	qn.setBudget(start)
-	qn.respond(&resp, dst, qn.resolve())
+	f := qn.resolve()
+	qn.respond(&resp, dst, &f)
 	return resp
 }
 

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +57,7 @@ type SocketReuser interface {
 // pooledSocket is an idle socket and when it was opened.
 type pooledSocket struct {
 	sock Socket
+	x    DatagramExchanger // sock as one, when it is
 	born time.Time
 }
 
@@ -71,10 +73,10 @@ type socketPool struct {
 // take returns an idle socket chosen at random that lives past deadline,
 // or false when the pool holds too few to choose from.
 func (p *socketPool) take(deadline time.Time) (pooledSocket, bool) {
+	// Old sockets are closed after the unlock: Close is a system call.
+	// No defers: they cost a good part of a take as WebAssembly.
 	var old []pooledSocket
-	defer func() { closeAll(old) }() // after the unlock: Close is a system call
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for len(p.idle) >= minChoice {
 		i := rand.IntN(len(p.idle))
 		s := p.idle[i]
@@ -82,10 +84,14 @@ func (p *socketPool) take(deadline time.Time) (pooledSocket, bool) {
 		p.idle[i], p.idle[last] = p.idle[last], pooledSocket{}
 		p.idle = p.idle[:last]
 		if deadline.Add(lifeMargin).Before(s.born.Add(maxSocketLife)) {
+			p.mu.Unlock()
+			closeAll(old)
 			return s, true
 		}
 		old = append(old, s)
 	}
+	p.mu.Unlock()
+	closeAll(old)
 	return pooledSocket{}, false
 }
 
@@ -163,11 +169,21 @@ type serverPools struct {
 	mu     sync.Mutex
 	pools  map[netip.Addr]*socketPool
 	closed bool
+	// system is pools[netip.Addr{}] once made (the system chooses the
+	// source: most scopes), read without the lock or a map look-up; nil
+	// once closed. A get that races close may still return it: a closed
+	// pool hands out nothing and closes what is put back, as no pool.
+	system atomic.Pointer[socketPool]
 }
 
 // get returns the pool for source, or nil once the server's pools are
 // closed.
 func (sp *serverPools) get(source netip.Addr) *socketPool {
+	if !source.IsValid() {
+		if p := sp.system.Load(); p != nil {
+			return p
+		}
+	}
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.closed {
@@ -180,6 +196,9 @@ func (sp *serverPools) get(source netip.Addr) *socketPool {
 		}
 		p = &socketPool{}
 		sp.pools[source] = p
+		if !source.IsValid() {
+			sp.system.Store(p)
+		}
 	}
 	return p
 }
@@ -190,6 +209,7 @@ func (sp *serverPools) close() {
 	sp.mu.Lock()
 	pools := sp.pools
 	sp.pools, sp.closed = nil, true
+	sp.system.Store(nil)
 	sp.mu.Unlock()
 	for _, p := range pools {
 		p.close()

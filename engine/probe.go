@@ -118,12 +118,14 @@ func (e *Engine) probe(s *scope, u *upstream, cfg *Config) {
 	if !e.inFlight.acquire() {
 		return // at the ceiling: questions come first; try at the next tick
 	}
-	query := make([]byte, len(probeQuery))
-	copy(query, probeQuery)
-	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: query,
+	bufs := askBuffersPool.Get().(*askBuffers)
+	defer askBuffersPool.Put(bufs)
+	bufs.query = append(bufs.query[:0], probeQuery...)
+	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: bufs.query, bufs: bufs,
 		deadline: time.Now().Add(cfg.TransactionTimeout)}
 	sent := time.Now()
-	res := e.exchange(context.Background(), &tx)
+	var res exchangeResult
+	e.exchange(context.Background(), &tx, &res)
 	e.inFlight.release()
 	rtt := time.Since(sent)
 	ch := e.settle(u, res.outcome, probeAttempt, cfg.DemotionPeriod)

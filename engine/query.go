@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
 )
@@ -12,25 +13,43 @@ import (
 // (the DNS Flag Day 2020 value).
 const upstreamUDPSize = 1232
 
-var queryBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+// askBuffers are one candidate's scratch while it is asked: its query,
+// the receive buffer of its UDP transactions and the random bytes of their
+// IDs. One pooled value for the three: as WebAssembly a sync.Pool Get and
+// Put cost about as much as the rest of a transaction's bookkeeping. A UDP
+// transaction held a receive buffer while it waited all the same.
+type askBuffers struct {
+	query []byte
+	recv  [udpReceiveSize]byte
+	ids   idBuffer
+	// The candidate's scratch (newCandidate), for scopes of up to
+	// maxStackServers servers.
+	until [maxStackServers]time.Duration
+	order [maxStackServers]int
+	asked [maxStackServers]bool
+}
 
-// packQuery builds the upstream query for one candidate name once: the
-// client's RD and CD bits, EDNS0 at 1232 bytes with the client's DO bit,
-// the client's ECS option only when forwardECS. The two bytes in front are
-// for the TCP length; each transaction writes its own ID. The caller
-// returns the buffer to queryBuffers.
+var askBuffersPool = sync.Pool{New: func() any {
+	return &askBuffers{query: make([]byte, 0, 512), ids: idBuffer{next: len(idBuffer{}.b)}}
+}}
+
+// packQuery builds the upstream query for one candidate name once into
+// a pooled askBuffers: the client's RD and CD bits, EDNS0 at 1232 bytes
+// with the client's DO bit, the client's ECS option only when forwardECS.
+// The two bytes in front are for the TCP length; each transaction writes
+// its own ID. The caller returns the buffers to askBuffersPool.
 //
 // The message is written by hand: a header, one question and an OPT record
 // are all a query is, and this runs for every question.
-func packQuery(client *clientQuery, name string, forwardECS bool) (*[]byte, error) {
-	bp := queryBuffers.Get().(*[]byte)
-	buf, err := appendQuery((*bp)[:0], client, name, forwardECS)
+func packQuery(client *clientQuery, name string, forwardECS bool) (*askBuffers, error) {
+	bufs := askBuffersPool.Get().(*askBuffers)
+	buf, err := appendQuery(bufs.query[:0], client, name, forwardECS)
 	if err != nil {
-		queryBuffers.Put(bp)
+		askBuffersPool.Put(bufs)
 		return nil, fmt.Errorf("query %q: %w", name, err)
 	}
-	*bp = buf
-	return bp, nil
+	bufs.query = buf
+	return bufs, nil
 }
 
 // appendQuery appends the TCP length placeholder and the query to dst.

@@ -2,9 +2,12 @@ package engine
 
 import (
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // The hand-written upstream query is what miekg/dns reads back: the
@@ -87,14 +90,45 @@ func TestAppendQueryCopiesTheClientsName(t *testing.T) {
 }
 
 // TestNameStringAsMiekg: the presentation form of a question name is
-// miekg/dns's, escapes included, for every byte in a label.
+// miekg/dns's, escapes included, for every byte in a label; it is said
+// to be lower case exactly when it is and has no escape (an escaped
+// name is not known to be).
 func TestNameStringAsMiekg(t *testing.T) {
 	for c := range 256 {
 		wire := []byte{3, 'a', byte(c), 'b', 4, 't', 'e', 's', 't', 0}
-		got, ok := nameString(wire)
+		got, lower := nameString(wire)
 		want, _, err := dns.UnpackDomainName(wire, 0)
-		if !ok || err != nil || got != want {
-			t.Errorf("byte %#x: %q (%v), miekg/dns %q (%v)", c, got, ok, want, err)
+		if err != nil || got != want {
+			t.Errorf("byte %#x: %q, miekg/dns %q (%v)", c, got, want, err)
+		}
+		if wantLower := got == strings.ToLower(got) && !strings.Contains(got, `\`); lower != wantLower {
+			t.Errorf("byte %#x: %q lower %v, want %v", c, got, lower, wantLower)
+		}
+	}
+}
+
+// TestKeyForLowersOnlyWhenNeeded: a question's cache key is its name in
+// lower case whether the name was read as lower case or not, and a
+// search candidate's is the candidate's in lower case.
+func TestKeyForLowersOnlyWhenNeeded(t *testing.T) {
+	for _, name := range []string{"www.example.test.", "WwW.ExAmple.TEST.", `a\.b.example.`, `A\032B.example.`} {
+		wire, err := dnswire.PackName(nil, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := append([]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}, wire...)
+		q = append(q, 0, 1, 0, 1)
+		for _, buf := range []*[maxNameText]byte{nil, new([maxNameText]byte)} {
+			var cq clientQuery
+			if !cq.parseInto(q, buf) {
+				t.Fatalf("%s: does not parse", name)
+			}
+			if k := keyFor(&cq, cq.name); k.name != strings.ToLower(cq.name) {
+				t.Errorf("%s: key %q, want %q", name, k.name, strings.ToLower(cq.name))
+			}
+			if k := keyFor(&cq, "Other.Example."); k.name != "other.example." {
+				t.Errorf("%s: candidate key %q", name, k.name)
+			}
 		}
 	}
 }

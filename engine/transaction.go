@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"io"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
@@ -15,8 +14,6 @@ import (
 // udpReceiveSize is the receive buffer of a UDP transaction. Queries
 // advertise 1232 bytes; a larger datagram is cut and then ignored as garbage.
 const udpReceiveSize = 4096
-
-var udpBuffers = sync.Pool{New: func() any { b := make([]byte, udpReceiveSize); return &b }}
 
 // budget says which of the three time budgets set a transaction's deadline.
 type budget uint8
@@ -36,6 +33,7 @@ type transaction struct {
 	transport Transport
 	source    netip.Addr
 	query     []byte
+	bufs      *askBuffers // the receive buffer and the IDs' random bytes
 	deadline  time.Time
 	setBy     budget
 	// ended is when exchange saw the transaction end (zero when no
@@ -88,6 +86,13 @@ func cancelWatcherOf(ctx context.Context) CancelWatcher {
 //
 //go:noinline
 func closeOnCancel(ctx context.Context, sock Socket) (stop func() bool) {
+	// The front ends' own context first, without interface conversions:
+	// each (the switch in cancelWatcherOf, the socket made an io.Closer)
+	// looks in the runtime's interface tables as WebAssembly.
+	if c, ok := ctx.(*CancelContext); ok {
+		c.closeOnCancel(sock)
+		return nil
+	}
 	if w := cancelWatcherOf(ctx); w != nil {
 		w.CloseOnCancel(sock)
 		return nil
@@ -106,13 +111,19 @@ func stopClosing(ctx context.Context, sock Socket, stop func() bool) bool {
 	if stop != nil {
 		return stop()
 	}
+	if c, ok := ctx.(*CancelContext); ok {
+		return c.stopClosing(sock)
+	}
 	if w := cancelWatcherOf(ctx); w != nil {
 		return w.StopClosing(sock)
 	}
 	return true
 }
 
-// exchangeResult is what a transaction brings back.
+// exchangeResult is what a transaction brings back. It is written in
+// place, through a pointer, down to the reply's walk: returned by value it
+// was copied (and its zero value filled) at each of five calls, which as
+// WebAssembly is a call to the host's memmove each time.
 type exchangeResult struct {
 	outcome Outcome
 	en      *entry      // answer and nxdomain: the reply, copied into en.msg; the rest of en is made by makeEntry
@@ -125,28 +136,26 @@ type exchangeResult struct {
 }
 
 // newID returns a random 16-bit ID from the cryptographic source. The
-// source is read 128 IDs at a time into a pooled buffer: one read per ID
-// was a system call's worth of work per transaction. Each ID is used
-// once; an off-path attacker sees none of the buffer before its ID leaves.
-func newID() uint16 {
-	ids := idBuffers.Get().(*idBuffer)
-	if ids.next == len(ids.b) {
+// source is read 128 IDs at a time into the buffer (pooled, with the
+// rest of an ask's buffers): one read per ID was a system call's worth of
+// work per transaction. Each ID is used once; an off-path attacker sees
+// none of the buffer before its ID leaves.
+func (ids *idBuffer) newID() uint16 {
+	if ids.next >= len(ids.b) {
 		rand.Read(ids.b[:])
 		ids.next = 0
 	}
 	id := binary.BigEndian.Uint16(ids.b[ids.next:])
 	ids.next += 2
-	idBuffers.Put(ids)
 	return id
 }
 
-// idBuffer holds random bytes for newID; next is the first unused.
+// idBuffer holds random bytes for newID; next is the first unused (the
+// buffer's length: none).
 type idBuffer struct {
 	b    [256]byte
 	next int
 }
-
-var idBuffers = sync.Pool{New: func() any { return &idBuffer{next: 256} }}
 
 // exchange runs one transaction to its end: a matching reply, the
 // deadline, a socket failure, or ctx ending (the client gone). A reply that
@@ -154,9 +163,10 @@ var idBuffers = sync.Pool{New: func() any { return &idBuffer{next: 256} }}
 // ignored, and the wait goes on until the deadline.
 //
 // A UDP socket may come from the server's pool (pool.go) and goes back to
-// it only when the transaction ended cleanly; any failure closes it.
-func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
-	binary.BigEndian.PutUint16(tx.query[2:], newID())
+// it only when the transaction ended cleanly; any failure closes it. The
+// result is written into r, which must be zero.
+func (e *Engine) exchange(ctx context.Context, tx *transaction, r *exchangeResult) {
+	binary.BigEndian.PutUint16(tx.query[2:], tx.bufs.ids.newID())
 	msg := tx.query[2:]
 	binary.BigEndian.PutUint16(tx.query, uint16(len(msg)))
 
@@ -173,15 +183,20 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 		sock, err := e.open(ctx, tx)
 		if err != nil {
 			if tx.transport == TCP {
-				return e.socketFailure(ctx, tx, err, OutcomeConnectError)
+				e.socketFailure(ctx, tx, err, OutcomeConnectError, r)
+				return
 			}
-			return e.socketFailure(ctx, tx, err, OutcomeSendError)
+			e.socketFailure(ctx, tx, err, OutcomeSendError, r)
+			return
 		}
 		ps = pooledSocket{sock: sock, born: time.Now()}
+		if tx.transport == UDP {
+			ps.x, _ = sock.(DatagramExchanger)
+		}
 	}
 	sock := ps.sock
 	stop := closeOnCancel(ctx, sock)
-	r := e.transact(ctx, tx, sock, msg)
+	e.transact(ctx, tx, sock, ps.x, msg, r)
 	// A socket closed under the transaction by its client's leaving is
 	// not reused either.
 	stopped := stopClosing(ctx, sock, stop)
@@ -191,24 +206,28 @@ func (e *Engine) exchange(ctx context.Context, tx *transaction) exchangeResult {
 	} else {
 		sock.Close()
 	}
-	return r
 }
 
-// transact sends the query on sock and waits for the matching reply.
-func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, msg []byte) exchangeResult {
+// transact sends the query on sock and waits for the matching reply,
+// written into r. x is sock as a DatagramExchanger, if it is one (UDP):
+// asserted once per socket, not per transaction, since an assertion to an
+// interface type looks in the runtime's tables each time as WebAssembly.
+func (e *Engine) transact(ctx context.Context, tx *transaction, sock Socket, x DatagramExchanger, msg []byte, r *exchangeResult) {
 	if tx.transport == TCP {
 		if err := sock.Send(tx.query); err != nil {
-			return e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError))
+			e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError), r)
+			return
 		}
-		return e.receiveTCP(ctx, tx, sock, msg)
+		e.receiveTCP(ctx, tx, sock, msg, r)
+		return
 	}
-	x, _ := sock.(DatagramExchanger)
 	if x == nil {
 		if err := sock.Send(msg); err != nil {
-			return e.socketFailure(ctx, tx, err, OutcomeSendError)
+			e.socketFailure(ctx, tx, err, OutcomeSendError, r)
+			return
 		}
 	}
-	return e.receiveUDP(ctx, tx, sock, x, msg)
+	e.receiveUDP(ctx, tx, sock, x, msg, r)
 }
 
 // open opens tx's socket. A TCP connect may take until the deadline; a
@@ -242,12 +261,11 @@ func (e *Engine) open(ctx context.Context, tx *transaction) (Socket, error) {
 	}
 }
 
-// receiveUDP waits for the reply to query. With x, the query is not sent
-// yet: x sends it and reads the first datagram in one call.
-func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, x DatagramExchanger, query []byte) exchangeResult {
-	bp := udpBuffers.Get().(*[]byte)
-	defer udpBuffers.Put(bp)
-	buf := *bp
+// receiveUDP waits for the reply to query, written into r. With x, the
+// query is not sent yet: x sends it and reads the first datagram in one
+// call.
+func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, x DatagramExchanger, query []byte, r *exchangeResult) {
+	buf := tx.bufs.recv[:]
 	strays := false // anything but the reply makes the socket unfit to reuse
 	for {
 		var n int
@@ -257,28 +275,30 @@ func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, x
 			n, from, err = x.Exchange(query, buf, tx.deadline)
 			x = nil
 			if se, ok := err.(*SocketError); ok && se.Op == "send" {
-				return e.socketFailure(ctx, tx, err, OutcomeSendError)
+				e.socketFailure(ctx, tx, err, OutcomeSendError, r)
+				return
 			}
 		} else {
 			n, from, err = sock.Receive(buf, tx.deadline)
 		}
 		if err != nil {
-			return e.socketFailure(ctx, tx, err, OutcomeRecvError)
+			e.socketFailure(ctx, tx, err, OutcomeRecvError, r)
+			return
 		}
 		if from != tx.server.addr {
 			e.counters.mismatchedReplies.Add(1)
 			strays = true
 			continue
 		}
-		if r, ok := e.matched(buf[:n], query, UDP); ok {
+		if e.matched(buf[:n], query, UDP, r) {
 			r.clean = !strays && (r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain || r.outcome == OutcomeTruncated)
-			return r
+			return
 		}
 		strays = true
 	}
 }
 
-func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, query []byte) exchangeResult {
+func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, query []byte, r *exchangeResult) {
 	var pending []byte
 	var chunk [2048]byte
 	for {
@@ -290,13 +310,14 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 			}
 			m := pending[2 : 2+l]
 			pending = pending[2+l:]
-			if r, ok := e.matched(m, query, TCP); ok {
-				return r
+			if e.matched(m, query, TCP, r) {
+				return
 			}
 		}
 		n, _, err := sock.Receive(chunk[:], tx.deadline)
 		if err != nil {
-			return e.socketFailure(ctx, tx, err, connectOr(err, OutcomeRecvError))
+			e.socketFailure(ctx, tx, err, connectOr(err, OutcomeRecvError), r)
+			return
 		}
 		pending = append(pending, chunk[:n]...)
 	}
@@ -311,26 +332,29 @@ func connectOr(err error, otherwise Outcome) Outcome {
 	return otherwise
 }
 
-// matched checks one reply against the query. A reply that does not match,
-// or matches but does not walk, counts as mismatched and is ignored. Only
-// the header and question are compared and the records walked: the reply
-// is not unpacked.
-func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
+// matched checks one reply against the query and reports whether it
+// ended the transaction, its result then written into r (zero before the
+// call). A reply that does not match, or matches but does not walk,
+// counts as mismatched and is ignored: r's walk may then hold it, which
+// the next reply's overwrites. Only the header and question are compared
+// and the records walked: the reply is not unpacked.
+func (e *Engine) matched(m, query []byte, t Transport, r *exchangeResult) bool {
 	if !replyMatches(m, query) {
 		e.counters.mismatchedReplies.Add(1)
-		return exchangeResult{}, false
+		return false
 	}
-	w, ok := walkReply(m, nil)
-	if !ok {
+	w := &r.walked
+	if !walkReplyInto(m, nil, w) {
 		if t == UDP && m[dnswire.OffFlags]&0x02 != 0 {
 			// Truncated, its last record cut: the TCP retry gets it
 			// whole, and nothing in it is used.
-			return exchangeResult{outcome: OutcomeTruncated, rcode: int(m[3] & 0x0F)}, true
+			r.outcome, r.rcode = OutcomeTruncated, int(m[3]&0x0F)
+			return true
 		}
 		e.counters.mismatchedReplies.Add(1)
-		return exchangeResult{}, false
+		return false
 	}
-	r := exchangeResult{rcode: w.rcode, walked: w}
+	r.rcode = w.rcode
 	switch {
 	case w.tc && t == UDP:
 		// Over TCP there is nothing bigger to retry with: the reply
@@ -351,15 +375,15 @@ func (e *Engine) matched(m, query []byte, t Transport) (exchangeResult, bool) {
 		r.en = entryFor(len(m) + dnswire.OPTFixedLen)
 		r.en.msg = append(r.en.msg, m...)
 	}
-	return r, true
+	return true
 }
 
 // socketFailure turns a socket error into the attempt's outcome. A deadline
 // set by the client's or the question's budget, or a socket closed because
 // the client went away, is not the server's fault: cancelled.
-func (e *Engine) socketFailure(ctx context.Context, tx *transaction, err error, otherwise Outcome) exchangeResult {
+func (e *Engine) socketFailure(ctx context.Context, tx *transaction, err error, otherwise Outcome, r *exchangeResult) {
 	class := classOf(err)
-	r := exchangeResult{rcode: -1, class: class}
+	r.rcode, r.class = -1, class
 	switch {
 	case ctx.Err() != nil:
 		r.outcome = OutcomeCancelled
@@ -372,5 +396,4 @@ func (e *Engine) socketFailure(ctx context.Context, tx *transaction, err error, 
 	default:
 		r.outcome = otherwise
 	}
-	return r
 }

@@ -36,17 +36,25 @@ type walkedReply struct {
 // read the TTL it may have rewritten there. It
 // reports false for a message whose header counts, names or record
 // lengths run past its end (a truncated final record included).
-func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply, bool) {
-	w := walkedReply{optStart: -1}
+func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (w walkedReply, ok bool) {
+	ok = walkReplyInto(m, ttlAt, &w)
+	return w, ok
+}
+
+// walkReplyInto is walkReply into *w, which it sets whole: the forwarding
+// path walks each reply into its exchangeResult in place (a copy of a
+// walkedReply costs a call to the host's memmove as WebAssembly).
+func walkReplyInto(m []byte, ttlAt func(section, off int, typ uint16), w *walkedReply) bool {
+	*w = walkedReply{optStart: -1}
 	if len(m) < dnswire.HeaderLen {
-		return w, false
+		return false
 	}
 	w.rcode = int(m[3] & 0x0F)
 	w.tc = m[dnswire.OffFlags]&0x02 != 0
 	off := dnswire.HeaderLen
 	for range binary.BigEndian.Uint16(m[dnswire.OffQDCount:]) {
 		if off = dnswire.SkipName(m, off); off < 0 || off+4 > len(m) {
-			return w, false
+			return false
 		}
 		off += 4
 	}
@@ -58,7 +66,7 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 		for range n {
 			start := off
 			if off = dnswire.SkipName(m, off); off < 0 || off+dnswire.RRFixedLen > len(m) {
-				return w, false
+				return false
 			}
 			typ := binary.BigEndian.Uint16(m[off:])
 			ttl := binary.BigEndian.Uint32(m[off+4:])
@@ -66,11 +74,11 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 			rdata := off + dnswire.RRFixedLen
 			end := rdata + rdlen
 			if end > len(m) {
-				return w, false
+				return false
 			}
 			if typ == dnswire.TypeOPT {
 				if section != 2 || w.optStart >= 0 || m[start] != 0 {
-					return w, false // RFC 6891: one OPT, in additional, owner root
+					return false // RFC 6891: one OPT, in additional, owner root
 				}
 				w.optStart, w.optEnd = start, end
 				w.optClass = binary.BigEndian.Uint16(m[off+2:])
@@ -98,7 +106,7 @@ func walkReply(m []byte, ttlAt func(section, off int, typ uint16)) (walkedReply,
 	w.optLast = w.optStart >= 0 && w.optEnd == off
 	w.end = off
 	w.facts.rcode = w.rcode
-	return w, true
+	return true
 }
 
 // ttlFacts are what the TTL of an answer is computed from.
@@ -162,6 +170,10 @@ type clientQuery struct {
 	do     bool
 	padded bool // an EDNS Padding option (RFC 7830)
 	ecs    bool // an EDNS Client Subnet option
+	// lower says name has no upper-case letter (read while it was
+	// written): its cache key is name itself, without strings.ToLower's
+	// pass over it. False when not known.
+	lower bool
 	// borrowed says name lies in a pooled buffer that goes back when the
 	// call that parsed it returns (ResolveWireImmediate): whatever keeps
 	// the name calls own first.
@@ -209,16 +221,13 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 		qclass: binary.BigEndian.Uint16(raw[qe-2:]),
 	}
 	if buf != nil {
-		if n, simple := dnswire.AppendPlainNameText(buf[:0], cq.qname); simple {
-			cq.name, cq.borrowed = unsafe.String(&buf[0], len(n)), true
+		if n, simple, upper := dnswire.AppendPlainNameTextUpper(buf[:0], cq.qname); simple {
+			cq.name, cq.borrowed, cq.lower = unsafe.String(&buf[0], len(n)), true, !upper
 		}
 	}
 	if !cq.borrowed {
-		name, ok := nameString(cq.qname)
-		if !ok {
-			return false
-		}
-		cq.name = name
+		name, lower := nameString(cq.qname)
+		cq.name, cq.lower = name, lower
 	}
 	off := qe
 	counts := int(binary.BigEndian.Uint16(raw[dnswire.OffANCount:])) + int(binary.BigEndian.Uint16(raw[dnswire.OffNSCount:])) +
@@ -259,14 +268,15 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 const maxNameText = 256
 
 // nameString is the presentation form of an uncompressed wire name, as
-// miekg/dns writes it (so events and routes see the same text).
-func nameString(wire []byte) (string, bool) {
+// miekg/dns writes it (so events and routes see the same text), and
+// whether it is known to have no upper-case letter.
+func nameString(wire []byte) (name string, lower bool) {
 	var buf [maxNameText]byte
-	out, simple := dnswire.AppendPlainNameText(buf[:0], wire)
+	out, simple, upper := dnswire.AppendPlainNameTextUpper(buf[:0], wire)
 	if !simple {
-		return dnswire.NameText(wire), true
+		return dnswire.NameText(wire), false
 	}
-	return string(out), true
+	return string(out), !upper
 }
 
 // appendMade appends reply, a message the engine made for cq (OPT, if
