@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/internal/syncbuf"
 )
 
 // These tests are about the split dohfwd-edge makes: the host runs the
@@ -199,24 +198,9 @@ func askedFor(up *upstreamtest.Server, name string) bool {
 	return false
 }
 
-// syncBuffer is a bytes.Buffer for the module's log, written by the
-// goroutine calling the module and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the module's log, written by the goroutine calling the
+// module and read by the test.
+type syncBuffer = syncbuf.Buffer
 
 // With trace context on, the host reads the client's traceparent, answers
 // with traceresponse, and hands the trace to the module's engine with the

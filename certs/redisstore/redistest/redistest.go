@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dohfwd/dohfwd/internal/syncbuf"
 )
 
 // Options choose how the server is reached.
@@ -49,22 +51,7 @@ type Server struct {
 }
 
 // output is the server's output, written by exec's copying goroutines.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
+type output = syncbuf.Buffer
 
 // Find returns the redis-server binary or fails the test loudly: the
 // tests that need it never pass by skipping.
