@@ -5,7 +5,8 @@
 #   2. the latency each adds per request (one client, one stream);
 #   3. per-request latency of the module under workerd (TCP upstream);
 #   4. the memory of `dohfwd-edge` with 4 096 questions in flight (a silent
-#      upstream holds them), beside `dohfwd serve` under the same load.
+#      upstream holds them), beside `dohfwd serve` (and BASELINE) under the
+#      same load.
 # The cache is off, so every request goes upstream through the engine.
 # Two loads: the same name repeated (where one engine shares one upstream
 # question among concurrent identical ones: serve, and the edge host's one
@@ -192,5 +193,8 @@ inflight() { # name binary-and-args...
 echo "memory: 4096 questions in flight to a silent upstream"
 inflight "dohfwd serve" "$work/dohfwd" serve
 inflight "dohfwd edge" "$work/dohfwd-edge" --module "$wasm" --instances "$INSTANCES"
+if [ -n "${BASELINE:-}" ]; then
+	inflight "dohfwd edge-baseline" "$BASELINE" --module "${BASELINE_MODULE:-$wasm}" --instances "${BASELINE_INSTANCES:-$INSTANCES}"
+fi
 
 echo "module: $(stat -c %s $wasm) bytes raw, $(gzip -9c $wasm | wc -c) bytes gzipped"
