@@ -183,7 +183,8 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (res
 	}
 	qn.scope = rt.route(qn.client.name)
 	qn.setBudget(start)
-	f := qn.resolve()
+	var f found
+	qn.resolve(&f)
 	qn.respond(&resp, dst, &f)
 	return resp
 }
