@@ -13,7 +13,8 @@ const maxStackServers = 16
 //
 // It writes how the candidate ended into r and, for an answer or
 // NXDOMAIN, the transaction's result carrying the reply into res (r.at:
-// when it came); r and res are the caller's zero values (as WebAssembly a
+// when it came, the transaction's end, which also ends the question:
+// r.ends); r and res are the caller's zero values (as WebAssembly a
 // found returned by value is a zeroing and copies, calls to the host's
 // memmove, at every level), and res holds nothing to read for any other
 // result.
@@ -93,10 +94,10 @@ func (qn *question) ask(name string, res *exchangeResult, r *found) {
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
-			r.result, r.at = ResultAnswer, tx.ended
+			r.result, r.at, r.ends = ResultAnswer, tx.ended, true
 			return
 		case OutcomeNXDomain:
-			r.result, r.at = ResultNXDomain, tx.ended
+			r.result, r.at, r.ends = ResultNXDomain, tx.ended, true
 			return
 		case OutcomeCancelled:
 			*r = qn.ended()

@@ -37,6 +37,12 @@ type found struct {
 	en       *entry
 	at       time.Time
 	reply    []byte
+	// ends says at is the question's last clock reading: the end of
+	// its own last transaction, or a follower's wake-up. After it only
+	// the engine's own work on the reply (its entry, the cache, the
+	// client's reply) happens, so it is Response.Answered without
+	// reading the clock again (two host calls as WebAssembly).
+	ends bool
 }
 
 // rcode is the found answer's rcode, or -1 without one.
@@ -309,7 +315,7 @@ func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 		qn.tried = fl.tried
 		return found{result: fl.result, reason: fl.reason, shared: !own}, true
 	}
-	return found{en: fl.entry, at: time.Now(), result: fl.entry.result, shared: !own}, true
+	return found{en: fl.entry, at: time.Now(), result: fl.entry.result, shared: !own, ends: true}, true
 }
 
 // joined records the traces a question that waited for fl shared it with:
