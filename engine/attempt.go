@@ -11,17 +11,21 @@ const maxStackServers = 16
 // the previous one ended, to the server the order and the choice rule give,
 // with a TCP retry to the same server after a truncated UDP reply.
 //
-// It returns how the candidate ended and, for an answer or NXDOMAIN,
-// writes the transaction's result carrying the reply into res (found.at:
-// when it came); res is the caller's zero value, and holds nothing to
-// read for any other result.
-func (qn *question) ask(name string, res *exchangeResult) found {
+// It writes how the candidate ended into r and, for an answer or
+// NXDOMAIN, the transaction's result carrying the reply into res (r.at:
+// when it came, the transaction's end, which also ends the question:
+// r.ends); r and res are the caller's zero values (as WebAssembly a
+// found returned by value is a zeroing and copies, calls to the host's
+// memmove, at every level), and res holds nothing to read for any other
+// result.
+func (qn *question) ask(name string, res *exchangeResult, r *found) {
 	e, cfg := qn.e, qn.cfg
 	bufs, err := packQuery(&qn.client, name, cfg.ForwardECS)
 	if err != nil {
 		// Nothing can be sent for a name that does not pack; no server
 		// is at fault.
-		return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
+		r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
+		return
 	}
 	defer askBuffersPool.Put(bufs)
 
@@ -30,17 +34,25 @@ func (qn *question) ask(name string, res *exchangeResult) found {
 	// seven calls to the host's memmove. until and order are written
 	// before they are read; asked is cleared here.
 	bufs.asked = [maxStackServers]bool{}
-	c := newCandidate(qn.scope.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
+	c := &bufs.cand // in place: as WebAssembly a candidate returned by value is a zeroing and a copy
+	c.reset(qn.scope.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
 	var tcpTo *upstream // set after a truncated UDP reply
+	// One transaction for every attempt, in the pooled buffers, its
+	// fields set one by one at each (deadline and setBy in deadline):
+	// as WebAssembly a literal per attempt, or a zeroed local, is calls
+	// to the host's memmove.
+	tx := &bufs.tx
 	for {
 		// Budget exhaustion is checked first: it is not a ceiling refusal.
 		if qn.spent >= cfg.Attempts {
-			return found{result: ResultUnavailable, reason: ReasonAttemptsSpent}
+			r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
+			return
 		}
-		tx := transaction{query: bufs.query, bufs: bufs}
+		tx.query, tx.bufs, tx.ended = bufs.query, bufs, time.Time{}
 		now := time.Now() // the deadline's, the demotion marks' and the RTT's start
-		if !qn.deadline(&tx, now) {
-			return qn.ended() // no time left: nothing is sent
+		if !qn.deadline(tx, now) {
+			*r = qn.ended()
+			return // no time left: nothing is sent
 		}
 		pick := c.next(now.Sub(e.epoch), tcpTo)
 		tx.server, tx.transport = c.servers[pick], e.first
@@ -52,17 +64,19 @@ func (qn *question) ask(name string, res *exchangeResult) found {
 			if !qn.background {
 				e.counters.refused.Add(1)
 			}
-			return found{result: ResultUnavailable, reason: ReasonInFlightCeiling}
+			r.result, r.reason = ResultUnavailable, ReasonInFlightCeiling
+			return
 		}
 		slot, ok := qn.acquireClient()
 		if !ok {
 			e.inFlight.release()
-			return found{result: ResultUnavailable, reason: ReasonClientInFlight}
+			r.result, r.reason = ResultUnavailable, ReasonClientInFlight
+			return
 		}
 		if qn.spent > 0 {
 			*res = exchangeResult{} // the last attempt's, to be written again
 		}
-		e.exchange(qn.ctx, &tx, res)
+		e.exchange(qn.ctx, tx, res)
 		e.inFlight.release()
 		if slot != nil {
 			slot.ReleaseTransaction()
@@ -76,18 +90,22 @@ func (qn *question) ask(name string, res *exchangeResult) found {
 		c.asked[pick] = true
 		c.n++
 		demoted := e.settle(tx.server, res.outcome, questionAttempt, cfg.DemotionPeriod).demote
-		qn.attempted(name, &tx, pick, res.outcome, res.rcode, res.class, now, rtt, demoted)
+		qn.attempted(name, tx, pick, res.outcome, res.rcode, res.class, now, rtt, demoted)
 		tcpTo = nil
 		switch res.outcome {
 		case OutcomeAnswer:
-			return found{result: ResultAnswer, at: tx.ended}
+			r.result, r.at, r.ends = ResultAnswer, tx.ended, true
+			return
 		case OutcomeNXDomain:
-			return found{result: ResultNXDomain, at: tx.ended}
+			r.result, r.at, r.ends = ResultNXDomain, tx.ended, true
+			return
 		case OutcomeCancelled:
-			return qn.ended()
+			*r = qn.ended()
+			return
 		case OutcomeTruncated:
 			if qn.spent >= cfg.Attempts {
-				return found{result: ResultUnavailable, reason: ReasonTruncated}
+				r.result, r.reason = ResultUnavailable, ReasonTruncated
+				return
 			}
 			tcpTo = tx.server
 		}
@@ -149,15 +167,15 @@ type candidate struct {
 	order   []int           // scratch: the order at this attempt
 }
 
-// newCandidate returns the state of a fresh candidate, its scratch space
-// in the caller's buffers when they are big enough (the stack, for the
-// scopes anyone configures).
-func newCandidate(servers []*upstream, until []time.Duration, order []int, asked []bool) candidate {
+// reset makes c the state of a fresh candidate, its scratch space in the
+// caller's buffers when they are big enough (the ask's pooled buffers,
+// for the scopes anyone configures). Every field is set one by one.
+func (c *candidate) reset(servers []*upstream, until []time.Duration, order []int, asked []bool) {
 	if len(servers) > cap(until) {
 		until, order = make([]time.Duration, len(servers)), make([]int, 0, len(servers))
 		asked = make([]bool, len(servers))
 	}
-	return candidate{servers: servers, until: until, order: order, asked: asked[:len(servers)]}
+	c.servers, c.until, c.order, c.asked, c.n = servers, until, order, asked[:len(servers)], 0
 }
 
 // next returns the index of the server for the next attempt: after a

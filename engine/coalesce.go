@@ -165,7 +165,7 @@ func (f *flights) land(k cacheKey, fl *flight) {
 // abandons reports whether a leader's result is its own and not the
 // question's: its client went away or its own question timeout ran out.
 // A follower asks again rather than take it.
-func abandons(r found) bool {
+func abandons(r *found) bool {
 	return r.result == ResultCancelled || (r.result == ResultUnavailable && r.reason == ReasonQuestionTimeout)
 }
 

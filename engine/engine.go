@@ -148,10 +148,15 @@ type Response struct {
 	// Shared is set when the answer came from an identical question
 	// upstream at the same time (no attempt of its own).
 	Shared bool
-	// Answered is when the reply was written (ResolveWire,
+	// Answered is the question's end (ResolveWire, ResolveWireMiss,
 	// ResolveWireImmediate): the end of the question event's Duration,
 	// for a front end that needs the time then and need not read the
-	// clock again.
+	// clock again. It is the engine's last clock reading: for an answer
+	// or NXDOMAIN from the question's own last transaction, that
+	// transaction's end (its RTT's end; the entry, the cache and the
+	// reply are written after it without another reading); for a
+	// question that waited for an identical one's flight, when it woke;
+	// else when the reply was written.
 	Answered time.Time
 }
 
@@ -183,7 +188,8 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (res
 	}
 	qn.scope = rt.route(qn.client.name)
 	qn.setBudget(start)
-	f := qn.resolve()
+	var f found
+	qn.resolve(&f)
 	qn.respond(&resp, dst, &f)
 	return resp
 }
@@ -206,7 +212,11 @@ func (qn *question) respond(resp *Response, dst []byte, f *found) {
 	resp.Result, resp.Reason, resp.CacheHit, resp.Shared = f.result, f.reason, f.cacheHit, f.shared
 	resp.Question, resp.QName, resp.Scope, resp.Attempts, resp.Upstream = qn.id, cq.name, qn.scope.name, qn.spent, qn.upstream
 	resp.Wire = qn.writeReply(dst, f)
-	resp.Answered = time.Now()
+	if f.ends {
+		resp.Answered = f.at // the question's last reading (found.ends)
+	} else {
+		resp.Answered = time.Now()
+	}
 	resp.Rcode, resp.TTL, resp.Cacheable = qn.replyFacts(resp.Wire[len(dst):], f)
 	e.counters.questions[resp.Result].Add(1)
 	if resp.Result == ResultStale {

@@ -22,15 +22,18 @@ import (
 // nil, receives what a false answer read of query (its question and
 // route), so the miss does not read it again; query must then stay as it
 // is until ResolveWireMiss returns.
-func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Miss) (Response, bool) {
+//
+// The results are named and a miss returns them as they are (zero): as
+// WebAssembly a Response literal is a zeroing of its own, several calls
+// to the host's memmove, and a hit's Response is written in place.
+func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Miss) (resp Response, ok bool) {
 	rt := e.routes.Load()
-	qn := question{
-		e:      e,
-		ctx:    context.Background(), // answered now: nothing to cancel
-		cfg:    rt.cfg,
-		routes: rt,
-		trace:  trace, // start: read by immediate once it may answer
-	}
+	// Fields set one by one: as WebAssembly a question literal is a
+	// zeroing and a copy of its 248 bytes, the copy a host memmove call.
+	var qn question
+	qn.e, qn.cfg, qn.routes = e, rt.cfg, rt
+	qn.ctx = context.Background() // answered now: nothing to cancel
+	qn.trace = trace              // start: read by immediate once it may answer
 	// Most questions asked here miss: their name is read into a pooled
 	// buffer, and made a string of its own only when it is answered or
 	// handed on.
@@ -39,24 +42,24 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Mis
 	buf := nameBuffers.Get().(*[maxNameText]byte)
 	if !qn.client.parseInto(query, buf) {
 		nameBuffers.Put(buf)
-		return Response{}, false
+		return
 	}
 	qn.scope = rt.route(qn.client.name)
-	f, ok := qn.immediate()
+	var f found
+	ok = qn.immediate(&f)
 	if ok || miss != nil {
 		qn.client.own()
 	}
 	nameBuffers.Put(buf)
 	if !ok {
 		if miss != nil {
-			*miss = Miss{client: qn.client, scope: qn.scope, routes: rt}
+			miss.client, miss.scope, miss.routes = qn.client, qn.scope, rt
 		}
-		return Response{}, false
+		return
 	}
 	qn.id = e.questionIDs.Add(1)
-	var resp Response
 	qn.respond(&resp, dst, &f)
-	return resp, true
+	return
 }
 
 // Miss is what ResolveWireImmediate read of a query it could not answer
@@ -81,20 +84,14 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 		return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
 	}
 	start := time.Now()
-	qn := question{
-		e:      e,
-		ctx:    ctx,
-		cfg:    m.routes.cfg,
-		routes: m.routes,
-		client: m.client,
-		scope:  m.scope,
-		id:     e.questionIDs.Add(1),
-		start:  start,
-		trace:  TraceFrom(ctx),
-	}
+	var qn question // fields set one by one: see ResolveWireImmediate
+	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, m.routes.cfg, m.routes
+	qn.client, qn.scope = m.client, m.scope
+	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
 	*m = Miss{}
 	qn.setBudget(start)
-	f := qn.resolve()
+	var f found
+	qn.resolve(&f)
 	qn.respond(&resp, dst, &f)
 	return resp
 }
@@ -106,21 +103,22 @@ var nameBuffers = sync.Pool{New: func() any { return new([maxNameText]byte) }}
 // cache entry for the name as asked, or false. It sets the question's
 // start only when it may answer: a question that goes upstream without a
 // cache to look in (the miss path with the cache off) reads no clock here.
-func (qn *question) immediate() (found, bool) {
+// The answer is written into r, the caller's zero value (see resolve).
+func (qn *question) immediate(r *found) bool {
 	rt, asked := qn.routes, qn.client.name
 	if m := rt.local.answer(&qn.client, asked); m != nil {
 		qn.start = time.Now()
-		return found{reply: m, result: ResultLocal}, true
+		r.reply, r.result = m, ResultLocal
+		return true
 	}
 	if rt.cache == nil || len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dnswire.CountLabel(asked) == 1 ||
 		rt.cfg.ForwardECS && qn.client.ecs {
-		return found{}, false
+		return false
 	}
 	qn.start = time.Now() // the cache lookup's clock
-	r, _, ok := qn.cached(keyFor(&qn.client, asked))
-	if !ok {
-		return found{}, false
+	if _, ok := qn.cached(keyFor(&qn.client, asked), r); !ok {
+		return false
 	}
 	qn.e.counters.cacheHits.Add(1)
-	return r, true
+	return true
 }

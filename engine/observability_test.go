@@ -142,10 +142,12 @@ func TestInFlightGaugeAndStatus(t *testing.T) {
 	})
 }
 
-// TestResponseAnsweredEndsTheQuestion: Response.Answered is when the reply
-// was written, the end of the question event's Duration (a front end uses
-// it instead of reading the clock again), for a forwarded answer and for
-// one from the cache at once.
+// TestResponseAnsweredEndsTheQuestion: Response.Answered is the end of the
+// question event's Duration (a front end uses it instead of reading the
+// clock again): for a forwarded answer the end of its transaction, the
+// same reading as its attempt event's end (the rule: no clock reading
+// after the last transaction of a question answered by it); for one from
+// the cache at once, when the reply was written.
 func TestResponseAnsweredEndsTheQuestion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := rigScope(1)
@@ -156,6 +158,9 @@ func TestResponseAnsweredEndsTheQuestion(t *testing.T) {
 		res := r.ask("www.example.")
 		if res.Result != engine.ResultAnswer || res.Answered.Sub(start) != 40*time.Millisecond {
 			t.Fatalf("forwarded: %v answered %v after the start, want 40ms", res.Result, res.Answered.Sub(start))
+		}
+		if as := r.log.attemptList(); len(as) != 1 || !as[0].End.Equal(res.Answered) || as[0].End.Sub(res.Answered) != 0 {
+			t.Fatalf("forwarded: answered %v, attempts %+v: want the attempt's end", res.Answered, as)
 		}
 		time.Sleep(time.Second)
 		q, err := newQuery("www.example.", dns.TypeA).Pack()

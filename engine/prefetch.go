@@ -45,7 +45,8 @@ func (qn *question) prefetch(key cacheKey) {
 	p.setBudget(p.start)
 	e.counters.prefetches.Add(1)
 	go func() {
-		r := p.lead(key.name, key, fl, false)
+		var r found
+		p.lead(key.name, key, fl, false, &r)
 		e.counters.prefetched[r.result].Add(1)
 	}()
 }

@@ -22,8 +22,10 @@ type askBuffers struct {
 	query []byte
 	recv  [udpReceiveSize]byte
 	ids   idBuffer
-	// The candidate's scratch (newCandidate), for scopes of up to
-	// maxStackServers servers.
+	// The ask's candidate, and its scratch (candidate.reset) for
+	// scopes of up to maxStackServers servers.
+	cand  candidate
+	tx    transaction // the ask's attempt
 	until [maxStackServers]time.Duration
 	order [maxStackServers]int
 	asked [maxStackServers]bool

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"net"
+	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/miekg/dns"
 
@@ -128,6 +130,52 @@ func TestKeyForLowersOnlyWhenNeeded(t *testing.T) {
 			}
 			if k := keyFor(&cq, "Other.Example."); k.name != "other.example." {
 				t.Errorf("%s: candidate key %q", name, k.name)
+			}
+		}
+	}
+}
+
+// TestParseIntoSetsEveryField: parseInto sets each clientQuery field one
+// by one, not with a literal; a cq that held another query (every field
+// set, through reflection, so a field added later is covered) reads a
+// query exactly as a zero one does, with an OPT record and without.
+func TestParseIntoSetsEveryField(t *testing.T) {
+	plain := new(dns.Msg)
+	plain.SetQuestion("Plain.Example.", dns.TypeAAAA)
+	withOpt := new(dns.Msg)
+	withOpt.SetQuestion("opt.example.", dns.TypeA)
+	withOpt.SetEdns0(1232, true)
+	withOpt.IsEdns0().Option = append(withOpt.IsEdns0().Option, &dns.EDNS0_PADDING{Padding: make([]byte, 8)})
+	for _, m := range []*dns.Msg{plain, withOpt} {
+		raw, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, buf := range []*[maxNameText]byte{nil, new([maxNameText]byte)} {
+			var want clientQuery
+			if !want.parseInto(raw, buf) {
+				t.Fatalf("%s: does not parse", m.Question[0].Name)
+			}
+			var got clientQuery
+			v := reflect.ValueOf(&got).Elem()
+			for i := range v.NumField() {
+				f := v.Field(i)
+				f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+				switch f.Kind() {
+				case reflect.Bool:
+					f.SetBool(true)
+				case reflect.Uint16:
+					f.SetUint(0xBEEF)
+				case reflect.String:
+					f.SetString("stale.example.")
+				case reflect.Slice:
+					f.SetBytes([]byte{1, 2, 3})
+				default:
+					t.Fatalf("field %s of kind %s: teach this test to fill it", v.Type().Field(i).Name, f.Kind())
+				}
+			}
+			if !got.parseInto(raw, buf) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s (buffer %v): over a used clientQuery %+v, want %+v", m.Question[0].Name, buf != nil, got, want)
 			}
 		}
 	}

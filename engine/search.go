@@ -37,10 +37,16 @@ type found struct {
 	en       *entry
 	at       time.Time
 	reply    []byte
+	// ends says at is the question's last clock reading: the end of
+	// its own last transaction, or a follower's wake-up. After it only
+	// the engine's own work on the reply (its entry, the cache, the
+	// client's reply) happens, so it is Response.Answered without
+	// reading the clock again (two host calls as WebAssembly).
+	ends bool
 }
 
 // rcode is the found answer's rcode, or -1 without one.
-func (f found) rcode() int {
+func (f *found) rcode() int {
 	switch {
 	case f.en != nil:
 		return int(f.en.msg[3] & 0x0F)
@@ -52,12 +58,12 @@ func (f found) rcode() int {
 
 // isNXDomain reports whether f says the name does not exist, from upstream
 // or from the cache.
-func isNXDomain(f found) bool {
+func isNXDomain(f *found) bool {
 	return (f.result == ResultNXDomain || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dnswire.RcodeNameError
 }
 
 // isAnswer reports whether f carries a NOERROR reply (NODATA included).
-func isAnswer(f found) bool {
+func isAnswer(f *found) bool {
 	return (f.result == ResultAnswer || f.result == ResultLocal || f.result == ResultStale) && f.rcode() == dnswire.RcodeSuccess
 }
 
@@ -121,66 +127,80 @@ func candidateReply(src []byte, cq *clientQuery, asked, candidate string) ([]byt
 // is the engine's own; else each candidate in order, from the cache or
 // upstream, until one has an answer. NXDOMAIN moves to the next candidate
 // without spending an attempt; failures share the question's attempts.
-func (qn *question) resolve() found {
+// It writes the result into r, the caller's zero value: resolve, lookup,
+// lead, askUpstream and ask fill one found in place, as WebAssembly a
+// found returned by value is a zeroing and copies (host memmove calls)
+// at each level.
+func (qn *question) resolve(r *found) {
 	rt, asked := qn.routes, qn.client.name
 	if m := rt.local.answer(&qn.client, asked); m != nil {
-		return found{reply: m, result: ResultLocal}
+		r.reply, r.result = m, ResultLocal
+		return
 	}
 	// Before the ceiling is looked at, and not a refusal.
 	if len(qn.scope.servers) == 0 {
-		return qn.noServers(asked)
+		*r = qn.noServers(asked)
+		return
 	}
 	var buf [4]string
 	names := candidates(buf[:0], asked, qn.scope.search)
 	for i, name := range names {
 		searched := i < len(names)-1
-		r := qn.lookup(name, searched)
+		if i > 0 {
+			*r = found{} // the last candidate's NXDOMAIN
+		}
+		qn.lookup(name, searched, r)
 		if searched && isNXDomain(r) {
 			continue
 		}
 		if searched && isAnswer(r) {
-			r = qn.viaCandidate(r, asked, name)
+			*r = qn.viaCandidate(*r, asked, name)
 		}
 		if r.cacheHit {
 			qn.e.counters.cacheHits.Add(1)
 		}
-		return r
+		return
 	}
 	panic("unreachable: the name as given is always a candidate")
 }
 
 // lookup answers one candidate: locally, from the cache, by joining the
 // flight already asking it, or by asking upstream. searched says name is a
-// search candidate, whose NXDOMAIN moves on and spends nothing.
-func (qn *question) lookup(name string, searched bool) found {
+// search candidate, whose NXDOMAIN moves on and spends nothing. r is the
+// caller's zero value (see resolve).
+func (qn *question) lookup(name string, searched bool, r *found) {
 	rt := qn.routes
 	if searched {
 		if m := rt.local.answer(&qn.client, name); m != nil {
-			return found{reply: m, result: ResultLocal}
+			r.reply, r.result = m, ResultLocal
+			return
 		}
 	}
 	if rt.cfg.ForwardECS && qn.client.ecs {
-		r, _ := qn.askUpstream(name, searched)
-		return r
+		qn.askUpstream(name, searched, r)
+		return
 	}
 	key := keyFor(&qn.client, name)
 	for {
-		r, stale, ok := qn.cached(key)
+		stale, ok := qn.cached(key, r)
 		if ok {
-			return r
+			return
 		}
 		fl, leads := rt.flights.join(key, qn.trace)
 		if stale != nil {
-			if r, ok := qn.withStale(name, key, fl, leads, searched, stale); ok {
-				return r
+			if f, ok := qn.withStale(name, key, fl, leads, searched, stale); ok {
+				*r = f
+				return
 			}
 			continue
 		}
 		if leads {
-			return qn.lead(name, key, fl, searched)
+			qn.lead(name, key, fl, searched, r)
+			return
 		}
-		if r, ok := qn.follow(fl, nil); ok {
-			return r
+		if f, ok := qn.follow(fl, nil); ok {
+			*r = f
+			return
 		}
 		// The leader's client went away: ask again, perhaps as leader.
 	}
@@ -188,18 +208,19 @@ func (qn *question) lookup(name string, searched bool) found {
 
 // cached returns the cache's answer for key, if any. Hits spend no attempt
 // and ignore the ceiling. Without a live answer, stale is the entry a
-// stale answer may come from, if any.
-func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
+// stale answer may come from, if any. A hit is written into r (the
+// caller's zero value, see resolve); a miss leaves r as it is.
+func (qn *question) cached(key cacheKey, r *found) (stale *entry, ok bool) {
 	c := qn.routes.cache
 	if c == nil {
-		return found{}, nil, false
+		return nil, false
 	}
 	// The question's start is recent enough for a TTL in whole seconds,
 	// and reading the clock again costs more than the rest of a hit.
 	now := qn.start
 	en, live := c.get(key, now)
 	if !live {
-		return found{}, qn.staleEntry(en, live), false
+		return qn.staleEntry(en, live), false
 	}
 	if c.conf.PrefetchMinHits > 0 && en.prefetchDue(now, c.conf.PrefetchMinHits) {
 		if qn.client.borrowed { // the prefetch keeps the key
@@ -208,12 +229,14 @@ func (qn *question) cached(key cacheKey) (r found, stale *entry, ok bool) {
 		}
 		qn.prefetch(key)
 	}
-	return found{en: en, at: now, result: ResultLocal, cacheHit: true}, nil, true
+	r.en, r.at, r.result, r.cacheHit = en, now, ResultLocal, true
+	return nil, true
 }
 
 // lead asks name upstream for every question that joins fl, and caches the
-// answer before the followers wake.
-func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) found {
+// answer before the followers wake. r is the caller's zero value (see
+// resolve).
+func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool, r *found) {
 	rt := qn.routes
 	fl.abandoned, fl.leaderID = true, qn.id // until a result is set: a panic below must not strand the followers
 	defer func() {
@@ -231,12 +254,12 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 	// question's miss and its join. (A prefetch asks while the entry is
 	// still live: that is its point.)
 	if !qn.background {
-		if r, _, ok := qn.cached(key); ok {
+		if _, ok := qn.cached(key, r); ok {
 			fl.entry, fl.result, fl.abandoned = r.en, r.en.result, false
-			return r
+			return
 		}
 	}
-	r, en := qn.askUpstream(name, searched)
+	en := qn.askUpstream(name, searched, r)
 	fl.entry, fl.result, fl.reason, fl.abandoned = en, r.result, r.reason, abandons(r)
 	fl.spent, fl.upstream = int32(qn.spent), qn.upstream
 	if en == nil {
@@ -245,7 +268,6 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool) f
 	if en != nil && rt.cache != nil {
 		rt.cache.put(key, en)
 	}
-	return r
 }
 
 // follow waits for fl and returns its result for this question, or false
@@ -293,7 +315,7 @@ func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 		qn.tried = fl.tried
 		return found{result: fl.result, reason: fl.reason, shared: !own}, true
 	}
-	return found{en: fl.entry, at: time.Now(), result: fl.entry.result, shared: !own}, true
+	return found{en: fl.entry, at: time.Now(), result: fl.entry.result, shared: !own, ends: true}, true
 }
 
 // joined records the traces a question that waited for fl shared it with:
@@ -320,17 +342,17 @@ func (qn *question) joined(fl *flight, own bool) {
 // askUpstream asks name through the attempt loop and, for an answer or
 // NXDOMAIN, makes the entry the reply is written from. searched refunds
 // the attempt of an NXDOMAIN: it moves the question on, it is not a
-// failure.
-func (qn *question) askUpstream(name string, searched bool) (found, *entry) {
+// failure. r is the caller's zero value (see resolve).
+func (qn *question) askUpstream(name string, searched bool, r *found) *entry {
 	var res exchangeResult
-	r := qn.ask(name, &res)
+	qn.ask(name, &res, r)
 	if r.result != ResultAnswer && r.result != ResultNXDomain {
-		return r, nil
+		return nil
 	}
 	if r.result == ResultNXDomain && searched {
 		qn.spent--
 	}
 	r.en = makeEntry(res.en, &res.walked, r.result, &qn.routes.cfg.Cache, r.at) // r.at: when the reply came
 	r.en.scope = qn.scope.name
-	return r, r.en
+	return r.en
 }

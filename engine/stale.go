@@ -79,7 +79,9 @@ func (qn *question) withStale(name string, key cacheKey, fl *flight, leads, sear
 		return qn.raceStale(name, key, fl, leads, searched, stale)
 	}
 	if leads {
-		return qn.orStale(qn.lead(name, key, fl, searched), stale), true
+		var r found
+		qn.lead(name, key, fl, searched, &r)
+		return qn.orStale(r, stale), true
 	}
 	r, ok := qn.follow(fl, nil)
 	if !ok {
@@ -98,7 +100,7 @@ func (qn *question) raceStale(name string, key cacheKey, fl *flight, leads, sear
 	if leads {
 		qn.routes.flights.awaited(fl)
 		d := qn.detached()
-		go d.lead(name, key, fl, searched)
+		go d.lead(name, key, fl, searched, new(found))
 	}
 	t := time.NewTimer(qn.cfg.Cache.StaleAnswerAfter - time.Since(qn.start))
 	defer t.Stop()

@@ -211,15 +211,15 @@ func (cq *clientQuery) parseInto(raw []byte, buf *[maxNameText]byte) bool {
 	if qe < 0 {
 		return false
 	}
-	*cq = clientQuery{
-		raw:    raw,
-		id:     binary.BigEndian.Uint16(raw),
-		rd:     raw[dnswire.OffFlags]&0x01 != 0,
-		cd:     raw[dnswire.OffFlags+1]&0x10 != 0,
-		qname:  raw[dnswire.HeaderLen : qe-4],
-		qtype:  binary.BigEndian.Uint16(raw[qe-4:]),
-		qclass: binary.BigEndian.Uint16(raw[qe-2:]),
-	}
+	// Every field is set one by one (a field added to clientQuery must be
+	// set here too; TestParseIntoSetsEveryField): as WebAssembly a
+	// literal's zeroing and copy are calls to the host's memmove.
+	cq.raw, cq.id = raw, binary.BigEndian.Uint16(raw)
+	cq.rd, cq.cd = raw[dnswire.OffFlags]&0x01 != 0, raw[dnswire.OffFlags+1]&0x10 != 0
+	cq.name, cq.qname = "", raw[dnswire.HeaderLen:qe-4]
+	cq.qtype, cq.qclass = binary.BigEndian.Uint16(raw[qe-4:]), binary.BigEndian.Uint16(raw[qe-2:])
+	cq.udp, cq.opt, cq.do, cq.padded, cq.ecs = 0, false, false, false, false
+	cq.lower, cq.borrowed = false, false
 	if buf != nil {
 		if n, simple, upper := dnswire.AppendPlainNameTextUpper(buf[:0], cq.qname); simple {
 			cq.name, cq.borrowed, cq.lower = unsafe.String(&buf[0], len(n)), true, !upper
