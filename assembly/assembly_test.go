@@ -98,13 +98,13 @@ func TestReloadForgetsRemovedServers(t *testing.T) {
 	}
 	ask(t, d.Handler, "one.example.org")
 	backend := reloading{d.Engine, d}
-	if err := backend.Reconfigure(testConfig(t, a, b).EngineConfig()); err != nil {
+	if err := backend.Reload(testConfig(t, a, b)); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := testutil.GatherAndCount(met.Registry, "dohfwd_upstream_attempt_duration_seconds"); n != 1 {
 		t.Fatalf("after a reload keeping the server: %d latency series, want 1", n)
 	}
-	if err := backend.Reconfigure(testConfig(t, b).EngineConfig()); err != nil {
+	if err := backend.Reload(testConfig(t, b)); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := testutil.GatherAndCount(met.Registry, "dohfwd_upstream_attempt_duration_seconds"); n != 0 {

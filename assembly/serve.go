@@ -29,9 +29,22 @@ import (
 // Backend is what runs behind the listeners: the engine, or the edge
 // host's pool of module instances, seen by the server (status, drain,
 // reloads) and by the metrics (counters at scrape time).
+// A reload reaches it as reloading hands it on.
 type Backend interface {
-	server.Backend
+	Status() engine.Status
 	metrics.EngineStats
+}
+
+// wholeReloader is a Backend that takes a reload whole (the edge host's
+// pool, whose instances apply it as Dohfwd.Reload does).
+type wholeReloader interface {
+	Reload(*config.Config) error
+}
+
+// engineReconfigurer is a Backend that takes the engine's part of a
+// reload (the engine).
+type engineReconfigurer interface {
+	Reconfigure(engine.Config) error
 }
 
 // Serving is what runs behind the listeners.
@@ -134,30 +147,26 @@ func SetupPages(cfg *config.Config) (*setup.Handler, error) {
 	return h, nil
 }
 
-// reloading passes a reload on to the assembly once the backend took it.
+// reloading is the backend as the server sees it (server.Backend): a
+// reload goes to the backend, then, once it took it, to the assembly.
 type reloading struct {
 	Backend
 	d *Dohfwd
 }
 
-func (r reloading) Reconfigure(ec engine.Config) error {
-	if err := r.Backend.Reconfigure(ec); err != nil {
-		return err
-	}
-	r.d.Reconfigured(ec)
-	return nil
-}
-
-// Reload is a reload as package server makes it (server.Reloader): the
-// whole configuration for a backend that takes it whole (the edge host's
-// pool, whose instances apply it as Dohfwd.Reload does), the engine's
-// part for any other.
+// Reload hands cfg whole to a backend that takes it whole, its engine's
+// part to the engine; on error nothing changed.
 func (r reloading) Reload(cfg *config.Config) error {
-	whole, ok := r.Backend.(server.Reloader)
-	if !ok {
-		return r.Reconfigure(cfg.EngineConfig())
+	var err error
+	switch b := r.Backend.(type) {
+	case wholeReloader:
+		err = b.Reload(cfg)
+	case engineReconfigurer:
+		err = b.Reconfigure(cfg.EngineConfig())
+	default:
+		err = fmt.Errorf("assembly: the backend %T takes no reload", r.Backend)
 	}
-	if err := whole.Reload(cfg); err != nil {
+	if err != nil {
 		return err
 	}
 	r.d.Reconfigured(cfg.EngineConfig())

@@ -38,19 +38,14 @@ import (
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
-// Backend is what the server needs from the engine behind the handler.
+// Backend is what the server needs from what answers behind the handler:
+// the engine natively, the edge host's pool of module instances.
 type Backend interface {
 	Status() engine.Status
 	InFlight() int64
-	// Reconfigure takes a reloaded configuration; on error nothing changes.
-	Reconfigure(engine.Config) error
-}
-
-// Reloader is a Backend that takes a reload whole: the edge host's pool,
-// whose module instances each hold, besides an engine, a log level and
-// client limits of their own. reload hands it the loaded configuration in
-// place of Reconfigure(next.EngineConfig()); on error nothing changes.
-type Reloader interface {
+	// Reload takes a reloaded configuration whole (the edge host's
+	// instances each hold, besides an engine, a log level and client
+	// limits of their own); on error nothing changes.
 	Reload(*config.Config) error
 }
 
@@ -314,7 +309,7 @@ func ProxyOptions(cfg *config.Config, log zerolog.Logger) proxied.Options {
 // reload applies a new configuration file: scopes, servers, hosts, engine
 // values, the limits (Reloaded) and the log level. A file that does not
 // load, or that the engine refuses, is logged and the running
-// configuration stays. A Reloader backend gets the whole file.
+// configuration stays. The backend gets the whole file.
 func reload(o Options, current *atomic.Pointer[config.Config]) {
 	log := o.Log
 	old := current.Load()
@@ -332,12 +327,7 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 		log.Error().Err(err).Str("config", old.Source).Msg("reload rejected: keeping the running configuration")
 		return
 	}
-	if r, ok := o.Backend.(Reloader); ok {
-		err = r.Reload(next)
-	} else {
-		err = o.Backend.Reconfigure(next.EngineConfig())
-	}
-	if err != nil {
+	if err := o.Backend.Reload(next); err != nil {
 		log.Error().Err(err).Str("config", next.Source).Msg("reload rejected: keeping the running configuration")
 		return
 	}

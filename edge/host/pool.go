@@ -11,7 +11,6 @@ import (
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/server"
 	"github.com/dohfwd/dohfwd/telemetry"
 )
 
@@ -24,7 +23,7 @@ import (
 // the host serves DoH with the native handler and hands the module only
 // questions. It is also the server's Backend (package server): Status,
 // Counters and InFlight add up the instances, and a reload reaches every
-// instance whole (Reload: server.Reloader).
+// instance whole (Reload).
 type Pool struct {
 	rt *Runtime
 
@@ -37,9 +36,6 @@ type Pool struct {
 	mu  sync.Mutex
 	all []*Instance
 }
-
-// The server hands a pool a reload whole.
-var _ server.Reloader = (*Pool)(nil)
 
 // NewPool starts size instances configured with configYAML.
 func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Pool, error) {
@@ -232,7 +228,7 @@ func (p *Pool) InFlight() int64 {
 }
 
 // Reload hands every instance a reloaded configuration whole
-// (abi.ExportReload), as package server reloads a server.Reloader: each
+// (abi.ExportReload), as package server reloads its Backend: each
 // instance applies it as dohfwd serve does (its engine, log level and
 // limits), or refuses it when its engine does. The first refusal stops
 // the reload and is returned; the instances keep their configuration
@@ -256,13 +252,6 @@ func (p *Pool) Reload(cfg *config.Config) error {
 	}
 	p.config = encoded
 	return nil
-}
-
-// Reconfigure is server.Backend's reload of the engine's part alone,
-// which the pool cannot apply: its instances take a reload whole, and
-// package server calls Reload for a server.Reloader.
-func (p *Pool) Reconfigure(engine.Config) error {
-	return errors.New("edge: the pool reloads whole configurations (Reload), not the engine's part alone")
 }
 
 // Close ends every instance.
