@@ -6,11 +6,11 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
 // requests is the requests and questions in progress: their contexts by
@@ -95,7 +95,7 @@ func start(id uint32, data []byte) {
 	requests.Lock()
 	requests.cancel[id] = ctx
 	requests.Unlock()
-	workers.Run(func() {
+	workers.Run(job{request: func() {
 		var resp abi.Response
 		switch {
 		case err != nil:
@@ -111,16 +111,61 @@ func start(id uint32, data []byte) {
 		requests.scratch = abi.AppendResponse(requests.scratch[:0], &resp)
 		requests.answers = abi.AppendAnswer(requests.answers, id, requests.scratch)
 		requests.Unlock()
-	})
+	}})
 }
 
-// workers runs requests on kept goroutines (workpool): a fresh
+// workers runs requests and questions on kept goroutines: a fresh
 // goroutine's stack grows by copying on its way down to the engine's
-// socket read, in wasm about half the module's time for a request.
-var workers = workpool.New(maxIdleWorkers, func(job func()) { job() })
+// socket read, in wasm about half the module's time for a request. Not
+// internal/workpool: its workers wait in a two-case select (for its Stop),
+// which as wasm cost a question more than the engine's own channel waits;
+// the module's workers live as long as the instance and wait on one
+// channel.
+var workers = workerPool{jobs: make(chan job)}
 
 // maxIdleWorkers bounds the goroutines kept waiting for a request.
 const maxIdleWorkers = 256
+
+// job is a question to resolve, or else a request to serve: a question
+// goes as its pooled state, with no closure made for it.
+type job struct {
+	qn      *question
+	request func()
+}
+
+func (j job) run() {
+	if j.qn != nil {
+		j.qn.resolve()
+		return
+	}
+	j.request()
+}
+
+type workerPool struct {
+	jobs chan job     // unbuffered: a send succeeds only when a worker waits
+	idle atomic.Int32 // workers waiting, or about to
+}
+
+// Run hands j to a waiting worker, or starts one.
+func (p *workerPool) Run(j job) {
+	select {
+	case p.jobs <- j:
+	default:
+		go p.work(j)
+	}
+}
+
+func (p *workerPool) work(j job) {
+	for {
+		j.run()
+		if p.idle.Add(1) > maxIdleWorkers {
+			p.idle.Add(-1)
+			return
+		}
+		j = <-p.jobs
+		p.idle.Add(-1)
+	}
+}
 
 // runnable reads the scheduler's count of goroutines ready to run.
 var runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}

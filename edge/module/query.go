@@ -22,6 +22,7 @@ import (
 type question struct {
 	id     uint32
 	query  []byte
+	trace  engine.Trace // the host's, when it sent one
 	reply  []byte
 	cancel engine.CancelContext
 	ctx    context.Context // cancel, naming the client and the trace as the host asked
@@ -51,7 +52,8 @@ func ask(e *abi.Event) {
 	qn.query = append(qn.query[:0], q.Wire...)
 	var trace *engine.Trace
 	if q.HasTrace {
-		trace = &q.Trace
+		qn.trace = q.Trace // in qn, so that q stays on the stack
+		trace = &qn.trace
 	}
 	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
 		answerQuery(qn.id, &r, true)
@@ -73,7 +75,7 @@ func ask(e *abi.Event) {
 	requests.Lock()
 	requests.cancel[qn.id] = &qn.cancel
 	requests.Unlock()
-	workers.Run(qn.resolve)
+	workers.Run(job{qn: qn})
 }
 
 // resolve asks the engine on a worker goroutine.
