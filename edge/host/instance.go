@@ -16,6 +16,7 @@ import (
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
 // Instance is one instantiated module with its engine, answering any
@@ -31,8 +32,10 @@ type Instance struct {
 	memory                       linearMemory
 	buffer, poll, status, reload api.Function
 	network                      engine.Network
-	inFlight                     atomic.Int64 // requests in progress
-	receiving                    atomic.Int32 // reads the host waits on, for tests
+	readers                      *workpool.Pool[readJob] // kept goroutines for the sockets' reads
+	pollCtx                      context.Context         // names the instance to the imports
+	inFlight                     atomic.Int64            // requests in progress
+	receiving                    atomic.Int32            // reads the host waits on, for tests
 
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex
@@ -112,6 +115,8 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 		calls:   map[uint32]*call{},
 		sockets: map[uint32]*socket{},
 	}
+	in.readers = workpool.New(maxIdleReaders, in.readOnce)
+	in.pollCtx = withInstance(context.Background(), in)
 	ctx = withInstance(ctx, in)
 	// The instance's memory is reserved address space that grows in place
 	// (memory_unix.go), not wazero's slice that grows by copying.
@@ -215,9 +220,8 @@ func (in *Instance) kick() {
 			in.calling.Unlock()
 			return
 		}
-		ctx := withInstance(context.Background(), in)
 		for {
-			next, err := in.pollOnce(ctx)
+			next, err := in.pollOnce(in.pollCtx)
 			if err != nil {
 				in.closed = true
 				in.calling.Unlock()
@@ -451,5 +455,6 @@ func (in *Instance) Close(ctx context.Context) error {
 	in.timer.Stop()
 	in.calling.Unlock()
 	in.fail(errClosed)
+	in.readers.Stop()
 	return in.mod.Close(ctx)
 }

@@ -15,8 +15,8 @@ import (
 )
 
 // socket is one of the module's sockets. The imports (inside a poll)
-// open, send on and close it; a read or a TCP connect runs on a goroutine
-// of its own and comes back as an event, unless the socket was closed
+// open, send on and close it; a read runs on a reader goroutine, a TCP
+// connect on a goroutine of its own, and comes back as an event, unless the socket was closed
 // meanwhile. While a TCP connect goes on, what the module sends waits in
 // pending and a read it asks for in readMax/readDeadline: the connect's
 // goroutine carries them out once connected.
@@ -138,8 +138,8 @@ func (in *Instance) open(t engine.Transport, server netip.AddrPort, source netip
 
 var readBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
-// read is sock_recv: one read of at most max bytes on a goroutine of its
-// own, its result an event. A read already under way answers this wait too.
+// read is sock_recv: one read of at most max bytes on a reader goroutine
+// (startRead), its result an event. A read already under way answers this wait too.
 func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 	s.mu.Lock()
 	sock := s.sock
@@ -162,28 +162,47 @@ func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 	return 0
 }
 
+// readJob is one read for a reader goroutine (startRead).
+type readJob struct {
+	s        *socket
+	sock     engine.Socket
+	max      uint32
+	deadline time.Time
+}
+
+// maxIdleReaders bounds the reader goroutines an instance keeps waiting.
+const maxIdleReaders = 256
+
 // startRead runs the read of s that read asked for; s.reading is set.
+// The read runs on a kept goroutine (in.readers), which then usually
+// polls the module itself with the result (kick): a fresh goroutine per
+// read cost its start and exit, and the growth of its stack by copying
+// on the way into wazero, each time.
 func (in *Instance) startRead(s *socket, sock engine.Socket, max uint32, deadline time.Time) {
 	in.receiving.Add(1)
-	go func() {
-		defer in.receiving.Add(-1)
-		bp := readBuffers.Get().(*[]byte)
-		defer readBuffers.Put(bp)
-		b := (*bp)[:min(int(max), len(*bp))]
-		n, from, err := sock.Receive(b, deadline)
-		s.mu.Lock()
-		s.reading = false
-		closed := s.closed
-		s.mu.Unlock()
-		if closed {
-			return
-		}
-		e := abi.Event{Kind: abi.EventRead, ID: s.fd, From: from, Data: b[:n]}
-		if err != nil {
-			e.Code, e.Data = classOf(err), nil
-		}
-		in.event(&e)
-	}()
+	in.readers.Run(readJob{s: s, sock: sock, max: max, deadline: deadline})
+}
+
+// readOnce carries out a read that startRead handed over.
+func (in *Instance) readOnce(j readJob) {
+	defer in.receiving.Add(-1)
+	bp := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(bp)
+	b := (*bp)[:min(int(j.max), len(*bp))]
+	n, from, err := j.sock.Receive(b, j.deadline)
+	s := j.s
+	s.mu.Lock()
+	s.reading = false
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return
+	}
+	e := abi.Event{Kind: abi.EventRead, ID: s.fd, From: from, Data: b[:n]}
+	if err != nil {
+		e.Code, e.Data = classOf(err), nil
+	}
+	in.event(&e)
 }
 
 // instantiateSockets provides the "dohfwd" import module: the socket
