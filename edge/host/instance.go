@@ -39,6 +39,7 @@ type Instance struct {
 
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex
+	stack    [2]uint64    // parameters and results of the per-poll calls (call)
 	timer    *time.Timer  // polls at the module's deadline
 	answers  []abi.Answer // reused
 	eventsIn []byte       // the events of the poll under way
@@ -167,24 +168,37 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 
 // put writes b into the module's buffer.
 func (in *Instance) put(ctx context.Context, b []byte) error {
-	res, err := in.buffer.Call(ctx, uint64(len(b)))
+	at, err := in.call(ctx, in.buffer, uint64(len(b)))
 	if err != nil {
 		return fmt.Errorf("edge: buffer: %w", err)
 	}
-	if !in.mod.Memory().Write(uint32(res[0]), b) {
+	if !in.mod.Memory().Write(uint32(at), b) {
 		return errors.New("edge: buffer out of range")
 	}
 	return nil
 }
 
+// call calls f, an export of at most two parameters and one result, with
+// params, and returns its result: Call would allocate the stack for each
+// of the three calls a poll makes. The caller holds in.calling (or owns
+// the instance still being made).
+func (in *Instance) call(ctx context.Context, f api.Function, params ...uint64) (uint64, error) {
+	stack := in.stack[:]
+	copy(stack, params)
+	if err := f.CallWithStack(ctx, stack); err != nil {
+		return 0, err
+	}
+	return stack[0], nil
+}
+
 // view returns the n bytes of the last result, in the module's memory:
 // valid until the next call.
 func (in *Instance) view(ctx context.Context, n uint32) ([]byte, error) {
-	res, err := in.buffer.Call(ctx, 0)
+	at, err := in.call(ctx, in.buffer, 0)
 	if err != nil {
 		return nil, fmt.Errorf("edge: buffer: %w", err)
 	}
-	b, ok := in.mod.Memory().Read(uint32(res[0]), n)
+	b, ok := in.mod.Memory().Read(uint32(at), n)
 	if !ok {
 		return nil, errors.New("edge: result out of range")
 	}
@@ -255,11 +269,11 @@ func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
 	if err := in.put(ctx, in.eventsIn); err != nil {
 		return time.Time{}, err
 	}
-	res, err := in.poll.Call(ctx, api.EncodeI64(time.Now().UnixNano()), uint64(len(in.eventsIn)))
+	n, err := in.call(ctx, in.poll, api.EncodeI64(time.Now().UnixNano()), uint64(len(in.eventsIn)))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("edge: poll: %w", err)
 	}
-	out, err := in.view(ctx, uint32(res[0]))
+	out, err := in.view(ctx, uint32(n))
 	if err != nil {
 		return time.Time{}, err
 	}
