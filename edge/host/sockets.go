@@ -15,9 +15,9 @@ import (
 )
 
 // socket is one of the module's sockets. The imports (inside a poll)
-// open, send on and close it; a read runs on a reader goroutine, a TCP
-// connect on a goroutine of its own, and comes back as an event, unless the socket was closed
-// meanwhile. While a TCP connect goes on, what the module sends waits in
+// open, send on and close it; a read (on a reader goroutine) or a TCP
+// connect (on a goroutine of its own) comes back as an event, unless the
+// socket was closed meanwhile. While a TCP connect goes on, what the module sends waits in
 // pending and a read it asks for in readMax/readDeadline: the connect's
 // goroutine carries them out once connected.
 type socket struct {
@@ -139,7 +139,8 @@ func (in *Instance) open(t engine.Transport, server netip.AddrPort, source netip
 var readBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // read is sock_recv: one read of at most max bytes on a reader goroutine
-// (startRead), its result an event. A read already under way answers this wait too.
+// (startRead), its result an event. A read already under way answers this
+// wait too.
 func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 	s.mu.Lock()
 	sock := s.sock
