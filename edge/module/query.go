@@ -26,6 +26,10 @@ type question struct {
 	cancel engine.CancelContext
 	ctx    context.Context // cancel, naming the client and the trace as the host asked
 	miss   engine.Miss
+	// trace is the host's trace for the question, when it sent one:
+	// held here, as a pointer to the parsed event's would move the
+	// event to the heap for every question.
+	trace engine.Trace
 }
 
 var questions = sync.Pool{New: func() any { return &question{query: make([]byte, 0, 512), reply: make([]byte, 0, 1232)} }}
@@ -51,7 +55,8 @@ func ask(e *abi.Event) {
 	qn.query = append(qn.query[:0], q.Wire...)
 	var trace *engine.Trace
 	if q.HasTrace {
-		trace = &q.Trace
+		qn.trace = q.Trace
+		trace = &qn.trace
 	}
 	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
 		answerQuery(qn.id, &r, true)
