@@ -15,7 +15,9 @@
 # run it): after the first, every request is a cache hit.
 # Usage: scripts/bench-edge.sh [REQUESTS]   (default 20000)
 # Env: INSTANCES (1: one engine for the host); CACHE_ENTRIES (100000, the
-# default cache size) for the cache-on load; BASELINE=path/to/another/dohfwd-edge also measures it
+# default cache size) and HITS_N (3 x REQUESTS) for the cache-on load, which
+# also reports each server's CPU per request (steadier than req/s);
+# BASELINE=path/to/another/dohfwd-edge also measures it
 # `edge` in the same run (before/after figures); PROFILE_DIR=dir writes a
 # CPU profile of the edge process there (go tool pprof dohfwd-edge edge.pprof).
 set -euo pipefail
@@ -51,6 +53,7 @@ dnsport=$(freeport)
 start_bench_nsd "$dnsport"
 
 CACHE_ENTRIES=${CACHE_ENTRIES:-100000}
+HITS_N=${HITS_N:-$((3 * N))} # hits are quick: a longer load, steadier figures
 config() { # https port [upstream port [cache entries]]
 	cat <<YAML
 listen: {https: "127.0.0.1:$1", admin: ""}
@@ -83,11 +86,14 @@ config "$cserveport" "$dnsport" "$CACHE_ENTRIES" >"$work/serve-cache.yaml"
 config "$cedgeport" "$dnsport" "$CACHE_ENTRIES" >"$work/edge-cache.yaml"
 config "$cbaseport" "$dnsport" "$CACHE_ENTRIES" >"$work/base-cache.yaml"
 "$work/dohfwd" serve --config "$work/serve-cache.yaml" 2>"$work/serve-cache.log" &
+cservepid=$!
 pids+=($!)
 "$work/dohfwd-edge" --config "$work/edge-cache.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/edge-cache.log" &
+cedgepid=$!
 pids+=($!)
 if [ -n "${BASELINE:-}" ]; then
 	"$BASELINE" --config "$work/base-cache.yaml" --module "${BASELINE_MODULE:-$wasm}" --instances "${BASELINE_INSTANCES:-$INSTANCES}" 2>"$work/base-cache.log" &
+	cbasepid=$!
 	pids+=($!)
 	waitport "$cbaseport"
 fi
@@ -136,9 +142,13 @@ targets=("serve:$serveport" "edge:$edgeport")
 [ -n "${BASELINE:-}" ] && targets+=("edge-baseline:$baseport")
 ctargets=("serve:$cserveport" "edge:$cedgeport")
 [ -n "${BASELINE:-}" ] && ctargets+=("edge-baseline:$cbaseport")
+declare -A cpid=([$cserveport]=$cservepid [$cedgeport]=$cedgepid)
+[ -n "${BASELINE:-}" ] && cpid[$cbaseport]=$cbasepid
 for t in "${targets[@]}" "${ctargets[@]}"; do warm "https://127.0.0.1:${t#*:}$path"; done
 
-load() { h2load -n "$N" -c 4 -m 10 -H 'accept: application/dns-message' "$1" 2>&1; }
+load() { h2load -n "${2:-$N}" -c 4 -m 10 -H 'accept: application/dns-message' "$1" 2>&1; }
+# cpu_ticks PID: the process's user+system time so far, in clock ticks.
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 load_distinct() { # port
 	{ echo "https://127.0.0.1:$1$(head -1 "$work/paths")"; tail -n +2 "$work/paths"; } >"$work/uris.$1"
 	h2load -n "$N" -c 4 -m 10 -H 'accept: application/dns-message' -i "$work/uris.$1" 2>&1
@@ -150,17 +160,30 @@ for kind in same distinct hits; do
 	case $kind in
 	same) echo " same name, cache off (coalescing)" ;;
 	distinct) echo " distinct names" ;;
-	hits) echo " same name, cache on (hits; $CACHE_ENTRIES entries)" ;;
+	hits) echo " same name, cache on (hits; $CACHE_ENTRIES entries; $HITS_N requests; CPU of the server process)" ;;
 	esac
 	s_rps=""
 	tl=("${targets[@]}")
 	[ "$kind" = hits ] && tl=("${ctargets[@]}")
 	for t in "${tl[@]}"; do
 		name=${t%%:*}; port=${t#*:}
-		if [ "$kind" = distinct ]; then out=$(load_distinct "$port"); else out=$(load "https://127.0.0.1:$port$path"); fi
+		case $kind in
+		distinct) out=$(load_distinct "$port") ;;
+		same) out=$(load "https://127.0.0.1:$port$path") ;;
+		hits)
+			c0=$(cpu_ticks "${cpid[$port]}")
+			out=$(load "https://127.0.0.1:$port$path" "$HITS_N")
+			c1=$(cpu_ticks "${cpid[$port]}")
+			;;
+		esac
 		r=$(echo "$out" | rps_of)
 		[ -z "$s_rps" ] && s_rps=$r
-		printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)"
+		if [ "$kind" = hits ]; then
+			printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve  %6.1f us CPU/request\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)" \
+				"$(echo "($c1 - $c0) * 1000000 / $(getconf CLK_TCK) / $HITS_N" | bc -l)"
+		else
+			printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)"
+		fi
 	done
 done
 
