@@ -315,3 +315,45 @@ func nxWithSOA(soa string) memnet.Reply {
 		m.Ns = append(m.Ns, rr)
 	})
 }
+
+// A name asked often stays cached through a scan of names asked once
+// (otter's W-TinyLFU admission), also when the cache tells otter of only
+// some of its reads (answerCache.get): a cache that told it none would
+// keep the scan's last names instead.
+func TestCachePopularNamesSurviveAScan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New()
+		nw.Handle(cacheServer, memnet.Respond(memnet.Answer("@ 300 IN A 192.0.2.1")))
+		e := startEngine(t, cacheConfig(engine.CacheConfig{MaxEntries: 100}), nw)
+		ask := func(name string) enginetest.Response {
+			return enginetest.Resolve(e, context.Background(), queryFor(name, dns.TypeA))
+		}
+		const popular = 20
+		// Past half full, so otter keeps frequencies.
+		for i := range 60 {
+			ask(fmt.Sprintf("fill%d.example.", i))
+		}
+		for i := range popular {
+			ask(fmt.Sprintf("popular%d.example.", i))
+		}
+		for range 40 {
+			for i := range popular {
+				if r := ask(fmt.Sprintf("popular%d.example.", i)); !r.CacheHit {
+					t.Fatalf("popular%d: not a hit before the scan", i)
+				}
+			}
+		}
+		for i := range 2000 {
+			ask(fmt.Sprintf("scan%d.example.", i))
+		}
+		kept := 0
+		for i := range popular {
+			if ask(fmt.Sprintf("popular%d.example.", i)).CacheHit {
+				kept++
+			}
+		}
+		if kept < popular*9/10 {
+			t.Fatalf("%d of %d popular names cached after a scan of 2000 names once each (max_entries 100)", kept, popular)
+		}
+	})
+}

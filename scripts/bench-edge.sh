@@ -10,9 +10,14 @@
 # The cache is off, so every request goes upstream through the engine.
 # Two loads: the same name repeated (where one engine shares one upstream
 # question among concurrent identical ones: serve, and the edge host's one
-# instance), and distinct names (no sharing).
+# instance), and distinct names (no sharing). A third load repeats the name
+# with the cache on (CACHE_ENTRIES, the same for every server, as operators
+# run it): after the first, every request is a cache hit.
 # Usage: scripts/bench-edge.sh [REQUESTS]   (default 20000)
-# Env: INSTANCES (1: one engine for the host); BASELINE=path/to/another/dohfwd-edge also measures it
+# Env: INSTANCES (1: one engine for the host); CACHE_ENTRIES (100000, the
+# default cache size) and HITS_N (3 x REQUESTS) for the cache-on load, which
+# also reports each server's CPU per request (steadier than req/s);
+# BASELINE=path/to/another/dohfwd-edge also measures it
 # `edge` in the same run (before/after figures); PROFILE_DIR=dir writes a
 # CPU profile of the edge process there (go tool pprof dohfwd-edge edge.pprof).
 set -euo pipefail
@@ -47,13 +52,15 @@ wasm=dist/dohfwd.wasm
 dnsport=$(freeport)
 start_bench_nsd "$dnsport"
 
-config() { # https port [upstream port]
+CACHE_ENTRIES=${CACHE_ENTRIES:-100000}
+HITS_N=${HITS_N:-$((3 * N))} # hits are quick: a longer load, steadier figures
+config() { # https port [upstream port [cache entries]]
 	cat <<YAML
 listen: {https: "127.0.0.1:$1", admin: ""}
 scopes:
   - {name: bench, default_route: true, servers: ["127.0.0.1:${2:-$dnsport}"]}
 fallback_servers: []
-cache: {max_entries: 0}
+cache: {max_entries: ${3:-0}}
 log: {level: error}
 YAML
 }
@@ -73,6 +80,25 @@ if [ -n "${BASELINE:-}" ]; then
 fi
 waitport "$serveport"
 waitport "$edgeport"
+# The same three with the cache on, for the cache-hit load.
+cserveport=$(freeport); cedgeport=$(freeport); cbaseport=$(freeport)
+config "$cserveport" "$dnsport" "$CACHE_ENTRIES" >"$work/serve-cache.yaml"
+config "$cedgeport" "$dnsport" "$CACHE_ENTRIES" >"$work/edge-cache.yaml"
+config "$cbaseport" "$dnsport" "$CACHE_ENTRIES" >"$work/base-cache.yaml"
+"$work/dohfwd" serve --config "$work/serve-cache.yaml" 2>"$work/serve-cache.log" &
+cservepid=$!
+pids+=($!)
+"$work/dohfwd-edge" --config "$work/edge-cache.yaml" --module "$wasm" --instances "$INSTANCES" 2>"$work/edge-cache.log" &
+cedgepid=$!
+pids+=($!)
+if [ -n "${BASELINE:-}" ]; then
+	"$BASELINE" --config "$work/base-cache.yaml" --module "${BASELINE_MODULE:-$wasm}" --instances "${BASELINE_INSTANCES:-$INSTANCES}" 2>"$work/base-cache.log" &
+	cbasepid=$!
+	pids+=($!)
+	waitport "$cbaseport"
+fi
+waitport "$cserveport"
+waitport "$cedgeport"
 
 # workerd with the glue and the same module; TCP to nsd.
 if [ -x edge/workers/node_modules/.bin/workerd ]; then
@@ -114,25 +140,50 @@ to_us() { awk '{v=$1; if (v ~ /ms$/) {sub(/ms/,"",v); v*=1000} else if (v ~ /us$
 warm() { h2load -n 200 -c 2 -m 4 -H 'accept: application/dns-message' "$1" >/dev/null 2>&1 || true; }
 targets=("serve:$serveport" "edge:$edgeport")
 [ -n "${BASELINE:-}" ] && targets+=("edge-baseline:$baseport")
-for t in "${targets[@]}"; do warm "https://127.0.0.1:${t#*:}$path"; done
+ctargets=("serve:$cserveport" "edge:$cedgeport")
+[ -n "${BASELINE:-}" ] && ctargets+=("edge-baseline:$cbaseport")
+declare -A cpid=([$cserveport]=$cservepid [$cedgeport]=$cedgepid)
+[ -n "${BASELINE:-}" ] && cpid[$cbaseport]=$cbasepid
+for t in "${targets[@]}" "${ctargets[@]}"; do warm "https://127.0.0.1:${t#*:}$path"; done
 
-load() { h2load -n "$N" -c 4 -m 10 -H 'accept: application/dns-message' "$1" 2>&1; }
+load() { h2load -n "${2:-$N}" -c 4 -m 10 -H 'accept: application/dns-message' "$1" 2>&1; }
+# cpu_ticks PID: the process's user+system time so far, in clock ticks.
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 load_distinct() { # port
 	{ echo "https://127.0.0.1:$1$(head -1 "$work/paths")"; tail -n +2 "$work/paths"; } >"$work/uris.$1"
 	h2load -n "$N" -c 4 -m 10 -H 'accept: application/dns-message' -i "$work/uris.$1" 2>&1
 }
 single() { h2load -n 2000 -c 1 -m 1 -H 'accept: application/dns-message' "$@" 2>&1; }
 
-echo "load: $N requests, 4 connections x 10 streams, HTTP/2 over TLS; cache off; nsd upstream over UDP"
-for kind in same distinct; do
-	echo " $kind name$([ $kind = distinct ] && echo s)"
+echo "load: $N requests, 4 connections x 10 streams, HTTP/2 over TLS; cache off unless said; nsd upstream over UDP"
+for kind in same distinct hits; do
+	case $kind in
+	same) echo " same name, cache off (coalescing)" ;;
+	distinct) echo " distinct names" ;;
+	hits) echo " same name, cache on (hits; $CACHE_ENTRIES entries; $HITS_N requests; CPU of the server process)" ;;
+	esac
 	s_rps=""
-	for t in "${targets[@]}"; do
+	tl=("${targets[@]}")
+	[ "$kind" = hits ] && tl=("${ctargets[@]}")
+	for t in "${tl[@]}"; do
 		name=${t%%:*}; port=${t#*:}
-		if [ "$kind" = same ]; then out=$(load "https://127.0.0.1:$port$path"); else out=$(load_distinct "$port"); fi
+		case $kind in
+		distinct) out=$(load_distinct "$port") ;;
+		same) out=$(load "https://127.0.0.1:$port$path") ;;
+		hits)
+			c0=$(cpu_ticks "${cpid[$port]}")
+			out=$(load "https://127.0.0.1:$port$path" "$HITS_N")
+			c1=$(cpu_ticks "${cpid[$port]}")
+			;;
+		esac
 		r=$(echo "$out" | rps_of)
 		[ -z "$s_rps" ] && s_rps=$r
-		printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)"
+		if [ "$kind" = hits ]; then
+			printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve  %6.1f us CPU/request\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)" \
+				"$(echo "($c1 - $c0) * 1000000 / $(getconf CLK_TCK) / $HITS_N" | bc -l)"
+		else
+			printf '  %-22s %8.0f req/s  (%s ok)  %.2f of serve\n' "dohfwd $name:" "$r" "$(echo "$out" | ok)" "$(echo "$r / $s_rps" | bc -l)"
+		fi
 	done
 done
 
