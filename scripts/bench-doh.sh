@@ -306,12 +306,12 @@ cpu_ns() {
 	local p
 	for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done | awk '{s += $1} END {printf "%.0f\n", s}'
 }
-# tree PID: PID and its descendants (nsd runs as three processes, the
+# proc_tree PID: PID and its descendants (nsd runs as three processes, the
 # server a grandchild of the one started).
-tree() {
+proc_tree() {
 	local c
 	echo "$1"
-	for c in $(pgrep -P "$1" || true); do tree "$c"; done
+	for c in $(pgrep -P "$1" || true); do proc_tree "$c"; done
 }
 # switches PID: voluntary and involuntary context switches of its threads.
 switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt/ {v += $2} /^nonvoluntary_ctxt/ {n += $2} END {print v + 0, n + 0}'; }
@@ -321,13 +321,13 @@ idle_ticks() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
 # SYS_STATS line for NAME in $work/sys.NAME.
 sys_measured() {
 	local name=$1 n0 n1 v0 i0 v1 i1 q0 q1 out ok hdr
-	n0=$(cpu_ns $(tree "$nsd_pid"))
+	n0=$(cpu_ns $(proc_tree "$nsd_pid"))
 	read -r v0 i0 < <(switches "${pid[$name]}")
 	q0=$(idle_ticks)
 	out=$(measured "$name" distinct)
 	q1=$(idle_ticks)
 	read -r v1 i1 < <(switches "${pid[$name]}")
-	n1=$(cpu_ns $(tree "$nsd_pid"))
+	n1=$(cpu_ns $(proc_tree "$nsd_pid"))
 	ok=$(echo "$out" | awk '{print $2}')
 	# h2load: "traffic: ... total, 632.79KB (647973) headers (space savings ...)"
 	hdr=$(cat "$work"/h2load.* | sed -n 's/^traffic:.* (\([0-9]*\)) headers.*/\1/p' | awk '{s += $1} END {print s + 0}')
