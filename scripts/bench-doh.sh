@@ -53,6 +53,13 @@
 #        and nsd on CPU 1 (taskset), so neither server's threads compete
 #        with h2load and both get the same one CPU (dnsdist's threads and
 #        dohfwd's Go scheduler alike); default: no pinning;
+#        SYS_STATS=1 also reports, for each server's first cache-off
+#        distinct load, what it costs the rest of the machine: nsd's CPU
+#        per request (the upstream's share), the server's context switches
+#        per request (all threads; voluntary/involuntary), the response
+#        header bytes per response h2load received, and the CPUs' idle
+#        time per request (both servers answer at one concurrency, so idle
+#        time is latency the load could not hide);
 #        LEVEL_HUP=1 runs the info loads on the cache-off dohfwd itself,
 #        its log.level switched by SIGHUP between loads (warn, info, info,
 #        warn), so info and warn are the same process, memory and TLS
@@ -73,6 +80,7 @@ OPS_OFF=${OPS_OFF:-}
 PEER_ROUNDS=${PEER_ROUNDS:-}
 PIN=${PIN:-}
 LEVEL_HUP=${LEVEL_HUP:-}
+SYS_STATS=${SYS_STATS:-}
 # gen and serve prefix the load generator's and the servers' commands.
 gen=() serve=()
 if [ -n "$PIN" ]; then
@@ -142,6 +150,7 @@ fi
 # --- upstream: one nsd, rate limiting off ----------------------------------
 nsdport=$(freeport)
 start_bench_nsd "$nsdport"
+nsd_pid=${pids[-1]}
 
 # --- certificate for 127.0.0.1 ---------------------------------------------
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
@@ -291,6 +300,42 @@ measured() {
 	c1=$(cpu_ticks "${pid[$name]}")
 	echo "${rps:-0} ${ok:-0} $(echo "if (${ok:-0} > 0) ($c1 - $c0) * 1000000 / $hz / $ok else 0" | bc -l)"
 }
+# cpu_ns PID...: CPU time of the processes' threads so far, in
+# nanoseconds (schedstat: finer than the clock ticks of /proc/PID/stat).
+cpu_ns() {
+	local p
+	for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done | awk '{s += $1} END {printf "%.0f\n", s}'
+}
+# proc_tree PID: PID and its descendants (nsd runs as three processes, the
+# server a grandchild of the one started).
+proc_tree() {
+	local c
+	echo "$1"
+	for c in $(pgrep -P "$1" || true); do proc_tree "$c"; done
+}
+# switches PID: voluntary and involuntary context switches of its threads.
+switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt/ {v += $2} /^nonvoluntary_ctxt/ {n += $2} END {print v + 0, n + 0}'; }
+# idle_ticks: idle time of all CPUs so far, in clock ticks.
+idle_ticks() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
+# sys_measured NAME -> measured's "REQ/S OK CPU_US_PER_OK", and the
+# SYS_STATS line for NAME in $work/sys.NAME.
+sys_measured() {
+	local name=$1 n0 n1 v0 i0 v1 i1 q0 q1 out ok hdr
+	n0=$(cpu_ns $(proc_tree "$nsd_pid"))
+	read -r v0 i0 < <(switches "${pid[$name]}")
+	q0=$(idle_ticks)
+	out=$(measured "$name" distinct)
+	q1=$(idle_ticks)
+	read -r v1 i1 < <(switches "${pid[$name]}")
+	n1=$(cpu_ns $(proc_tree "$nsd_pid"))
+	ok=$(echo "$out" | awk '{print $2}')
+	# h2load: "traffic: ... total, 632.79KB (647973) headers (space savings ...)"
+	hdr=$(cat "$work"/h2load.* | sed -n 's/^traffic:.* (\([0-9]*\)) headers.*/\1/p' | awk '{s += $1} END {print s + 0}')
+	if [ "${ok:-0}" -gt 0 ]; then
+		echo "$name $(echo "($n1 - $n0) / 1000 / $ok" | bc -l) $(echo "($v1 - $v0) / $ok" | bc -l) $(echo "($i1 - $i0) / $ok" | bc -l) $(echo "$hdr / $ok" | bc -l) $(echo "($q1 - $q0) * 1000000 / $hz / $ok" | bc -l)" >"$work/sys.$name"
+	fi
+	echo "$out"
+}
 # median_us PORT URIFILE|PATH: one connection, one stream; the median
 # microseconds per request from h2load's per-request log.
 median_us() {
@@ -323,13 +368,21 @@ for cache in cache nocache; do
 			pids+=("$perfpid")
 			sleep 0.5
 		fi
-		read -r d_rps d_ok d_cpu <<<"$(measured "$d" "$kind")"
+		if [ -n "$SYS_STATS" ] && [ "$cache-$kind" = nocache-distinct ]; then
+			read -r d_rps d_ok d_cpu <<<"$(sys_measured "$d")"
+		else
+			read -r d_rps d_ok d_cpu <<<"$(measured "$d" "$kind")"
+		fi
 		if [ -n "$perfpid" ]; then
 			kill -INT "$perfpid"
 			wait "$perfpid" || true
 			cp "$dohfwd_bin" "$PERF_DIR/dohfwd"
 		fi
-		read -r s_rps s_ok s_cpu <<<"$(measured "$s" "$kind")"
+		if [ -n "$SYS_STATS" ] && [ "$cache-$kind" = nocache-distinct ]; then
+			read -r s_rps s_ok s_cpu <<<"$(sys_measured "$s")"
+		else
+			read -r s_rps s_ok s_cpu <<<"$(measured "$s" "$kind")"
+		fi
 		results+=("$cache $kind $d_rps $d_ok $s_rps $s_ok $d_cpu $s_cpu")
 		for round in $(seq 1 "$ROUNDS"); do
 			for other in base opsoff dnsdist; do
@@ -420,6 +473,15 @@ if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
 		printf ' %.2f' "${iw_rounds[@]}"
 		echo
 	fi
+fi
+if [ -n "$SYS_STATS" ] && [ -f "$work/sys.dohfwd-nocache" ] && [ -f "$work/sys.dnsdist-nocache" ]; then
+	echo
+	echo "the rest of the machine, per request (cache off, distinct; the first load of each):"
+	printf '  %-16s %12s %16s %18s %16s %14s\n' server "nsd cpu/req" "voluntary cs/req" "involuntary cs/req" "header B/answer" "idle cpu/req"
+	for name in dohfwd-nocache dnsdist-nocache; do
+		read -r _ n v i h q <"$work/sys.$name"
+		printf '  %-16s %10.1fus %16.2f %18.2f %16.0f %12.1fus\n' "$name" "$n" "$v" "$i" "$h" "$q"
+	done
 fi
 echo
 echo "file descriptors at rest after the runs:"
