@@ -63,7 +63,10 @@
 #        LEVEL_HUP=1 runs the info loads on the cache-off dohfwd itself,
 #        its log.level switched by SIGHUP between loads (warn, info, info,
 #        warn), so info and warn are the same process, memory and TLS
-#        state: steadier than a second server.
+#        state: steadier than a second server;
+#        CLIENT_EDNS=1 sends every query with an EDNS0 OPT record, as
+#        browsers do (scripts/bench-lib.sh): dnsdist then passes an OPT
+#        upstream too, as dohfwd always does, so nsd's work is alike.
 # Installs dnsdist and nghttp2-client (h2load) with apt-get when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,14 @@
 # an array `pids` (processes its cleanup kills) before using these.
 
 # bench_same_path is the DoH GET path of www.bench.test A (ID 0, RD).
+# CLIENT_EDNS=1 gives every query of the benchmarks an EDNS0 OPT record
+# (UDP size 1232, no options), as browsers' queries carry one: a
+# forwarder that passes queries through then sends the upstream the same
+# OPT that dohfwd always sends (SPEC §1.3), so both load nsd alike.
 bench_same_path="/dns-query?dns=AAABAAABAAAAAAAAA3d3dwViZW5jaAR0ZXN0AAABAAE"
+if [ "${CLIENT_EDNS:-}" = 1 ]; then
+	bench_same_path="/dns-query?dns=AAABAAABAAAAAAABA3d3dwViZW5jaAR0ZXN0AAABAAEAACkE0AAAAAAAAA"
+fi
 
 # freeport prints a port free on 127.0.0.1 for both TCP and UDP (nsd binds
 # both).
@@ -79,15 +86,19 @@ CONF
 }
 
 # write_distinct_paths N prints N DoH GET paths, one a line, for distinct
-# names nI.bench.test A (the zone's wildcard answers them).
+# names nI.bench.test A (the zone's wildcard answers them); with an OPT
+# record when CLIENT_EDNS=1.
 write_distinct_paths() {
-	python3 - "$1" <<'PY'
+	python3 - "$1" "${CLIENT_EDNS:-}" <<'PY'
 import base64, struct, sys
+edns = sys.argv[2] == "1"
 for i in range(int(sys.argv[1])):
-    q = struct.pack(">6H", 0, 0x0100, 1, 0, 0, 0)
+    q = struct.pack(">6H", 0, 0x0100, 1, 0, 0, 1 if edns else 0)
     for label in f"n{i}.bench.test".split("."):
         q += bytes([len(label)]) + label.encode()
     q += b"\0" + struct.pack(">2H", 1, 1)
+    if edns:
+        q += b"\0" + struct.pack(">HHIH", 41, 1232, 0, 0)
     print("/dns-query?dns=" + base64.urlsafe_b64encode(q).decode().rstrip("="))
 PY
 }
