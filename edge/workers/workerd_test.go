@@ -361,6 +361,7 @@ log:
 	// (engine-servers.server-choice-rule): the first server refuses, the
 	// second answers, without the 2 s timeout.
 	t.Run("refused connect moves on at once", func(t *testing.T) {
+		before := status(t, base)
 		m, took := ask(t, "GET", base, "www.refused.test")
 		wantA(t, m, "192.0.2.5")
 		if took > time.Second {
@@ -370,6 +371,11 @@ log:
 			t.Fatalf("second server read %d queries, want 1", n)
 		}
 		onlyTCP(t, s5)
+		// The failure is the connect's (EventConnected), not the read's.
+		b, c := before.Counters.Attempts, status(t, base).Counters.Attempts
+		if n := c["connect_error"] - b["connect_error"]; n != 1 || c["recv_error"] != b["recv_error"] {
+			t.Fatalf("attempts %v -> %v: want one more connect_error and no recv_error", b, c)
+		}
 	})
 
 	// A plain RFC 8484 request goes to the module as its question
