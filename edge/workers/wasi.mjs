@@ -25,7 +25,14 @@ export class ProcExit extends Error {
 // createWasi returns { imports, setMemory } for the module.
 export function createWasi({ args = ["dohfwd"], env = {}, log = console } = {}) {
   let memory;
-  const view = () => new DataView(memory.buffer);
+  // One DataView while the memory keeps its buffer (it changes only when
+  // the memory grows): the Go runtime reads the clock several times a poll.
+  let dv = null;
+  const view = () => {
+    const buf = memory.buffer;
+    if (dv === null || dv.buffer !== buf) dv = new DataView(buf);
+    return dv;
+  };
   const bytes = () => new Uint8Array(memory.buffer);
   const enc = new TextEncoder();
   const dec = new TextDecoder();

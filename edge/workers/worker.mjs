@@ -56,6 +56,7 @@ class Instance {
     this.polling = false; // inside dohfwd_poll
     this.timer = null;
     this.timerAt = 0; // when the timer fires (Date.now() ms)
+    this.epoch = 0; // counts the times the instance went quiet
     this.broken = null;
     this.quietWaiters = []; // resolved when no request is in progress
     this.front = { path: "", questions: false, server_timing: false, trace_context: false }; // abi.Front
@@ -74,8 +75,11 @@ class Instance {
 
   settle() {
     if (this.calls.size !== 0) return;
-    // Every request ends now, and with them the timer.
-    clearTimeout(this.timer);
+    // Every request ends now, and with them the timer: it is left to go
+    // with its request rather than cleared (clearTimeout showed in the
+    // profile, once per question), and does nothing if it still fires
+    // (its epoch is over).
+    this.epoch++;
     this.timer = null;
     const waiters = this.quietWaiters;
     this.quietWaiters = [];
@@ -92,11 +96,16 @@ class Instance {
     return new Uint8Array(this.exports.memory.buffer, ptr, n >>> 0);
   }
 
-  // event queues one event (abi.AppendEvent) and a poll to hand it in.
+  // event queues one event (abi.AppendEvent) and hands it in: at once,
+  // in the context of the request or socket it comes from, unless a poll
+  // is already due or under way (then it joins the next). workerd runs
+  // the microtasks after each socket's or request's own turn, so a
+  // microtask per event batched nothing and cost a hop per question.
   event(kind, id, code, data) {
     this.events.push([kind, id, code, data]);
     this.eventBytes += EventHeaderSize + (data ? data.length : 0);
-    this.schedule();
+    if (this.scheduled || this.polling) this.schedule();
+    else this.poll();
   }
 
   schedule() {
@@ -170,8 +179,10 @@ class Instance {
     if (this.timer !== null && this.timerAt <= deadline) return;
     clearTimeout(this.timer);
     const now = Date.now();
+    const epoch = this.epoch;
     this.timerAt = Math.max(now, deadline);
     this.timer = setTimeout(() => {
+      if (this.epoch !== epoch) return;
       this.timer = null;
       this.poll();
     }, this.timerAt - now);
@@ -198,16 +209,7 @@ class Instance {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.calls.set(id, { resolve, reject });
-      // A request's event is polled in at once, in its own request's
-      // context, unless a poll is already due (then it joins that one):
-      // a microtask per request showed in the glue's profile.
-      if (this.scheduled || this.polling) {
-        this.event(kind, id, code, data);
-      } else {
-        this.events.push([kind, id, code, data]);
-        this.eventBytes += EventHeaderSize + data.length;
-        this.poll();
-      }
+      this.event(kind, id, code, data);
       signal?.addEventListener("abort", () => {
         if (this.calls.has(id)) this.event(EventCancel, id, 0, null);
       }, { once: true });
@@ -290,8 +292,10 @@ function decodeResponse(b) {
 }
 
 // question answers a plain RFC 8484 request whose query is q (its
-// question ending at end) with the module's engine alone.
-async function question(it, q, end, request, ctx) {
+// question ending at end) with the module's engine alone. Not an async
+// function, nor is fetch on this path: each await and each async return
+// is a promise hop per question.
+function question(it, q, end, request, ctx) {
   let code = 0;
   let data = q;
   let trace = null;
@@ -304,74 +308,91 @@ async function question(it, q, end, request, ctx) {
   }
   const answer = it.call(EventQuery, data, request.signal ?? null, code);
   ctx?.waitUntil(it.quiet());
-  const resp = response(q, end, await answer, it.front, trace);
-  return new Response(resp.body, { status: resp.status, headers: resp.headers });
+  return answer.then((a) => {
+    const resp = response(q, end, a, it.front, trace);
+    return new Response(resp.body, { status: resp.status, headers: resp.headers });
+  });
 }
 
 export default {
-  async fetch(request, env, ctx) {
-    let it = ready;
-    if (it === null || it.broken) {
-      if (!instance) {
-        instance = setup(env);
-        instance.catch(() => { instance = null; });
-      }
-      it = await instance;
-      it.promise ??= instance;
-      if (!it.broken) ready = it;
+  // fetch answers a plain GET at once on the ready instance (question
+  // returns the response's promise); every other request is serve's.
+  fetch(request, env, ctx) {
+    const it = ready;
+    if (it !== null && !it.broken) {
+      const end = plainGET(it, request);
+      if (end) return question(it, end.query, end.end, request, ctx);
     }
-
-    // A plain request's path and query, read off the URL as it came when
-    // it needs no normalising; the URL parser for the rest.
-    if (it.front.questions) {
-      const u = request.url;
-      const start = u.indexOf("/", u.indexOf("//") + 2);
-      const q = u.indexOf("?", start);
-      if (start > 0 && q > 0 && u.slice(start, q) === it.front.path && request.method === "GET") {
-        const query = dnsParam(u.slice(q));
-        const end = query ? plainEnd(query) : 0;
-        if (end) return question(it, query, end, request, ctx);
-      }
-    }
-    const url = new URL(request.url);
-
-    // DOHFWD_STATUS_PATH, when bound, serves the module's status there
-    // (the tests read it; keep it unset or secret in production).
-    if (env.DOHFWD_STATUS_PATH && url.pathname === env.DOHFWD_STATUS_PATH) {
-      return Response.json(status(it));
-    }
-
-    let body = null;
-    if (it.front.questions && url.pathname === it.front.path) {
-      let q = null;
-      if (request.method === "GET") {
-        q = dnsParam(url.search);
-      } else if (request.method === "POST" && isDNSMessage(request.headers.get("content-type"))) {
-        const cl = request.headers.get("content-length");
-        body = new Uint8Array(await request.arrayBuffer());
-        if (body.length <= MaxMessageSize && (cl === null || Number(cl) <= MaxMessageSize)) q = body;
-      }
-      const end = q ? plainEnd(q) : 0;
-      if (end) return question(it, q, end, request, ctx);
-    }
-
-    if (body === null) {
-      body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
-    }
-    const headers = [["Host", url.host]];
-    for (const k of FORWARDED) {
-      const v = request.headers.get(k);
-      if (v !== null) headers.push([k, v]);
-    }
-    const ip = request.headers.get("cf-connecting-ip");
-    const remote = ip ? (ip.includes(":") ? `[${ip}]:0` : `${ip}:0`) : "[::]:0";
-    const req = encodeRequest(request.method, url.pathname + url.search, remote, body, headers);
-    const answer = it.call(EventRequest, req, request.signal ?? null);
-    ctx?.waitUntil(it.quiet());
-    const resp = decodeResponse(await answer);
-    return new Response(resp.status === 204 || resp.status === 304 ? null : resp.body, {
-      status: resp.status,
-      headers: resp.headers,
-    });
+    return serve(request, env, ctx);
   },
 };
+
+// plainGET returns a plain GET's query and its question's end, read off the
+// URL as it came when it needs no normalising, or null: the URL parser
+// then decides.
+function plainGET(it, request) {
+  if (!it.front.questions || request.method !== "GET") return null;
+  const u = request.url;
+  const start = u.indexOf("/", u.indexOf("//") + 2);
+  const q = u.indexOf("?", start);
+  if (start <= 0 || q <= 0 || u.slice(start, q) !== it.front.path) return null;
+  const query = dnsParam(u.slice(q));
+  const end = query ? plainEnd(query) : 0;
+  return end ? { query, end } : null;
+}
+
+// serve answers any request: it waits for the instance on the first.
+async function serve(request, env, ctx) {
+  let it = ready;
+  if (it === null || it.broken) {
+    if (!instance) {
+      instance = setup(env);
+      instance.catch(() => { instance = null; });
+    }
+    it = await instance;
+    it.promise ??= instance;
+    if (!it.broken) ready = it;
+  }
+  const plain = plainGET(it, request);
+  if (plain) return question(it, plain.query, plain.end, request, ctx);
+  const url = new URL(request.url);
+
+  // DOHFWD_STATUS_PATH, when bound, serves the module's status there
+  // (the tests read it; keep it unset or secret in production).
+  if (env.DOHFWD_STATUS_PATH && url.pathname === env.DOHFWD_STATUS_PATH) {
+    return Response.json(status(it));
+  }
+
+  let body = null;
+  if (it.front.questions && url.pathname === it.front.path) {
+    let q = null;
+    if (request.method === "GET") {
+      q = dnsParam(url.search);
+    } else if (request.method === "POST" && isDNSMessage(request.headers.get("content-type"))) {
+      const cl = request.headers.get("content-length");
+      body = new Uint8Array(await request.arrayBuffer());
+      if (body.length <= MaxMessageSize && (cl === null || Number(cl) <= MaxMessageSize)) q = body;
+    }
+    const end = q ? plainEnd(q) : 0;
+    if (end) return question(it, q, end, request, ctx);
+  }
+
+  if (body === null) {
+    body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
+  }
+  const headers = [["Host", url.host]];
+  for (const k of FORWARDED) {
+    const v = request.headers.get(k);
+    if (v !== null) headers.push([k, v]);
+  }
+  const ip = request.headers.get("cf-connecting-ip");
+  const remote = ip ? (ip.includes(":") ? `[${ip}]:0` : `${ip}:0`) : "[::]:0";
+  const req = encodeRequest(request.method, url.pathname + url.search, remote, body, headers);
+  const answer = it.call(EventRequest, req, request.signal ?? null);
+  ctx?.waitUntil(it.quiet());
+  const resp = decodeResponse(await answer);
+  return new Response(resp.status === 204 || resp.status === 304 ? null : resp.body, {
+    status: resp.status,
+    headers: resp.headers,
+  });
+}
