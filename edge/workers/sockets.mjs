@@ -49,6 +49,20 @@ export function createSockets(memory, onEvent) {
   const dec = new TextDecoder();
   const bytes = () => new Uint8Array(memory().buffer);
   const view = () => new DataView(memory().buffer);
+  // The engine connects to the same few servers again and again: the last
+  // address's bytes and their decoded peer spare a decode per question.
+  let lastAddr = new Uint8Array(0);
+  let lastPeer = null;
+  const peerOf = (addrPtr, addrLen) => {
+    const b = new Uint8Array(memory().buffer, addrPtr, addrLen);
+    let same = lastPeer !== null && addrLen === lastAddr.length;
+    for (let i = 0; same && i < addrLen; i++) same = b[i] === lastAddr[i];
+    if (same) return lastPeer;
+    lastAddr = b.slice();
+    lastPeer = parseAddr(dec.decode(lastAddr));
+    return lastPeer;
+  };
+  const ignore = () => {};
 
   // read answers the module's wait on s with one chunk of at most max
   // bytes. It reads at once, connected or not: a read asked for while
@@ -94,7 +108,7 @@ export function createSockets(memory, onEvent) {
     sock_open(transport, addrPtr, addrLen, _srcPtr, _srcLen, _deadline, fdPtr) {
       // Workers have no UDP and choose their own egress address.
       if (transport !== TransportTCP) return ErrLocal;
-      const peer = parseAddr(dec.decode(bytes().slice(addrPtr, addrPtr + addrLen)));
+      const peer = peerOf(addrPtr, addrLen);
       let sock;
       try {
         sock = connect(peer, { allowHalfOpen: false });
@@ -141,7 +155,7 @@ export function createSockets(memory, onEvent) {
       const s = open.get(fd);
       if (!s) return ErrOther;
       open.delete(fd);
-      s.sock.close().catch(() => {});
+      s.sock.close().catch(ignore);
       return 0;
     },
   };
