@@ -123,6 +123,10 @@ export function createSockets(memory, onEvent) {
       // the read fails. The module keeps the connect's deadline: it
       // closes the socket then.
       const s = { sock, reader: sock.readable.getReader(), writer: sock.writable.getWriter(), reading: false, left: null, failed: 0, peer };
+      // A connect that fails after the module closed the socket (its
+      // deadline) has no read left to ask about it: handled here, so
+      // it is no unhandled rejection.
+      sock.opened.catch(ignore);
       open.set(fd, s);
       view().setUint32(fdPtr, fd, true);
       return 0;
