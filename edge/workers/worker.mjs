@@ -321,8 +321,8 @@ export default {
   fetch(request, env, ctx) {
     const it = ready;
     if (it !== null && !it.broken) {
-      const end = plainGET(it, request);
-      if (end) return question(it, end.query, end.end, request, ctx);
+      const plain = plainGET(it, request);
+      if (plain) return question(it, plain.query, plain.end, request, ctx);
     }
     return serve(request, env, ctx);
   },
@@ -342,7 +342,8 @@ function plainGET(it, request) {
   return end ? { query, end } : null;
 }
 
-// serve answers any request: it waits for the instance on the first.
+// serve answers any request fetch did not: it waits for the instance on
+// the first, which may be a plain GET too.
 async function serve(request, env, ctx) {
   let it = ready;
   if (it === null || it.broken) {
@@ -353,9 +354,9 @@ async function serve(request, env, ctx) {
     it = await instance;
     it.promise ??= instance;
     if (!it.broken) ready = it;
+    const plain = plainGET(it, request);
+    if (plain) return question(it, plain.query, plain.end, request, ctx);
   }
-  const plain = plainGET(it, request);
-  if (plain) return question(it, plain.query, plain.end, request, ctx);
   const url = new URL(request.url);
 
   // DOHFWD_STATUS_PATH, when bound, serves the module's status there
