@@ -9,7 +9,7 @@
 // cancels and socket results are events handed in with dohfwd_poll, which
 // returns the finished answers and the time to call it again. Nothing
 // waits inside the module, so no JSPI: a poll is an ordinary call, and the
-// waiting is promises (sockets.mjs) and a timer per waiting request. The engine state
+// waiting is promises (sockets.mjs) and timers. The engine state
 // (cache, coalescing, demotion marks) is the isolate's.
 //
 // A plain RFC 8484 request (rfc8484.mjs) goes in as its DNS question
@@ -34,6 +34,10 @@ const QueryTrace = 2;
 const EventHeaderSize = 36;
 const PollHeaderSize = 8;
 
+// KeepAlive (ms) is how often a waiting request's own timer comes round
+// when the instance's timer is in another request's context.
+const KeepAlive = 5000;
+
 // abi.ForwardedHeaders: the request headers the DoH handling reads; the rest stay here.
 const FORWARDED = ["accept", "content-type", "content-length", "x-forwarded-for", "forwarded", "user-agent", "traceparent"];
 
@@ -55,6 +59,8 @@ class Instance {
     this.scheduled = false;
     this.polling = false; // inside dohfwd_poll
     this.deadline = 0; // the module's next deadline (Date.now() ms)
+    this.wakeAt = Infinity; // when the instance's timer fires
+    this.wakeToken = null; // the live timer's { owner }
     this.broken = null;
     this.quietWaiters = []; // resolved when no request is in progress
     this.front = { path: "", questions: false, server_timing: false, trace_context: false }; // abi.Front
@@ -72,6 +78,10 @@ class Instance {
 
   settle() {
     if (this.calls.size !== 0) return;
+    // Every request ends now, and with them the timer: it is left to go
+    // with its request rather than cleared, and does nothing if it fires.
+    this.wakeToken = null;
+    this.wakeAt = Infinity;
     const waiters = this.quietWaiters;
     this.quietWaiters = [];
     for (const resolve of waiters) resolve();
@@ -92,11 +102,12 @@ class Instance {
   // is already due or under way (then it joins the next). workerd runs
   // the microtasks after each socket's or request's own turn, so a
   // microtask per event batched nothing and cost a hop per question.
-  event(kind, id, code, data) {
+  // owner is the request whose context this runs in, when known (0 if not).
+  event(kind, id, code, data, owner = 0) {
     this.events.push([kind, id, code, data]);
     this.eventBytes += EventHeaderSize + (data ? data.length : 0);
     if (this.scheduled || this.polling) this.schedule();
-    else this.poll();
+    else this.poll(owner);
   }
 
   schedule() {
@@ -134,9 +145,10 @@ class Instance {
     return n;
   }
 
-  // poll hands the events in, the answers out, and notes the module's
-  // next deadline for the waiting requests' timers (wait).
-  poll() {
+  // poll hands the events in, the answers out, and sets the timer for
+  // the module's next deadline (wake), in the context it runs in, that of
+  // request owner when known.
+  poll(owner = 0) {
     if (this.broken) return;
     let n;
     this.polling = true;
@@ -166,25 +178,41 @@ class Instance {
     this.settle();
     // Rounded up: a timer set for the deadline then finds it passed.
     this.deadline = Math.ceil(deadline);
+    // While requests are in progress a timer that fires no later than
+    // the deadline is kept (an early poll costs little, a new timer on
+    // every poll does); once quiet there is no request left for one.
+    if (this.calls.size !== 0 && this.deadline < this.wakeAt) this.wake(owner);
   }
 
-  // wait keeps the waiting call id's request alive in its own context: a
-  // timer for the module's deadline, polling then unless another
-  // request's timer has (the deadline moved on), and set again while the
-  // call waits. workerd cancels a request as hung ("would never generate
-  // a response") when nothing is pending in its own context, and a
-  // follower of a coalesced question (its answer comes from the leader's
-  // socket) or a question whose socket another request's poll opened
-  // has nothing else there: one timer for the instance, in one request's
-  // context, failed such requests with 500 (TestWorkerd "coalesced
-  // questions from 50 clients"; 0.2-2.6 % of h2load's at 20 in flight).
-  // A one-stream question sets one timer, as before, and clears none.
-  wait(id) {
+  // wake sets the instance's timer for the deadline, in the current
+  // context. A timer replaced by an earlier one is not cleared: it does
+  // nothing when it fires, beyond keeping its owner's request alive.
+  wake(owner) {
+    const token = { owner };
+    this.wakeToken = token;
+    this.wakeAt = this.deadline;
     setTimeout(() => {
-      if (!this.calls.has(id)) return;
-      if (Date.now() >= this.deadline) this.poll();
-      if (this.calls.has(id)) this.wait(id);
+      if (this.wakeToken === token) {
+        this.wakeToken = null;
+        this.wakeAt = Infinity;
+        if (this.calls.size !== 0) this.poll(owner);
+      }
+      if (owner !== 0 && this.calls.has(owner) && this.wakeToken?.owner !== owner) this.keep(owner);
     }, Math.max(1, this.deadline - Date.now()));
+  }
+
+  // keep gives the waiting call id's request a timer of its own. workerd
+  // cancels a request as hung ("would never generate a response", HTTP
+  // 500) when nothing is pending in its own context, and a follower of a
+  // coalesced question (its answer comes from the leader's socket) or a
+  // question whose socket another request's poll opened has nothing else
+  // there (TestWorkerd "coalesced questions from 50 clients"). A
+  // one-stream question's own poll sets the instance's timer in its
+  // context, so it needs none.
+  keep(id) {
+    setTimeout(() => {
+      if (this.calls.has(id)) this.keep(id);
+    }, KeepAlive);
   }
 
   // fail ends every request with err; the next request starts a new instance.
@@ -206,8 +234,8 @@ class Instance {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.calls.set(id, { resolve, reject });
-      this.event(kind, id, code, data);
-      if (this.calls.has(id)) this.wait(id);
+      this.event(kind, id, code, data, id);
+      if (this.calls.has(id) && this.wakeToken?.owner !== id) this.keep(id);
       signal?.addEventListener("abort", () => {
         if (this.calls.has(id)) this.event(EventCancel, id, 0, null);
       }, { once: true });
