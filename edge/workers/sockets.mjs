@@ -44,38 +44,59 @@ function parseAddr(s) {
 // module's memory at the time of a call, onEvent(kind, fd, code, peer,
 // data) takes each socket event for the next poll.
 export function createSockets(memory, onEvent) {
-  const open = new Map(); // fd -> { sock, reader, writer, opened, reading, left, failed, peer }
+  const open = new Map(); // fd -> { sock, reader, writer, reading, left, failed, peer }
   let nextFd = 1;
   const dec = new TextDecoder();
   const bytes = () => new Uint8Array(memory().buffer);
   const view = () => new DataView(memory().buffer);
+  // The engine connects to the same few servers again and again: the last
+  // address's bytes and their decoded peer spare a decode per question.
+  let lastAddr = new Uint8Array(0);
+  let lastPeer = null;
+  const peerOf = (addrPtr, addrLen) => {
+    const b = new Uint8Array(memory().buffer, addrPtr, addrLen);
+    let same = lastPeer !== null && addrLen === lastAddr.length;
+    for (let i = 0; same && i < addrLen; i++) same = b[i] === lastAddr[i];
+    if (same) return lastPeer;
+    lastAddr = b.slice();
+    lastPeer = parseAddr(dec.decode(lastAddr));
+    return lastPeer;
+  };
+  const ignore = () => {};
 
-  // read answers the module's wait on s with one chunk of at most max bytes.
-  // A read asked for while connecting starts once connected; a failed
-  // connect is reported by its own event, not the read's.
-  const read = async (fd, s, max) => {
-    if (s.opened !== 0) {
-      s.opened = await s.opened;
-      if (s.opened !== 0) {
+  // read answers the module's wait on s with one chunk of at most max
+  // bytes. It reads at once, connected or not: a read asked for while
+  // connecting ends when the connect does, so a question's read costs no
+  // wait on opened first. Only a read that fails asks whether the connect
+  // did: a failed connect is reported by its own event (EventConnected,
+  // connect_error), not the read's.
+  const read = (fd, s, max) => {
+    if (s.left) {
+      // The rest of a chunk: after this poll, as every event.
+      const chunk = s.left;
+      s.left = null;
+      queueMicrotask(() => deliver(fd, s, max, chunk));
+      return;
+    }
+    s.reader.read().then(
+      (r) => deliver(fd, s, max, r.done ? null : r.value),
+      (err) => {
         s.reading = false;
-        return;
-      }
-    }
-    let chunk = s.left;
-    s.left = null;
-    let code = 0;
-    if (!chunk) {
-      try {
-        const r = await s.reader.read();
-        if (r.done) code = ErrClosed;
-        else chunk = r.value;
-      } catch (err) {
-        code = classify(err);
-      }
-    }
+        if (open.get(fd) !== s) return; // closed meanwhile: no event
+        const code = classify(err);
+        s.sock.opened.then(
+          () => { if (open.get(fd) === s) onEvent(EventRead, fd, s.failed || code, s.peer, null); },
+          (cerr) => { if (open.get(fd) === s) onEvent(EventConnected, fd, classify(cerr), s.peer, null); },
+        );
+      },
+    );
+  };
+
+  // deliver ends a read with chunk, or with the stream's end (null).
+  const deliver = (fd, s, max, chunk) => {
     s.reading = false;
     if (open.get(fd) !== s) return; // closed meanwhile: no event
-    if (code !== 0) return onEvent(EventRead, fd, s.failed || code, s.peer, null);
+    if (chunk === null) return onEvent(EventRead, fd, s.failed || ErrClosed, s.peer, null);
     if (chunk.length > max) {
       s.left = chunk.subarray(max);
       chunk = chunk.subarray(0, max);
@@ -87,7 +108,7 @@ export function createSockets(memory, onEvent) {
     sock_open(transport, addrPtr, addrLen, _srcPtr, _srcLen, _deadline, fdPtr) {
       // Workers have no UDP and choose their own egress address.
       if (transport !== TransportTCP) return ErrLocal;
-      const peer = parseAddr(dec.decode(bytes().slice(addrPtr, addrPtr + addrLen)));
+      const peer = peerOf(addrPtr, addrLen);
       let sock;
       try {
         sock = connect(peer, { allowHalfOpen: false });
@@ -97,23 +118,15 @@ export function createSockets(memory, onEvent) {
       const fd = nextFd++;
       // The module sends its query and asks for the read in the same poll
       // (package abi): the writer queues the bytes until the connection
-      // is open, and the read waits for it (opened: a promise of 0 or the
-      // connect's failure, then that value). A connect that succeeds
-      // sends no event; one that fails sends EventConnected. The module
-      // keeps the connect's deadline: it closes the socket then.
-      const s = {
-        sock, reader: sock.readable.getReader(), writer: sock.writable.getWriter(),
-        opened: null, reading: false, left: null, failed: 0, peer,
-      };
-      s.opened = sock.opened.then(
-        () => (s.opened = 0),
-        (err) => {
-          const code = classify(err);
-          s.opened = code;
-          if (open.get(fd) === s) onEvent(EventConnected, fd, code, peer, null);
-          return code;
-        },
-      );
+      // is open, and the read ends once it is (or fails). A connect that
+      // succeeds sends no event; one that fails sends EventConnected, when
+      // the read fails. The module keeps the connect's deadline: it
+      // closes the socket then.
+      const s = { sock, reader: sock.readable.getReader(), writer: sock.writable.getWriter(), reading: false, left: null, failed: 0, peer };
+      // A connect that fails after the module closed the socket (its
+      // deadline) has no read left to ask about it: handled here, so
+      // it is no unhandled rejection.
+      sock.opened.catch(ignore);
       open.set(fd, s);
       view().setUint32(fdPtr, fd, true);
       return 0;
@@ -124,7 +137,6 @@ export function createSockets(memory, onEvent) {
     sock_send(fd, ptr, len) {
       const s = open.get(fd);
       if (!s) return ErrOther;
-      if (typeof s.opened === "number" && s.opened !== 0) return s.opened;
       if (s.failed) return s.failed;
       s.writer.write(bytes().slice(ptr, ptr + len)).catch((err) => {
         s.failed ||= classify(err);
@@ -147,7 +159,7 @@ export function createSockets(memory, onEvent) {
       const s = open.get(fd);
       if (!s) return ErrOther;
       open.delete(fd);
-      s.sock.close().catch(() => {});
+      s.sock.close().catch(ignore);
       return 0;
     },
   };

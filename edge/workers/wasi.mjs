@@ -25,7 +25,14 @@ export class ProcExit extends Error {
 // createWasi returns { imports, setMemory } for the module.
 export function createWasi({ args = ["dohfwd"], env = {}, log = console } = {}) {
   let memory;
-  const view = () => new DataView(memory.buffer);
+  // One DataView while the memory keeps its buffer (it changes only when
+  // the memory grows): the Go runtime reads the clock several times a poll.
+  let dv = null;
+  const view = () => {
+    const buf = memory.buffer;
+    if (dv === null || dv.buffer !== buf) dv = new DataView(buf);
+    return dv;
+  };
   const bytes = () => new Uint8Array(memory.buffer);
   const enc = new TextEncoder();
   const dec = new TextDecoder();
@@ -52,10 +59,21 @@ export function createWasi({ args = ["dohfwd"], env = {}, log = console } = {}) 
   // Workers advance Date.now() only across I/O, which is all the engine
   // needs: deadlines are checked after awaiting sockets and timers. The
   // monotonic clock counts from instantiation.
+  // Date.now() stands still between I/O, and the Go runtime reads the
+  // clock about nine times a question: the last reading's nanoseconds
+  // are kept, not made again as two BigInts each time.
   const origin = Date.now();
+  let lastMs = -1;
+  let lastReal = 0n;
+  let lastMono = 0n;
   const nowNanos = (id) => {
-    const ms = id === CLOCK_REALTIME ? Date.now() : Date.now() - origin + 1;
-    return BigInt(ms) * 1000000n;
+    const now = Date.now();
+    if (now !== lastMs) {
+      lastMs = now;
+      lastReal = BigInt(now) * 1000000n;
+      lastMono = BigInt(now - origin + 1) * 1000000n;
+    }
+    return id === CLOCK_REALTIME ? lastReal : lastMono;
   };
 
   const wasi = {

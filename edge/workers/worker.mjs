@@ -9,7 +9,7 @@
 // cancels and socket results are events handed in with dohfwd_poll, which
 // returns the finished answers and the time to call it again. Nothing
 // waits inside the module, so no JSPI: a poll is an ordinary call, and the
-// waiting is promises (sockets.mjs) and one timer. The engine state
+// waiting is promises (sockets.mjs) and timers. The engine state
 // (cache, coalescing, demotion marks) is the isolate's.
 //
 // A plain RFC 8484 request (rfc8484.mjs) goes in as its DNS question
@@ -34,6 +34,10 @@ const QueryTrace = 2;
 const EventHeaderSize = 36;
 const PollHeaderSize = 8;
 
+// KeepAlive (ms) is how often a waiting request's own timer comes round
+// when the instance's timer is in another request's context.
+const KeepAlive = 5000;
+
 // abi.ForwardedHeaders: the request headers the DoH handling reads; the rest stay here.
 const FORWARDED = ["accept", "content-type", "content-length", "x-forwarded-for", "forwarded", "user-agent", "traceparent"];
 
@@ -54,8 +58,9 @@ class Instance {
     this.nextId = 1;
     this.scheduled = false;
     this.polling = false; // inside dohfwd_poll
-    this.timer = null;
-    this.timerAt = 0; // when the timer fires (Date.now() ms)
+    this.deadline = 0; // the module's next deadline (Date.now() ms)
+    this.wakeAt = Infinity; // when the instance's timer fires
+    this.wakeToken = null; // the live timer's { owner }
     this.broken = null;
     this.quietWaiters = []; // resolved when no request is in progress
     this.front = { path: "", questions: false, server_timing: false, trace_context: false }; // abi.Front
@@ -63,10 +68,9 @@ class Instance {
 
   // quiet resolves once no request is in progress. A poll runs in the
   // context of whichever request's event or timer started it, and the
-  // sockets, reads and timer it sets up belong to that request: Workers
-  // cancel a request's continuations once it has ended. Each request
-  // therefore stays alive (waitUntil) until the instance is quiet, and
-  // so does a timer set while requests are in progress.
+  // sockets and reads it sets up belong to that request: Workers cancel a
+  // request's continuations once it has ended. Each request therefore
+  // stays alive (waitUntil) until the instance is quiet.
   quiet() {
     if (this.calls.size === 0) return Promise.resolve();
     return new Promise((resolve) => this.quietWaiters.push(resolve));
@@ -74,9 +78,10 @@ class Instance {
 
   settle() {
     if (this.calls.size !== 0) return;
-    // Every request ends now, and with them the timer.
-    clearTimeout(this.timer);
-    this.timer = null;
+    // Every request ends now, and with them the timer: it is left to go
+    // with its request rather than cleared, and does nothing if it fires.
+    this.wakeToken = null;
+    this.wakeAt = Infinity;
     const waiters = this.quietWaiters;
     this.quietWaiters = [];
     for (const resolve of waiters) resolve();
@@ -92,11 +97,17 @@ class Instance {
     return new Uint8Array(this.exports.memory.buffer, ptr, n >>> 0);
   }
 
-  // event queues one event (abi.AppendEvent) and a poll to hand it in.
-  event(kind, id, code, data) {
+  // event queues one event (abi.AppendEvent) and hands it in: at once,
+  // in the context of the request or socket it comes from, unless a poll
+  // is already due or under way (then it joins the next). workerd runs
+  // the microtasks after each socket's or request's own turn, so a
+  // microtask per event batched nothing and cost a hop per question.
+  // owner is the request whose context this runs in, when known (0 if not).
+  event(kind, id, code, data, owner = 0) {
     this.events.push([kind, id, code, data]);
     this.eventBytes += EventHeaderSize + (data ? data.length : 0);
-    this.schedule();
+    if (this.scheduled || this.polling) this.schedule();
+    else this.poll(owner);
   }
 
   schedule() {
@@ -135,8 +146,9 @@ class Instance {
   }
 
   // poll hands the events in, the answers out, and sets the timer for
-  // the module's next deadline.
-  poll() {
+  // the module's next deadline (wake), in the context it runs in, that of
+  // request owner when known.
+  poll(owner = 0) {
     if (this.broken) return;
     let n;
     this.polling = true;
@@ -150,7 +162,8 @@ class Instance {
     const ptr = this.exports.dohfwd_buffer(0) >>> 0;
     const mem = new Uint8Array(this.exports.memory.buffer);
     const v = new DataView(this.exports.memory.buffer, ptr, n);
-    const deadline = Number(v.getBigInt64(0, true) / 1000000n);
+    // The deadline in ms, without BigInt arithmetic (exact to well under 1 µs).
+    const deadline = (v.getInt32(4, true) * 4294967296 + v.getUint32(0, true)) / 1e6;
     let off = PollHeaderSize;
     while (off < n) {
       const id = v.getUint32(off, true);
@@ -163,25 +176,48 @@ class Instance {
       c.resolve(mem.slice(start, start + len)); // the buffer is the next poll's
     }
     this.settle();
+    // Rounded up: a timer set for the deadline then finds it passed.
+    this.deadline = Math.ceil(deadline);
     // While requests are in progress a timer that fires no later than
     // the deadline is kept (an early poll costs little, a new timer on
     // every poll does); once quiet there is no request left for one.
-    if (this.calls.size === 0) return;
-    if (this.timer !== null && this.timerAt <= deadline) return;
-    clearTimeout(this.timer);
-    const now = Date.now();
-    this.timerAt = Math.max(now, deadline);
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.poll();
-    }, this.timerAt - now);
+    if (this.calls.size !== 0 && this.deadline < this.wakeAt) this.wake(owner);
+  }
+
+  // wake sets the instance's timer for the deadline, in the current
+  // context. A timer replaced by an earlier one is not cleared: it does
+  // nothing when it fires, beyond keeping its owner's request alive.
+  wake(owner) {
+    const token = { owner };
+    this.wakeToken = token;
+    this.wakeAt = this.deadline;
+    setTimeout(() => {
+      if (this.wakeToken === token) {
+        this.wakeToken = null;
+        this.wakeAt = Infinity;
+        if (this.calls.size !== 0) this.poll(owner);
+      }
+      if (owner !== 0 && this.calls.has(owner) && this.wakeToken?.owner !== owner) this.keep(owner);
+    }, Math.max(1, this.deadline - Date.now()));
+  }
+
+  // keep gives the waiting call id's request a timer of its own. workerd
+  // cancels a request as hung ("would never generate a response", HTTP
+  // 500) when nothing is pending in its own context, and a follower of a
+  // coalesced question (its answer comes from the leader's socket) or a
+  // question whose socket another request's poll opened has nothing else
+  // there (TestWorkerd "coalesced questions from 50 clients"). A
+  // one-stream question's own poll sets the instance's timer in its
+  // context, so it needs none.
+  keep(id) {
+    setTimeout(() => {
+      if (this.calls.has(id)) this.keep(id);
+    }, KeepAlive);
   }
 
   // fail ends every request with err; the next request starts a new instance.
   fail(err) {
     this.broken = err;
-    clearTimeout(this.timer);
-    this.timer = null;
     this.sockets.closeAll();
     for (const c of this.calls.values()) c.reject(err);
     this.calls.clear();
@@ -198,16 +234,8 @@ class Instance {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.calls.set(id, { resolve, reject });
-      // A request's event is polled in at once, in its own request's
-      // context, unless a poll is already due (then it joins that one):
-      // a microtask per request showed in the glue's profile.
-      if (this.scheduled || this.polling) {
-        this.event(kind, id, code, data);
-      } else {
-        this.events.push([kind, id, code, data]);
-        this.eventBytes += EventHeaderSize + data.length;
-        this.poll();
-      }
+      this.event(kind, id, code, data, id);
+      if (this.calls.has(id) && this.wakeToken?.owner !== id) this.keep(id);
       signal?.addEventListener("abort", () => {
         if (this.calls.has(id)) this.event(EventCancel, id, 0, null);
       }, { once: true });
@@ -290,8 +318,10 @@ function decodeResponse(b) {
 }
 
 // question answers a plain RFC 8484 request whose query is q (its
-// question ending at end) with the module's engine alone.
-async function question(it, q, end, request, ctx) {
+// question ending at end) with the module's engine alone. Not an async
+// function, nor is fetch on this path: each await and each async return
+// is a promise hop per question.
+function question(it, q, end, request, ctx) {
   let code = 0;
   let data = q;
   let trace = null;
@@ -304,74 +334,92 @@ async function question(it, q, end, request, ctx) {
   }
   const answer = it.call(EventQuery, data, request.signal ?? null, code);
   ctx?.waitUntil(it.quiet());
-  const resp = response(q, end, await answer, it.front, trace);
-  return new Response(resp.body, { status: resp.status, headers: resp.headers });
+  return answer.then((a) => {
+    const resp = response(q, end, a, it.front, trace);
+    return new Response(resp.body, { status: resp.status, headers: resp.headers });
+  });
 }
 
 export default {
-  async fetch(request, env, ctx) {
-    let it = ready;
-    if (it === null || it.broken) {
-      if (!instance) {
-        instance = setup(env);
-        instance.catch(() => { instance = null; });
-      }
-      it = await instance;
-      it.promise ??= instance;
-      if (!it.broken) ready = it;
+  // fetch answers a plain GET at once on the ready instance (question
+  // returns the response's promise); every other request is serve's.
+  fetch(request, env, ctx) {
+    const it = ready;
+    if (it !== null && !it.broken) {
+      const plain = plainGET(it, request);
+      if (plain) return question(it, plain.query, plain.end, request, ctx);
     }
-
-    // A plain request's path and query, read off the URL as it came when
-    // it needs no normalising; the URL parser for the rest.
-    if (it.front.questions) {
-      const u = request.url;
-      const start = u.indexOf("/", u.indexOf("//") + 2);
-      const q = u.indexOf("?", start);
-      if (start > 0 && q > 0 && u.slice(start, q) === it.front.path && request.method === "GET") {
-        const query = dnsParam(u.slice(q));
-        const end = query ? plainEnd(query) : 0;
-        if (end) return question(it, query, end, request, ctx);
-      }
-    }
-    const url = new URL(request.url);
-
-    // DOHFWD_STATUS_PATH, when bound, serves the module's status there
-    // (the tests read it; keep it unset or secret in production).
-    if (env.DOHFWD_STATUS_PATH && url.pathname === env.DOHFWD_STATUS_PATH) {
-      return Response.json(status(it));
-    }
-
-    let body = null;
-    if (it.front.questions && url.pathname === it.front.path) {
-      let q = null;
-      if (request.method === "GET") {
-        q = dnsParam(url.search);
-      } else if (request.method === "POST" && isDNSMessage(request.headers.get("content-type"))) {
-        const cl = request.headers.get("content-length");
-        body = new Uint8Array(await request.arrayBuffer());
-        if (body.length <= MaxMessageSize && (cl === null || Number(cl) <= MaxMessageSize)) q = body;
-      }
-      const end = q ? plainEnd(q) : 0;
-      if (end) return question(it, q, end, request, ctx);
-    }
-
-    if (body === null) {
-      body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
-    }
-    const headers = [["Host", url.host]];
-    for (const k of FORWARDED) {
-      const v = request.headers.get(k);
-      if (v !== null) headers.push([k, v]);
-    }
-    const ip = request.headers.get("cf-connecting-ip");
-    const remote = ip ? (ip.includes(":") ? `[${ip}]:0` : `${ip}:0`) : "[::]:0";
-    const req = encodeRequest(request.method, url.pathname + url.search, remote, body, headers);
-    const answer = it.call(EventRequest, req, request.signal ?? null);
-    ctx?.waitUntil(it.quiet());
-    const resp = decodeResponse(await answer);
-    return new Response(resp.status === 204 || resp.status === 304 ? null : resp.body, {
-      status: resp.status,
-      headers: resp.headers,
-    });
+    return serve(request, env, ctx);
   },
 };
+
+// plainGET returns a plain GET's query and its question's end, read off the
+// URL as it came when it needs no normalising, or null: the URL parser
+// then decides.
+function plainGET(it, request) {
+  if (!it.front.questions || request.method !== "GET") return null;
+  const u = request.url;
+  const start = u.indexOf("/", u.indexOf("//") + 2);
+  const q = u.indexOf("?", start);
+  if (start <= 0 || q <= 0 || u.slice(start, q) !== it.front.path) return null;
+  const query = dnsParam(u.slice(q));
+  const end = query ? plainEnd(query) : 0;
+  return end ? { query, end } : null;
+}
+
+// serve answers any request fetch did not: it waits for the instance on
+// the first, which may be a plain GET too.
+async function serve(request, env, ctx) {
+  let it = ready;
+  if (it === null || it.broken) {
+    if (!instance) {
+      instance = setup(env);
+      instance.catch(() => { instance = null; });
+    }
+    it = await instance;
+    it.promise ??= instance;
+    if (!it.broken) ready = it;
+    const plain = plainGET(it, request);
+    if (plain) return question(it, plain.query, plain.end, request, ctx);
+  }
+  const url = new URL(request.url);
+
+  // DOHFWD_STATUS_PATH, when bound, serves the module's status there
+  // (the tests read it; keep it unset or secret in production).
+  if (env.DOHFWD_STATUS_PATH && url.pathname === env.DOHFWD_STATUS_PATH) {
+    return Response.json(status(it));
+  }
+
+  let body = null;
+  if (it.front.questions && url.pathname === it.front.path) {
+    let q = null;
+    if (request.method === "GET") {
+      q = dnsParam(url.search);
+    } else if (request.method === "POST" && isDNSMessage(request.headers.get("content-type"))) {
+      const cl = request.headers.get("content-length");
+      body = new Uint8Array(await request.arrayBuffer());
+      if (body.length <= MaxMessageSize && (cl === null || Number(cl) <= MaxMessageSize)) q = body;
+    }
+    const end = q ? plainEnd(q) : 0;
+    if (end) return question(it, q, end, request, ctx);
+  }
+
+  if (body === null) {
+    body = request.method === "POST" ? new Uint8Array(await request.arrayBuffer()) : new Uint8Array(0);
+  }
+  const headers = [["Host", url.host]];
+  for (const k of FORWARDED) {
+    const v = request.headers.get(k);
+    if (v !== null) headers.push([k, v]);
+  }
+  const ip = request.headers.get("cf-connecting-ip");
+  const remote = ip ? (ip.includes(":") ? `[${ip}]:0` : `${ip}:0`) : "[::]:0";
+  const req = encodeRequest(request.method, url.pathname + url.search, remote, body, headers);
+  const answer = it.call(EventRequest, req, request.signal ?? null);
+  ctx?.waitUntil(it.quiet());
+  const resp = decodeResponse(await answer);
+  return new Response(resp.status === 204 || resp.status === 304 ? null : resp.body, {
+    status: resp.status,
+    headers: resp.headers,
+  });
+}

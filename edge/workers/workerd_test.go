@@ -294,6 +294,36 @@ log:
 		onlyTCP(t, plain)
 	})
 
+	// Identical questions from many clients at once: a follower of a
+	// coalesced question has no socket of its own, its answer comes from
+	// the leader's poll, so nothing of its own is pending in its
+	// request's context, and workerd cancels such a request as hung (5xx)
+	// unless the glue keeps a timer for it there.
+	t.Run("coalesced questions from 50 clients, none cancelled", func(t *testing.T) {
+		errs := make(chan error, 50)
+		var wg sync.WaitGroup
+		for w := range 50 {
+			wg.Go(func() {
+				for i := range 40 {
+					name := fmt.Sprintf("c%d.plain.test", i)
+					m, err := try([]string{"GET", "POST"}[(w+i)%2], base, name)
+					if err == nil {
+						err = checkA(m, "192.0.2.1")
+					}
+					if err != nil {
+						errs <- fmt.Errorf("client %d: %s: %w", w, name, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+
 	// engine-servers.server-choice-rule, engine-servers.transaction-timeout:
 	// the dropping first server costs the 2 s timeout, then the second
 	// answers, for each of several questions in flight at once; the
@@ -361,6 +391,7 @@ log:
 	// (engine-servers.server-choice-rule): the first server refuses, the
 	// second answers, without the 2 s timeout.
 	t.Run("refused connect moves on at once", func(t *testing.T) {
+		before := status(t, base)
 		m, took := ask(t, "GET", base, "www.refused.test")
 		wantA(t, m, "192.0.2.5")
 		if took > time.Second {
@@ -370,6 +401,11 @@ log:
 			t.Fatalf("second server read %d queries, want 1", n)
 		}
 		onlyTCP(t, s5)
+		// The failure is the connect's (EventConnected), not the read's.
+		b, c := before.Counters.Attempts, status(t, base).Counters.Attempts
+		if n := c["connect_error"] - b["connect_error"]; n != 1 || c["recv_error"] != b["recv_error"] {
+			t.Fatalf("attempts %v -> %v: want one more connect_error and no recv_error", b, c)
+		}
 	})
 
 	// A plain RFC 8484 request goes to the module as its question
