@@ -137,8 +137,10 @@ func (f *flights) awaited(fl *flight) {
 }
 
 // land ends the flight fl for k: later questions start a new one (or find
-// the cache), and the followers wake.
-func (f *flights) land(k cacheKey, fl *flight) {
+// the cache), and the followers wake. held, when not nil, is an entry
+// that lives only as long as the leader's question (question.held): if
+// it is fl's and anyone waits for fl, they get a copy.
+func (f *flights) land(k cacheKey, fl *flight, held *entry) {
 	f.mu.Lock()
 	if head := f.m[fl.hash]; head == fl {
 		if fl.next == nil {
@@ -155,9 +157,12 @@ func (f *flights) land(k cacheKey, fl *flight) {
 		}
 	}
 	fl.next = nil
-	done := fl.done
+	done := fl.done // no one joins or awaits fl any more
 	f.mu.Unlock()
 	if done != nil {
+		if held != nil && fl.entry == held {
+			fl.entry = held.copied()
+		}
 		close(done)
 	}
 }

@@ -100,7 +100,10 @@ func (qn *question) raceStale(name string, key cacheKey, fl *flight, leads, sear
 	if leads {
 		qn.routes.flights.awaited(fl)
 		d := qn.detached()
-		go d.lead(name, key, fl, searched, new(found))
+		go func() {
+			d.lead(name, key, fl, searched, new(found))
+			d.release()
+		}()
 	}
 	t := time.NewTimer(qn.cfg.Cache.StaleAnswerAfter - time.Since(qn.start))
 	defer t.Stop()
