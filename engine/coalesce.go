@@ -72,8 +72,13 @@ type flight struct {
 	upstream time.Duration
 	tried    *tried // the leader's attempts, for the followers' EDE (unavailable only)
 
-	leader *Trace   // the leader's trace
-	served []*Trace // the followers' traces, added under flights.mu
+	// The leader's trace (hasLeader) and the followers' (served, added
+	// under flights.mu): copies, as a question's trace may lie in its
+	// front end's storage (QuestionContext), set again once the question
+	// returns, and a flight may be read after that.
+	leader    Trace
+	hasLeader bool
+	served    []Trace
 }
 
 // join returns the flight for k, and whether the caller leads it. tr is
@@ -96,7 +101,7 @@ func (f *flights) joinHashed(k cacheKey, h uint64, tr *Trace) (*flight, bool) {
 			fl.done = make(chan struct{})
 		}
 		if tr != nil {
-			fl.served = append(fl.served, tr)
+			fl.served = append(fl.served, *tr)
 		}
 		f.mu.Unlock()
 		return fl, false
@@ -106,7 +111,9 @@ func (f *flights) joinHashed(k cacheKey, h uint64, tr *Trace) (*flight, bool) {
 	}
 	fl := flightPool.Get().(*flight)
 	fl.key, fl.hash, fl.next = k, h, head
-	fl.leader = tr
+	if tr != nil {
+		fl.leader, fl.hasLeader = *tr, true
+	}
 	fl.refs.Store(1)
 	f.m[h] = fl
 	f.mu.Unlock()

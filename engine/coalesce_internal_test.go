@@ -15,7 +15,7 @@ import (
 func TestPooledFlightNotReusedWhileRead(t *testing.T) {
 	var f flights
 	k := cacheKey{name: "held.example.", qtype: 1, qclass: 1}
-	leaderTrace, followerTrace := new(Trace), new(Trace)
+	leaderTrace, followerTrace := &Trace{ID: [16]byte{1}}, &Trace{ID: [16]byte{2}}
 	fl, leads := f.join(k, leaderTrace)
 	if !leads {
 		t.Fatal("the first to join does not lead")
@@ -44,11 +44,11 @@ func TestPooledFlightNotReusedWhileRead(t *testing.T) {
 	default:
 		t.Fatal("the landed flight's done channel is not closed")
 	}
-	if fl.entry != en || fl.leaderID != 7 || fl.leader != leaderTrace || len(fl.served) != 1 || fl.served[0] != followerTrace {
+	if fl.entry != en || fl.leaderID != 7 || !fl.hasLeader || fl.leader != *leaderTrace || len(fl.served) != 1 || fl.served[0] != *followerTrace {
 		t.Fatalf("the held flight changed: %+v", fl)
 	}
 	fl.release() // the follower has read it
-	if fl.entry != nil || fl.leader != nil || fl.done != nil || len(fl.served) != 0 || fl.refs.Load() != 0 {
+	if fl.entry != nil || fl.hasLeader || fl.done != nil || len(fl.served) != 0 || fl.refs.Load() != 0 {
 		t.Fatalf("a released flight keeps its past: %+v", fl)
 	}
 }

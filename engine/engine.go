@@ -322,6 +322,18 @@ func unpackedQuery(raw []byte) (*clientQuery, bool) {
 type sharedTraces struct {
 	joined *Trace
 	served []*Trace
+
+	// joinedTrace is joined's: the question's own copy of its flight's.
+	joinedTrace Trace
+}
+
+// serve adds traces, a flight's (which goes back to its pool), to
+// s.served as copies of the question's own.
+func (s *sharedTraces) serve(traces []Trace) {
+	own := append([]Trace(nil), traces...)
+	for i := range own {
+		s.served = append(s.served, &own[i])
+	}
 }
 
 // question is one client question on its way through the attempts.

@@ -250,7 +250,7 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool, r
 			if qn.shared == nil {
 				qn.shared = new(sharedTraces)
 			}
-			qn.shared.served = append(qn.shared.served, fl.served...)
+			qn.shared.serve(fl.served)
 		}
 		fl.release()
 	}()
@@ -334,12 +334,13 @@ func (qn *question) joined(fl *flight, own bool) {
 		if qn.shared == nil {
 			qn.shared = new(sharedTraces)
 		}
-		qn.shared.served = append(qn.shared.served, fl.served...)
-	case !own && fl.leader != nil:
+		qn.shared.serve(fl.served)
+	case !own && fl.hasLeader:
 		if qn.shared == nil {
 			qn.shared = new(sharedTraces)
 		}
-		qn.shared.joined = fl.leader
+		qn.shared.joinedTrace = fl.leader
+		qn.shared.joined = &qn.shared.joinedTrace
 	}
 }
 

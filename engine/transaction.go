@@ -47,7 +47,7 @@ type transaction struct {
 // context.AfterFunc costs (five allocations a transaction: the callback,
 // its context, the parent's child entry, the Done channel, the stop
 // function). The engine uses it, when the context ResolveWire is given has
-// it (through WithTrace, WithClient and WithClientTrace), to end a transaction at once
+// it (through a QuestionContext), to end a transaction at once
 // when its client goes away; other contexts get context.AfterFunc.
 type CancelWatcher interface {
 	// CloseOnCancel closes c when the context is cancelled, at once if
@@ -64,11 +64,7 @@ type CancelWatcher interface {
 func cancelWatcherOf(ctx context.Context) CancelWatcher {
 	for {
 		switch c := ctx.(type) {
-		case *traceContext:
-			ctx = c.Context
-		case *clientContext:
-			ctx = c.Context
-		case *clientTraceContext:
+		case *QuestionContext:
 			ctx = c.Context
 		case CancelWatcher:
 			return c
