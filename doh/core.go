@@ -106,6 +106,9 @@ type call struct {
 	// miss is what the resolver read of the query when it could not
 	// answer at once (ImmediateResolver): the later answer starts there.
 	miss engine.Miss
+	// qctx is the question's context when it names the client or
+	// carries the trace: filled in place, not allocated per question.
+	qctx engine.QuestionContext
 }
 
 var calls = sync.Pool{New: func() any {
@@ -133,6 +136,7 @@ func (c *call) reset() {
 	c.onDoHPath, c.page, c.admitted, c.nameLater = false, false, false, false
 	c.received = time.Time{}
 	c.miss = engine.Miss{}
+	c.qctx = engine.QuestionContext{}
 	c.in, c.out = c.in[:0], c.out[:0]
 }
 
@@ -375,13 +379,16 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 			return false
 		}
 	} else {
-		switch {
-		case h.admit != nil && h.traceContext:
-			ctx = engine.WithClientTrace(ctx, c.x.ClientIP, c.x.Trace)
-		case h.admit != nil:
-			ctx = engine.WithClient(ctx, c.x.ClientIP)
-		case h.traceContext:
-			ctx = engine.WithTrace(ctx, c.x.Trace)
+		if h.admit != nil || h.traceContext {
+			var client netip.Addr
+			var tr *engine.Trace
+			if h.admit != nil {
+				client = c.x.ClientIP
+			}
+			if h.traceContext {
+				tr = &c.x.Trace
+			}
+			ctx = c.qctx.Set(ctx, client, tr)
 		}
 		if c.miss.Ready() {
 			r = h.immediate.ResolveWireMiss(ctx, &c.miss, c.out[:0])

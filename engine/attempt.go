@@ -1,6 +1,10 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/dohfwd/dohfwd/dnswire"
+)
 
 // maxStackServers is how many servers a scope may list before the
 // per-attempt scratch space leaves the ask's pooled buffers (askBuffers)
@@ -12,13 +16,14 @@ const maxStackServers = 16
 // with a TCP retry to the same server after a truncated UDP reply.
 //
 // It writes how the candidate ended into r and, for an answer or
-// NXDOMAIN, the transaction's result carrying the reply into res (r.at:
+// NXDOMAIN, the transaction's result into res and the reply's entry, to
+// be made by makeEntry, into *en (r.at:
 // when it came, the transaction's end, which also ends the question:
 // r.ends); r and res are the caller's zero values (as WebAssembly a
 // found returned by value is a zeroing and copies, calls to the host's
 // memmove, at every level), and res holds nothing to read for any other
 // result.
-func (qn *question) ask(name string, res *exchangeResult, r *found) {
+func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) {
 	e, cfg := qn.e, qn.cfg
 	bufs, err := packQuery(&qn.client, name, cfg.ForwardECS)
 	if err != nil {
@@ -27,7 +32,7 @@ func (qn *question) ask(name string, res *exchangeResult, r *found) {
 		r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
 		return
 	}
-	defer askBuffersPool.Put(bufs)
+	defer qn.putUnlessHeld(bufs)
 
 	// The scratch is in the pooled buffers, not arrays on the stack,
 	// which Go zeroes at each ask: as WebAssembly zeroing 128 bytes is
@@ -95,9 +100,11 @@ func (qn *question) ask(name string, res *exchangeResult, r *found) {
 		switch res.outcome {
 		case OutcomeAnswer:
 			r.result, r.at, r.ends = ResultAnswer, tx.ended, true
+			*en = qn.replyEntry(bufs, res.reply)
 			return
 		case OutcomeNXDomain:
 			r.result, r.at, r.ends = ResultNXDomain, tx.ended, true
+			*en = qn.replyEntry(bufs, res.reply)
 			return
 		case OutcomeCancelled:
 			*r = qn.ended()
@@ -109,6 +116,34 @@ func (qn *question) ask(name string, res *exchangeResult, r *found) {
 			}
 			tcpTo = tx.server
 		}
+	}
+}
+
+// replyEntry returns the entry for reply, the answer an ask in bufs
+// brought, its msg the reply's bytes and the rest for makeEntry to fill.
+// With the cache off, the question's first such entry is bufs' own, the
+// reply where it was received, and the question holds bufs until its
+// reply is written (release): nothing is allocated for an answer that is
+// not stored; a flight that shares it copies it (flights.land). Else the
+// reply is copied into a new entry.
+func (qn *question) replyEntry(bufs *askBuffers, reply []byte) *entry {
+	if qn.routes.cache == nil && qn.held == nil {
+		qn.held = bufs
+		en := &bufs.entry
+		*en = entry{}
+		en.msg = reply
+		return en
+	}
+	en := entryFor(len(reply) + dnswire.OPTFixedLen)
+	en.msg = append(en.msg, reply...)
+	return en
+}
+
+// putUnlessHeld returns an ask's buffers to the pool, unless the question
+// holds them (replyEntry).
+func (qn *question) putUnlessHeld(bufs *askBuffers) {
+	if qn.held != bufs {
+		askBuffersPool.Put(bufs)
 	}
 }
 

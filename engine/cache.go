@@ -241,6 +241,26 @@ func entryFor(n int) *entry {
 	return &entry{msg: make([]byte, 0, n)}
 }
 
+// copied is a new entry with en's contents, for an entry that must
+// outlive the buffers en lies in (question.held). Field by field: the
+// atomics are not copied as a struct (TestCopiedEntryIsEqual checks that
+// every field is).
+func (en *entry) copied() *entry {
+	c := entryFor(len(en.msg) + dnswire.OPTFixedLen)
+	c.msg = append(c.msg, en.msg...)
+	c.ttlSpace = en.ttlSpace
+	if en.ttls != nil {
+		c.ttls = append(c.ttlSpace[:0], en.ttls...)
+	}
+	c.result, c.staleOnly, c.optClass, c.optData = en.result, en.staleOnly, en.optClass, en.optData
+	c.stored, c.ttl, c.scope = en.stored, en.ttl, en.scope
+	c.minPositive, c.soaTTL, c.soaMinimum = en.minPositive, en.soaTTL, en.soaMinimum
+	c.hasSOA, c.hasFacts = en.hasSOA, en.hasFacts
+	c.asks.Store(en.asks.Load())
+	c.prefetched.Store(en.prefetched.Load())
+	return c
+}
+
 // entryWithRoom allocates an entry and the array R after it together;
 // room slices R.
 func entryWithRoom[R any](room func(*R) []byte) *entry {
@@ -252,7 +272,7 @@ func entryWithRoom[R any](room func(*R) []byte) *entry {
 	return &x.entry
 }
 
-// makeEntry makes en, from entryFor, the entry for its msg, a message
+// makeEntry makes en, from replyEntry, the entry for its msg, a message
 // that walked as *w (its TTLs are changed in place; *w may be changed
 // too). conf gives the clamps.
 func makeEntry(en *entry, w *walkedReply, result Result, conf *CacheConfig, now time.Time) *entry {

@@ -131,9 +131,12 @@ func TestCancelWatcherEndsEachWatch(t *testing.T) {
 func TestWithClientNamesTheClient(t *testing.T) {
 	a := netip.MustParseAddr("2001:db8::1")
 	tr := engine.Trace{ID: [16]byte{1}, Span: [8]byte{2}}
+	var qc, qcClient, qcTrace engine.QuestionContext
 	for name, ctx := range map[string]context.Context{
 		"WithClient then WithTrace": engine.WithTrace(engine.WithClient(context.Background(), a), tr),
 		"WithClientTrace":           engine.WithClientTrace(context.Background(), a, tr),
+		"QuestionContext.Set":       qc.Set(context.Background(), a, &tr),
+		"Set client, then trace":    qcTrace.Set(qcClient.Set(context.Background(), a, nil), netip.Addr{}, &tr),
 	} {
 		if got := engine.ClientOf(ctx); got != a {
 			t.Fatalf("%s: ClientOf %v, want %v", name, got, a)
@@ -150,5 +153,36 @@ func TestWithClientNamesTheClient(t *testing.T) {
 	}
 	if got := engine.ClientOf(context.Background()); got.IsValid() {
 		t.Fatalf("ClientOf without a client %v", got)
+	}
+	var none engine.QuestionContext
+	if ctx := none.Set(context.Background(), netip.Addr{}, nil); engine.ClientOf(ctx).IsValid() || engine.TraceFrom(ctx) != nil {
+		t.Fatal("a QuestionContext set with neither names a client or carries a trace")
+	}
+}
+
+// TestQuestionContextSetInPlace: a front end's QuestionContext is filled
+// with no allocation, takes the trace's value (the caller's Trace may
+// change after Set), is set again for the next question, and stays a
+// CancelWatcher's wrapper (the engine closes a socket on the client's
+// cancel through it).
+func TestQuestionContextSetInPlace(t *testing.T) {
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	var cancel engine.CancelContext
+	var qc engine.QuestionContext
+	tr := engine.Trace{ID: [16]byte{1}}
+	if n := testing.AllocsPerRun(100, func() { qc.Set(&cancel, a, &tr) }); n != 0 {
+		t.Fatalf("Set: %v allocations, want 0", n)
+	}
+	ctx := qc.Set(&cancel, a, &tr)
+	tr.ID[0] = 9
+	if got := engine.TraceFrom(ctx); got == nil || got.ID[0] != 1 {
+		t.Fatalf("TraceFrom %v: Set did not take the trace's value", got)
+	}
+	ctx = qc.Set(&cancel, b, nil)
+	if engine.ClientOf(ctx) != b || engine.TraceFrom(ctx) != nil {
+		t.Fatalf("set again: client %v trace %v, want %v and none", engine.ClientOf(ctx), engine.TraceFrom(ctx), b)
+	}
+	if ctx.Done() != cancel.Done() {
+		t.Fatal("the QuestionContext's Done is not its parent's")
 	}
 }

@@ -45,40 +45,16 @@ type clientKey struct{}
 // WithClient says whose question ctx carries: the front end's client
 // address (after trusted proxies and PROXY protocol).
 func WithClient(ctx context.Context, client netip.Addr) context.Context {
-	return &clientContext{ctx, client}
-}
-
-// clientContext carries a client: a context type of its own, so naming
-// the client costs one allocation (context.WithValue's costs two, the
-// address boxed), finding it no walk up the chain, and the engine sees
-// through it to a CancelWatcher.
-type clientContext struct {
-	context.Context
-	client netip.Addr
-}
-
-func (c *clientContext) Value(key any) any {
-	if key == (clientKey{}) {
-		return c.client
-	}
-	return c.Context.Value(key)
+	return &QuestionContext{Context: ctx, client: client, hasClient: true}
 }
 
 // ClientOf is the client WithClient put in ctx (the zero Addr if none).
 func ClientOf(ctx context.Context) netip.Addr {
-	for {
-		switch c := ctx.(type) {
-		case *clientContext:
-			return c.client
-		case *clientTraceContext:
-			return c.client
-		case *traceContext:
-			ctx = c.Context
-		default:
-			a, _ := ctx.Value(clientKey{}).(netip.Addr)
-			return a
-		}
+	if c, ok := ctx.(*QuestionContext); ok && c.hasClient {
+		return c.client
 	}
+	a, _ := ctx.Value(clientKey{}).(netip.Addr)
+	return a
 }
 
 // acquireClient takes the question's client slot; it reports false when

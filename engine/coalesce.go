@@ -72,8 +72,13 @@ type flight struct {
 	upstream time.Duration
 	tried    *tried // the leader's attempts, for the followers' EDE (unavailable only)
 
-	leader *Trace   // the leader's trace
-	served []*Trace // the followers' traces, added under flights.mu
+	// The leader's trace (hasLeader) and the followers' (served, added
+	// under flights.mu): copies, as a question's trace may lie in its
+	// front end's storage (QuestionContext), set again once the question
+	// returns, and a flight may be read after that.
+	leader    Trace
+	hasLeader bool
+	served    []Trace
 }
 
 // join returns the flight for k, and whether the caller leads it. tr is
@@ -96,7 +101,7 @@ func (f *flights) joinHashed(k cacheKey, h uint64, tr *Trace) (*flight, bool) {
 			fl.done = make(chan struct{})
 		}
 		if tr != nil {
-			fl.served = append(fl.served, tr)
+			fl.served = append(fl.served, *tr)
 		}
 		f.mu.Unlock()
 		return fl, false
@@ -106,7 +111,9 @@ func (f *flights) joinHashed(k cacheKey, h uint64, tr *Trace) (*flight, bool) {
 	}
 	fl := flightPool.Get().(*flight)
 	fl.key, fl.hash, fl.next = k, h, head
-	fl.leader = tr
+	if tr != nil {
+		fl.leader, fl.hasLeader = *tr, true
+	}
 	fl.refs.Store(1)
 	f.m[h] = fl
 	f.mu.Unlock()
@@ -137,8 +144,10 @@ func (f *flights) awaited(fl *flight) {
 }
 
 // land ends the flight fl for k: later questions start a new one (or find
-// the cache), and the followers wake.
-func (f *flights) land(k cacheKey, fl *flight) {
+// the cache), and the followers wake. held, when not nil, is an entry
+// that lives only as long as the leader's question (question.held): if
+// it is fl's and anyone waits for fl, they get a copy.
+func (f *flights) land(k cacheKey, fl *flight, held *entry) {
 	f.mu.Lock()
 	if head := f.m[fl.hash]; head == fl {
 		if fl.next == nil {
@@ -155,9 +164,12 @@ func (f *flights) land(k cacheKey, fl *flight) {
 		}
 	}
 	fl.next = nil
-	done := fl.done
+	done := fl.done // no one joins or awaits fl any more
 	f.mu.Unlock()
 	if done != nil {
+		if held != nil && fl.entry == held {
+			fl.entry = held.copied()
+		}
 		close(done)
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 func TestPooledFlightNotReusedWhileRead(t *testing.T) {
 	var f flights
 	k := cacheKey{name: "held.example.", qtype: 1, qclass: 1}
-	leaderTrace, followerTrace := new(Trace), new(Trace)
+	leaderTrace, followerTrace := &Trace{ID: [16]byte{1}}, &Trace{ID: [16]byte{2}}
 	fl, leads := f.join(k, leaderTrace)
 	if !leads {
 		t.Fatal("the first to join does not lead")
@@ -25,7 +26,7 @@ func TestPooledFlightNotReusedWhileRead(t *testing.T) {
 	}
 	en := &entry{result: ResultAnswer}
 	fl.entry, fl.result, fl.leaderID = en, ResultAnswer, 7
-	f.land(k, fl)
+	f.land(k, fl, nil)
 	fl.release() // the leader is done; the follower has not read yet
 
 	// Many flights come and go (each from the pool) before the follower reads.
@@ -35,7 +36,7 @@ func TestPooledFlightNotReusedWhileRead(t *testing.T) {
 		if o == fl {
 			t.Fatalf("flight %d is the one a follower still holds", i)
 		}
-		f.land(other, o)
+		f.land(other, o, nil)
 		o.release()
 	}
 	select {
@@ -43,11 +44,11 @@ func TestPooledFlightNotReusedWhileRead(t *testing.T) {
 	default:
 		t.Fatal("the landed flight's done channel is not closed")
 	}
-	if fl.entry != en || fl.leaderID != 7 || fl.leader != leaderTrace || len(fl.served) != 1 || fl.served[0] != followerTrace {
+	if fl.entry != en || fl.leaderID != 7 || !fl.hasLeader || fl.leader != *leaderTrace || len(fl.served) != 1 || fl.served[0] != *followerTrace {
 		t.Fatalf("the held flight changed: %+v", fl)
 	}
 	fl.release() // the follower has read it
-	if fl.entry != nil || fl.leader != nil || fl.done != nil || len(fl.served) != 0 || fl.refs.Load() != 0 {
+	if fl.entry != nil || fl.hasLeader || fl.done != nil || len(fl.served) != 0 || fl.refs.Load() != 0 {
 		t.Fatalf("a released flight keeps its past: %+v", fl)
 	}
 }
@@ -87,7 +88,7 @@ func TestPooledFlightFollowersRace(t *testing.T) {
 			}()
 		}
 		fl.spent, fl.leaderID = int32(round), uint64(round)
-		f.land(k, fl)
+		f.land(k, fl, nil)
 		fl.release()
 		wg.Wait()
 		close(errs)
@@ -118,7 +119,7 @@ func TestFlightsSharingAHash(t *testing.T) {
 		}
 	}
 	for _, i := range []int{1, 2, 0} { // the middle, the head, the last
-		f.land(keys[i], fls[i])
+		f.land(keys[i], fls[i], nil)
 		for j, k := range keys {
 			f.mu.Lock()
 			var found *flight
@@ -136,5 +137,35 @@ func TestFlightsSharingAHash(t *testing.T) {
 	}
 	if len(f.m) != 0 {
 		t.Fatalf("%d hashes left in the map", len(f.m))
+	}
+}
+
+// TestLandCopiesHeldEntryForFollowers: a leader's entry that lies in the
+// buffers its question holds (question.held) reaches the flight's
+// followers as a copy, since the buffers go back to the pool when the
+// leader's question ends, before a follower may read them; with no one
+// waiting, nothing is copied.
+func TestLandCopiesHeldEntryForFollowers(t *testing.T) {
+	var f flights
+	k := cacheKey{name: "held.example.", qtype: 1, qclass: 1}
+	for _, followers := range []int{0, 1, 3} {
+		held := &entry{result: ResultAnswer, msg: []byte{0, 0, 0x81, 0x80, 0, 0, 0, 0, 0, 0, 0, 0}}
+		fl, _ := f.join(k, nil)
+		for range followers {
+			f.join(k, nil)
+		}
+		fl.entry, fl.result = held, ResultAnswer
+		f.land(k, fl, held)
+		switch {
+		case followers == 0 && fl.entry != held:
+			t.Fatal("no followers: the held entry was copied")
+		case followers > 0 && fl.entry == held:
+			t.Fatalf("%d followers get the leader's held entry itself", followers)
+		case followers > 0 && !reflect.DeepEqual(fl.entry, held):
+			t.Fatalf("the followers' copy %+v, want %+v", fl.entry, held)
+		}
+		for range followers + 1 {
+			fl.release()
+		}
 	}
 }

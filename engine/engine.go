@@ -191,7 +191,17 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (res
 	var f found
 	qn.resolve(&f)
 	qn.respond(&resp, dst, &f)
+	qn.release()
 	return resp
+}
+
+// release gives back the buffers the question held (held), once nothing
+// reads its entry.
+func (qn *question) release() {
+	if qn.held != nil {
+		askBuffersPool.Put(qn.held)
+		qn.held = nil
+	}
 }
 
 // respond sets *resp: it writes the client's reply for f after dst, counts
@@ -312,6 +322,18 @@ func unpackedQuery(raw []byte) (*clientQuery, bool) {
 type sharedTraces struct {
 	joined *Trace
 	served []*Trace
+
+	// joinedTrace is joined's: the question's own copy of its flight's.
+	joinedTrace Trace
+}
+
+// serve adds traces, a flight's (which goes back to its pool), to
+// s.served as copies of the question's own.
+func (s *sharedTraces) serve(traces []Trace) {
+	own := append([]Trace(nil), traces...)
+	for i := range own {
+		s.served = append(s.served, &own[i])
+	}
 }
 
 // question is one client question on its way through the attempts.
@@ -340,6 +362,12 @@ type question struct {
 	// the question shares an upstream question, says with whom.
 	trace  *Trace
 	shared *sharedTraces
+
+	// held are the pooled buffers of the ask whose reply the question's
+	// entry lies in (askBuffers.entry), kept until its reply is written:
+	// with the cache off, an answer that no follower shares is never
+	// copied out of them (heldEntry). Released by release.
+	held *askBuffers
 
 	// budgetEnd is the earlier of the client's deadline and the question
 	// timeout (zero: neither); budgetBy says which.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -132,4 +133,33 @@ func paddedQuery(t *testing.T) *dns.Msg {
 	opt := q.IsEdns0()
 	opt.Option = append(opt.Option, &dns.EDNS0_PADDING{Padding: make([]byte, 8)})
 	return q
+}
+
+// TestCopiedEntryIsEqual: copied, the copy a flight's followers get of
+// a leader's entry held in its buffers, has every field of the entry
+// (a field added to entry and not to copied fails here) and shares no
+// bytes the buffers' next user writes.
+func TestCopiedEntryIsEqual(t *testing.T) {
+	en := &entry{result: ResultNXDomain, staleOnly: true, optClass: 4096,
+		msg: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, optData: []byte{0, 15, 0, 2, 0, 3},
+		stored: time.Unix(1_000_000, 0), ttl: time.Minute, scope: "test",
+		minPositive: 1, soaTTL: 2, soaMinimum: 3, hasSOA: true, hasFacts: true}
+	en.ttlSpace[0], en.ttlSpace[1] = 6, 8
+	en.ttls = en.ttlSpace[:2]
+	en.asks.Store(3)
+	en.prefetched.Store(true)
+	v := reflect.ValueOf(en).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("the test entry's %s is zero: set it, so copied is checked for it", v.Type().Field(i).Name)
+		}
+	}
+	c := en.copied()
+	if !reflect.DeepEqual(c, en) {
+		t.Fatalf("copied:\n%+v\nwant\n%+v", c, en)
+	}
+	en.msg[0], en.ttls[0] = 99, 99
+	if c.msg[0] != 1 || c.ttls[0] != 6 {
+		t.Fatal("the copy shares the original's msg or TTL offsets")
+	}
 }

@@ -93,6 +93,7 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	var f found
 	qn.resolve(&f)
 	qn.respond(&resp, dst, &f)
+	qn.release()
 	return resp
 }
 

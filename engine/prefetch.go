@@ -47,6 +47,7 @@ func (qn *question) prefetch(key cacheKey) {
 	go func() {
 		var r found
 		p.lead(key.name, key, fl, false, &r)
+		p.release()
 		e.counters.prefetched[r.result].Add(1)
 	}()
 }

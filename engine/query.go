@@ -29,6 +29,9 @@ type askBuffers struct {
 	until [maxStackServers]time.Duration
 	order [maxStackServers]int
 	asked [maxStackServers]bool
+	// entry is the ask's answer while the question holds these buffers
+	// (question.held): its msg is the reply where it was received.
+	entry entry
 }
 
 var askBuffersPool = sync.Pool{New: func() any {

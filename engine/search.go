@@ -240,13 +240,17 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool, r
 	rt := qn.routes
 	fl.abandoned, fl.leaderID = true, qn.id // until a result is set: a panic below must not strand the followers
 	defer func() {
-		rt.flights.land(key, fl)
+		var held *entry // not to be shared as it is (replyEntry)
+		if qn.held != nil {
+			held = &qn.held.entry
+		}
+		rt.flights.land(key, fl, held)
 		// Landed, the flight takes no more followers.
 		if len(fl.served) > 0 {
 			if qn.shared == nil {
 				qn.shared = new(sharedTraces)
 			}
-			qn.shared.served = append(qn.shared.served, fl.served...)
+			qn.shared.serve(fl.served)
 		}
 		fl.release()
 	}()
@@ -330,12 +334,13 @@ func (qn *question) joined(fl *flight, own bool) {
 		if qn.shared == nil {
 			qn.shared = new(sharedTraces)
 		}
-		qn.shared.served = append(qn.shared.served, fl.served...)
-	case !own && fl.leader != nil:
+		qn.shared.serve(fl.served)
+	case !own && fl.hasLeader:
 		if qn.shared == nil {
 			qn.shared = new(sharedTraces)
 		}
-		qn.shared.joined = fl.leader
+		qn.shared.joinedTrace = fl.leader
+		qn.shared.joined = &qn.shared.joinedTrace
 	}
 }
 
@@ -345,14 +350,15 @@ func (qn *question) joined(fl *flight, own bool) {
 // failure. r is the caller's zero value (see resolve).
 func (qn *question) askUpstream(name string, searched bool, r *found) *entry {
 	var res exchangeResult
-	qn.ask(name, &res, r)
+	var en *entry
+	qn.ask(name, &res, r, &en)
 	if r.result != ResultAnswer && r.result != ResultNXDomain {
 		return nil
 	}
 	if r.result == ResultNXDomain && searched {
 		qn.spent--
 	}
-	r.en = makeEntry(res.en, &res.walked, r.result, &qn.routes.cfg.Cache, r.at) // r.at: when the reply came
+	r.en = makeEntry(en, &res.walked, r.result, &qn.routes.cfg.Cache, r.at) // r.at: when the reply came
 	r.en.scope = qn.scope.name
 	return r.en
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
@@ -100,7 +99,10 @@ func (qn *question) raceStale(name string, key cacheKey, fl *flight, leads, sear
 	if leads {
 		qn.routes.flights.awaited(fl)
 		d := qn.detached()
-		go d.lead(name, key, fl, searched, new(found))
+		go func() {
+			d.lead(name, key, fl, searched, new(found))
+			d.release()
+		}()
 	}
 	t := time.NewTimer(qn.cfg.Cache.StaleAnswerAfter - time.Since(qn.start))
 	defer t.Stop()
@@ -118,8 +120,9 @@ func (qn *question) raceStale(name string, key cacheKey, fl *flight, leads, sear
 func (qn *question) detached() *question {
 	cq := qn.client
 	cq.raw, cq.qname = nil, nil
-	d := &question{e: qn.e, ctx: context.WithoutCancel(qn.ctx), cfg: qn.cfg, routes: qn.routes,
-		client: cq, id: qn.id, scope: qn.scope, start: qn.start, trace: qn.trace}
+	ctx, trace := detachedContext(qn.ctx, qn.trace)
+	d := &question{e: qn.e, ctx: ctx, cfg: qn.cfg, routes: qn.routes,
+		client: cq, id: qn.id, scope: qn.scope, start: qn.start, trace: trace}
 	d.setBudget(qn.start)
 	return d
 }

@@ -17,55 +17,87 @@ type Trace struct {
 	HasParent bool // Parent came from the caller; false: the ID was made here
 }
 
-// traceContext carries a Trace: a context type of its own, so attaching a
-// trace costs one small allocation and finding it no walk up the chain.
-type traceContext struct {
+// QuestionContext is a question's context as a front end makes it: its
+// parent (the client's cancellation), the client it names (for the
+// client's share of upstream transactions, ClientLimiter) and the trace
+// it carries (for the question's events). A context type of its own, so
+// the engine finds both without a walk up the chain and sees through it
+// to a CancelWatcher.
+//
+// WithClient, WithTrace and WithClientTrace allocate one. A front end
+// that keeps one with each request (in a pooled struct) fills it in place
+// with Set and allocates nothing: as WebAssembly an allocation per
+// question costs more than the rest of the context's work. It may be set
+// again once the question asked under it has returned: what the engine
+// keeps past that (a detached question's context, the traces of a shared
+// upstream question) it copies.
+type QuestionContext struct {
 	context.Context
-	t Trace
+	client    netip.Addr
+	trace     Trace
+	hasClient bool
+	hasTrace  bool
 }
 
 type traceKey struct{}
 
-func (c *traceContext) Value(key any) any {
-	if key == (traceKey{}) {
-		return &c.t
+// Set makes c parent naming client, when valid, and carrying trace, when
+// not nil (its value: trace may change afterwards), and returns c.
+func (c *QuestionContext) Set(parent context.Context, client netip.Addr, trace *Trace) context.Context {
+	c.Context, c.client, c.hasClient, c.hasTrace = parent, client, client.IsValid(), trace != nil
+	if trace != nil {
+		c.trace = *trace
+	}
+	return c
+}
+
+func (c *QuestionContext) Value(key any) any {
+	switch key {
+	case traceKey{}:
+		if c.hasTrace {
+			return &c.trace
+		}
+	case clientKey{}:
+		if c.hasClient {
+			return c.client
+		}
 	}
 	return c.Context.Value(key)
 }
 
 // WithTrace returns ctx carrying t to the question ResolveWire answers.
-func WithTrace(ctx context.Context, t Trace) context.Context { return &traceContext{ctx, t} }
+func WithTrace(ctx context.Context, t Trace) context.Context {
+	return &QuestionContext{Context: ctx, trace: t, hasTrace: true}
+}
 
 // WithClientTrace is WithTrace(WithClient(ctx, client), t) in one
 // allocation.
 func WithClientTrace(ctx context.Context, client netip.Addr, t Trace) context.Context {
-	return &clientTraceContext{ctx, client, t}
+	return &QuestionContext{Context: ctx, client: client, hasClient: true, trace: t, hasTrace: true}
 }
 
-// clientTraceContext carries a client and a trace (WithClientTrace).
-type clientTraceContext struct {
-	context.Context
-	client netip.Addr
-	t      Trace
-}
-
-func (c *clientTraceContext) Value(key any) any {
-	switch key {
-	case traceKey{}:
-		return &c.t
-	case clientKey{}:
-		return c.client
+// detachedContext is the context of a question's detached copy
+// (question.detached), which may outlive the question: without its
+// cancellation and deadline, with its client and trace copied out of
+// the front end's QuestionContext (which may be set again once the
+// question returns), and trace the copy's own trace when it was ctx's.
+func detachedContext(ctx context.Context, trace *Trace) (context.Context, *Trace) {
+	c, ok := ctx.(*QuestionContext)
+	if !ok {
+		return context.WithoutCancel(ctx), trace
 	}
-	return c.Context.Value(key)
+	d := &QuestionContext{Context: context.WithoutCancel(c.Context), client: c.client, hasClient: c.hasClient,
+		trace: c.trace, hasTrace: c.hasTrace}
+	if trace == &c.trace {
+		trace = &d.trace
+	}
+	return d, trace
 }
 
 // TraceFrom returns the trace ctx carries, or nil.
 func TraceFrom(ctx context.Context) *Trace {
-	switch c := ctx.(type) {
-	case *traceContext:
-		return &c.t
-	case *clientTraceContext:
-		return &c.t
+	if c, ok := ctx.(*QuestionContext); ok && c.hasTrace {
+		return &c.trace
 	}
 	t, _ := ctx.Value(traceKey{}).(*Trace)
 	return t

@@ -47,7 +47,7 @@ type transaction struct {
 // context.AfterFunc costs (five allocations a transaction: the callback,
 // its context, the parent's child entry, the Done channel, the stop
 // function). The engine uses it, when the context ResolveWire is given has
-// it (through WithTrace, WithClient and WithClientTrace), to end a transaction at once
+// it (through a QuestionContext), to end a transaction at once
 // when its client goes away; other contexts get context.AfterFunc.
 type CancelWatcher interface {
 	// CloseOnCancel closes c when the context is cancelled, at once if
@@ -64,11 +64,7 @@ type CancelWatcher interface {
 func cancelWatcherOf(ctx context.Context) CancelWatcher {
 	for {
 		switch c := ctx.(type) {
-		case *traceContext:
-			ctx = c.Context
-		case *clientContext:
-			ctx = c.Context
-		case *clientTraceContext:
+		case *QuestionContext:
 			ctx = c.Context
 		case CancelWatcher:
 			return c
@@ -126,7 +122,7 @@ func stopClosing(ctx context.Context, sock Socket, stop func() bool) bool {
 // WebAssembly is a call to the host's memmove each time.
 type exchangeResult struct {
 	outcome Outcome
-	en      *entry      // answer and nxdomain: the reply, copied into en.msg; the rest of en is made by makeEntry
+	reply   []byte      // answer and nxdomain: the reply, where it was received (the ask's buffers, or the TCP stream's)
 	walked  walkedReply // what the walk of reply found
 	rcode   int         // -1 without a reply
 	class   ErrorClass  // the socket error's class, for a socket failure
@@ -371,9 +367,7 @@ func (e *Engine) matched(m, query []byte, t Transport, r *exchangeResult) bool {
 		// Bytes after the last record are dropped: kept, they would sit
 		// between the records and the OPT written for the client, and
 		// the client could not read its answer (found by FuzzUpstreamReply).
-		m = m[:w.end]
-		r.en = entryFor(len(m) + dnswire.OPTFixedLen)
-		r.en.msg = append(r.en.msg, m...)
+		r.reply = m[:w.end]
 	}
 	return true
 }

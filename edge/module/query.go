@@ -25,7 +25,8 @@ type question struct {
 	trace  engine.Trace // the host's, when it sent one
 	reply  []byte
 	cancel engine.CancelContext
-	ctx    context.Context // cancel, naming the client and the trace as the host asked
+	ctx    context.Context        // cancel, naming the client and the trace as the host asked
+	qctx   engine.QuestionContext // ctx when it names the client or carries the trace
 	miss   engine.Miss
 }
 
@@ -62,14 +63,9 @@ func ask(e *abi.Event) {
 	}
 	// The front end's context, as natively (doh.Handler.answer): the
 	// client for its share of transactions, the trace for the events.
-	switch {
-	case q.Client.IsValid() && q.HasTrace:
-		qn.ctx = engine.WithClientTrace(&qn.cancel, q.Client, q.Trace)
-	case q.Client.IsValid():
-		qn.ctx = engine.WithClient(&qn.cancel, q.Client)
-	case q.HasTrace:
-		qn.ctx = engine.WithTrace(&qn.cancel, q.Trace)
-	default:
+	if q.Client.IsValid() || trace != nil {
+		qn.ctx = qn.qctx.Set(&qn.cancel, q.Client, trace)
+	} else {
 		qn.ctx = &qn.cancel
 	}
 	requests.Lock()

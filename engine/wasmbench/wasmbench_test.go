@@ -147,6 +147,33 @@ func BenchmarkForward(b *testing.B) {
 	}
 }
 
+// BenchmarkForwardClientTrace is BenchmarkForward as the edge module and
+// doh ask with per-client limits and trace context on: the miss's context
+// names the client and carries the trace, in a QuestionContext kept with
+// the request.
+func BenchmarkForwardClientTrace(b *testing.B) {
+	e := newEngine(b, &memNet{}, 0)
+	q := query("www.example.test.")
+	dst := make([]byte, 0, 4096)
+	var ctx engine.CancelContext
+	var qctx engine.QuestionContext
+	var miss engine.Miss
+	client := netip.MustParseAddr("192.0.2.1")
+	trace := engine.Trace{ID: [16]byte{1}, Span: [8]byte{2}, Flags: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, ok := e.ResolveWireImmediate(q, dst, &trace, &miss)
+		if !ok {
+			ctx = engine.CancelContext{}
+			r = e.ResolveWireMiss(qctx.Set(&ctx, client, &trace), &miss, dst)
+			miss = engine.Miss{}
+		}
+		if r.Result != engine.ResultAnswer {
+			b.Fatalf("result %v", r.Result)
+		}
+	}
+}
+
 // BenchmarkForwardDistinct forwards one question per op for names the
 // cache has not seen (the cache on: each answer is stored).
 func BenchmarkForwardDistinct(b *testing.B) {
