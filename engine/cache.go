@@ -258,6 +258,7 @@ func (en *entry) copied() *entry {
 	c.hasSOA, c.hasFacts = en.hasSOA, en.hasFacts
 	c.asks.Store(en.asks.Load())
 	c.prefetched.Store(en.prefetched.Load())
+	c.reads.Store(en.reads.Load())
 	return c
 }
 
