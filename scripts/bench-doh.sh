@@ -59,7 +59,17 @@
 #        per request (all threads; voluntary/involuntary), the response
 #        header bytes per response h2load received, and the CPUs' idle
 #        time per request (both servers answer at one concurrency, so idle
-#        time is latency the load could not hide);
+#        time is latency the load could not hide); and what it costs the
+#        client and the sockets: h2load's CPU per response (each h2load
+#        under perf stat: task-clock), its receive system calls and
+#        epoll_waits per response, the frame-header and control-frame
+#        bytes per response (h2load's traffic total less header and data
+#        bytes: 18 is two frame headers, HEADERS and DATA), and the
+#        server's send system calls per response from a perf stat on its
+#        pid: write() by size (< 64 bytes: an upstream UDP query, a lone
+#        control frame or a pipe hand-off; larger: TLS records to the
+#        client), writev, sendmsg, sendto, sendmmsg. Needs perf with
+#        syscall tracepoints;
 #        LEVEL_HUP=1 runs the info loads on the cache-off dohfwd itself,
 #        its log.level switched by SIGHUP between loads (warn, info, info,
 #        warn), so info and warn are the same process, memory and TLS
@@ -115,6 +125,10 @@ fi
 export PATH="$PATH:/usr/sbin"
 command -v python3 >/dev/null || die "python3 is needed to write the query URIs"
 if [ -n "$PERF_DIR" ]; then command -v perf >/dev/null || die "PERF_DIR needs perf (apt-get install linux-perf)"; fi
+if [ -n "$SYS_STATS" ]; then
+	perf stat -e syscalls:sys_enter_write -- true >/dev/null 2>&1 ||
+		die "SYS_STATS needs perf with syscall tracepoints (apt-get install linux-perf; perf_event_paranoid, tracefs)"
+fi
 
 # --- scratch space and cleanup -----------------------------------------------
 work=$(mktemp -d)
@@ -279,7 +293,8 @@ load_distinct() {
 	t0=$(date +%s.%N)
 	for ((i = 0; i < CONNS; i++)); do
 		n=$(wc -l <"$work/uris.$i")
-		timeout 600 "${gen[@]}" h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris.$i" >"$work/h2load.$i" 2>&1 &
+		# shellcheck disable=SC2086 # $cli_stat: words of a perf stat prefix
+		timeout 600 "${gen[@]}" ${cli_stat:+$cli_stat -o "$work/clistat.$i"} h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris.$i" >"$work/h2load.$i" 2>&1 &
 		hp+=($!)
 	done
 	for i in "${hp[@]}"; do wait "$i" || true; done
@@ -320,22 +335,64 @@ proc_tree() {
 switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt/ {v += $2} /^nonvoluntary_ctxt/ {n += $2} END {print v + 0, n + 0}'; }
 # idle_ticks: idle time of all CPUs so far, in clock ticks.
 idle_ticks() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
+# The client's side (SYS_STATS): each h2load runs under perf stat, which
+# counts its CPU (task-clock) and its receive system calls; the server's
+# send system calls are counted by a perf stat on its pid, writes by size
+# (a response record is >= 64 bytes; an upstream UDP query or a lone
+# control frame's record is smaller).
+cli_events=task-clock,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg,syscalls:sys_enter_readv,syscalls:sys_enter_epoll_wait
+srv_events=(-e syscalls:sys_enter_write --filter 'count < 64' -e syscalls:sys_enter_write --filter 'count >= 64 && count < 1024'
+	-e syscalls:sys_enter_write --filter 'count >= 1024' -e syscalls:sys_enter_writev -e syscalls:sys_enter_sendmsg
+	-e syscalls:sys_enter_sendto -e syscalls:sys_enter_sendmmsg)
+# perf_sum FILE... EVENT: the sum of EVENT's counts over perf stat -x, files
+# (the n-th occurrence of EVENT with n as EVENT#n, for the filtered ones).
+perf_sum() {
+	local ev=${*: -1}
+	awk -F, -v ev="$ev" 'FNR == 1 {seen = 0} $3 ~ /^(task-clock|syscalls:)/ {
+		k = $3; c[FILENAME, k]++; if (c[FILENAME, k] > 1) k = k "#" c[FILENAME, k]
+		if (k == ev && $1 ~ /^[0-9.]+$/) s += $1 } END {printf "%.3f\n", s + 0}' "${@:1:$#-1}"
+}
 # sys_measured NAME -> measured's "REQ/S OK CPU_US_PER_OK", and the
 # SYS_STATS line for NAME in $work/sys.NAME.
 sys_measured() {
-	local name=$1 n0 n1 v0 i0 v1 i1 q0 q1 out ok hdr
+	local name=$1 n0 n1 v0 i0 v1 i1 q0 q1 out ok hdr tot dat sp f cli rd ep w1 w2 w3 wv sm st smm
+	rm -f "$work"/clistat.*
+	perf stat -x, -o "$work/srvstat.$name" "${srv_events[@]}" -p "${pid[$name]}" &
+	sp=$!
+	sleep 0.3
 	n0=$(cpu_ns $(proc_tree "$nsd_pid"))
 	read -r v0 i0 < <(switches "${pid[$name]}")
 	q0=$(idle_ticks)
-	out=$(measured "$name" distinct)
+	out=$(cli_stat="perf stat -x, -e $cli_events" measured "$name" distinct)
 	q1=$(idle_ticks)
 	read -r v1 i1 < <(switches "${pid[$name]}")
 	n1=$(cpu_ns $(proc_tree "$nsd_pid"))
+	kill -INT "$sp"
+	wait "$sp" || true
 	ok=$(echo "$out" | awk '{print $2}')
-	# h2load: "traffic: ... total, 632.79KB (647973) headers (space savings ...)"
+	# h2load: "traffic: 3.46MB (3628079) total, 632.79KB (647973) headers
+	# (space savings ...), 2.14MB (2240000) data": what is neither is frame
+	# headers and control frames.
 	hdr=$(cat "$work"/h2load.* | sed -n 's/^traffic:.* (\([0-9]*\)) headers.*/\1/p' | awk '{s += $1} END {print s + 0}')
+	tot=$(cat "$work"/h2load.* | sed -n 's/^traffic:[^(]*(\([0-9]*\)) total.*/\1/p' | awk '{s += $1} END {print s + 0}')
+	dat=$(cat "$work"/h2load.* | sed -n 's/^traffic:.* (\([0-9]*\)) data.*/\1/p' | awk '{s += $1} END {print s + 0}')
+	f=("$work"/clistat.*)
+	cli=$(perf_sum "${f[@]}" task-clock)
+	rd=0
+	for e in read recvfrom recvmsg readv; do rd=$(echo "$rd + $(perf_sum "${f[@]}" syscalls:sys_enter_$e)" | bc -l); done
+	ep=$(perf_sum "${f[@]}" syscalls:sys_enter_epoll_wait)
+	f=("$work/srvstat.$name")
+	w1=$(perf_sum "${f[@]}" syscalls:sys_enter_write)
+	w2=$(perf_sum "${f[@]}" 'syscalls:sys_enter_write#2')
+	w3=$(perf_sum "${f[@]}" 'syscalls:sys_enter_write#3')
+	wv=$(perf_sum "${f[@]}" syscalls:sys_enter_writev)
+	sm=$(perf_sum "${f[@]}" syscalls:sys_enter_sendmsg)
+	st=$(perf_sum "${f[@]}" syscalls:sys_enter_sendto)
+	smm=$(perf_sum "${f[@]}" syscalls:sys_enter_sendmmsg)
 	if [ "${ok:-0}" -gt 0 ]; then
-		echo "$name $(echo "($n1 - $n0) / 1000 / $ok" | bc -l) $(echo "($v1 - $v0) / $ok" | bc -l) $(echo "($i1 - $i0) / $ok" | bc -l) $(echo "$hdr / $ok" | bc -l) $(echo "($q1 - $q0) * 1000000 / $hz / $ok" | bc -l)" >"$work/sys.$name"
+		echo "$name $(echo "($n1 - $n0) / 1000 / $ok" | bc -l) $(echo "($v1 - $v0) / $ok" | bc -l) $(echo "($i1 - $i0) / $ok" | bc -l) $(echo "$hdr / $ok" | bc -l) $(echo "($q1 - $q0) * 1000000 / $hz / $ok" | bc -l)" \
+			"$(echo "$cli * 1000 / $ok" | bc -l) $(echo "$rd / $ok" | bc -l) $(echo "$ep / $ok" | bc -l) $(echo "($tot - $hdr - $dat) / $ok" | bc -l)" \
+			"$(for x in $w1 $w2 $w3 $wv $sm $st $smm; do echo "$x / $ok" | bc -l; done | tr '\n' ' ')" >"$work/sys.$name"
 	fi
 	echo "$out"
 }
@@ -482,9 +539,19 @@ if [ -n "$SYS_STATS" ] && [ -f "$work/sys.dohfwd-nocache" ] && [ -f "$work/sys.d
 	echo "the rest of the machine, per request (cache off, distinct; the first load of each):"
 	printf '  %-16s %12s %16s %18s %16s %14s\n' server "nsd cpu/req" "voluntary cs/req" "involuntary cs/req" "header B/answer" "idle cpu/req"
 	for name in dohfwd-nocache dnsdist-nocache; do
-		read -r _ n v i h q <"$work/sys.$name"
+		read -r _ n v i h q _ <"$work/sys.$name"
 		printf '  %-16s %10.1fus %16.2f %18.2f %16.0f %12.1fus\n' "$name" "$n" "$v" "$i" "$h" "$q"
 	done
+	echo "the client (4 h2load processes) and the server's sends, per response:"
+	printf '  %-16s %12s %10s %11s %12s %8s %9s %8s %7s %8s %7s %8s\n' server "h2load cpu" "reads" "epoll_wait" "frame+ctl B" \
+		"wr<64B" "wr<1KiB" "wr>=1KiB" writev sendmsg sendto sendmmsg
+	for name in dohfwd-nocache dnsdist-nocache; do
+		read -r _ _ _ _ _ _ c r e o w1 w2 w3 wv sm st smm <"$work/sys.$name"
+		printf '  %-16s %10.1fus %10.3f %11.3f %12.1f %8.3f %9.3f %8.3f %7.3f %8.3f %7.3f %8.3f\n' "$name" "$c" "$r" "$e" "$o" "$w1" "$w2" "$w3" "$wv" "$sm" "$st" "$smm"
+	done
+	read -r _ _ _ _ _ _ c1 _ <"$work/sys.dohfwd-nocache"
+	read -r _ _ _ _ _ _ c2 _ <"$work/sys.dnsdist-nocache"
+	printf '  h2load cpu per response, dohfwd / dnsdist: %.2f\n' "$(echo "if ($c2 > 0) $c1 / $c2 else 0" | bc -l)"
 fi
 echo
 echo "file descriptors at rest after the runs:"
