@@ -63,9 +63,15 @@ func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map
 	in := e.pool.all[0]
 	go func() {
 		// Cancel once the question is under way upstream and the module
-		// is blocked in sock_recv for it (both waited for, not slept on).
-		deadline := time.Now().Add(5 * time.Second)
-		for (len(up.Queries()) < asked || in.receiving.Load() == 0) && time.Now().Before(deadline) {
+		// is blocked in sock_recv for it (both waited for, not slept on;
+		// the bound only ends a test that is failing anyway, so it is
+		// far above the milliseconds this takes even on a loaded machine).
+		deadline := time.Now().Add(60 * time.Second)
+		for len(up.Queries()) < asked || in.receiving.Load() == 0 {
+			if time.Now().After(deadline) {
+				t.Errorf("the abandoned question never got under way: upstream read %d queries, want %d, with the module's read waiting", len(up.Queries()), asked)
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 		cancel()
