@@ -55,6 +55,15 @@
 // A question (EventQuery, see AppendQueryEvent) and its answer (see
 // AppendQueryAnswer) have layouts of their own.
 //
+// # A question answered at once
+//
+// A question the engine answers from memory (a cache hit, a local name)
+// needs none of a poll's work: no goroutine, no ID to keep. The optional
+// export dohfwd_ask takes the same EventQuery record and returns its
+// QueryAnswer at once, or 0 having done nothing; the host then sends it
+// with dohfwd_poll as before. The wazero host calls it when no poll is
+// under way and no event waits.
+//
 // The Workers glue sends both kinds: a plain RFC 8484 request, when the
 // module's Status.Front allows it, as its question (the glue decodes the
 // request and writes the response as the handler would, see Front), and
@@ -128,12 +137,29 @@ const (
 	// a module of different ABIs fail at instantiation instead of
 	// misreading each other's JSON.
 	ExportReload = "dohfwd_reload"
+	// (len u32) -> len u32: optional, the synchronous way of a question
+	// the module may answer from memory (a cache hit, a local name). In:
+	// one EventQuery exactly as a poll takes it (AppendQueryEvent; its ID
+	// is not read). Out: 0 when the module cannot answer it at once (it
+	// has then started nothing and counted nothing: the host sends the
+	// same question with dohfwd_poll), else the length of its encoded
+	// QueryAnswer (ParseQueryAnswer), the bytes a poll result would have
+	// carried for it; it counts in Status.Queries.AtOnce as such a poll's
+	// would. No goroutine runs during the call, no event is read and no
+	// poll result is kept back: a host calls it between polls, and polls
+	// as before for every event that came meanwhile. A host looks it up
+	// and, when a module lacks it, sends every question by dohfwd_poll.
+	ExportAsk = "dohfwd_ask"
 )
+
+// OptionalExports are the Exports a host uses when the module has them,
+// and does without otherwise (a module built before them).
+var OptionalExports = []string{ExportAsk}
 
 // Exports are the module's exports: what a host looks up after
 // instantiating it, each a function of the signature documented above
 // (wasm i32 for u32, i64 for i64 and deadlines).
-var Exports = []string{ExportBuffer, ExportInit, ExportPoll, ExportStatus, ExportReload}
+var Exports = []string{ExportBuffer, ExportInit, ExportPoll, ExportStatus, ExportReload, ExportAsk}
 
 // Flags of dohfwd_init.
 const (

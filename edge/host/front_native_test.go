@@ -51,11 +51,39 @@ func withConfig(base []byte, extra string) []byte {
 	return []byte(strings.Join(out, "\n") + "\n" + extra)
 }
 
-// A cache hit costs the module no goroutine: the engine answers it from
-// memory in the very poll that delivered the question
+// askedNow is how many questions the instances answered by dohfwd_ask.
+func (e *edge) askedNow() uint64 {
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	var n uint64
+	for _, in := range e.pool.all {
+		n += in.askedNow.Load()
+	}
+	return n
+}
+
+// setAsk lets the instances use dohfwd_ask (on) or, as with a module that
+// lacks it, send every question by dohfwd_poll.
+func (e *edge) setAsk(t *testing.T, on bool) {
+	t.Helper()
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	for _, in := range e.pool.all {
+		in.calling.Lock()
+		in.ask = nil
+		if on {
+			in.ask = in.mod.ExportedFunction(abi.ExportAsk)
+		}
+		in.calling.Unlock()
+	}
+}
+
+// A cache hit costs the module no goroutine and no poll: the host asks
+// for it with dohfwd_ask and the engine answers it from memory at once
 // (ResolveWireImmediate, counted AtOnce); only the miss before it went to
-// a worker. The front end marks it as natively: Server-Timing says cache.
-func TestWazeroCacheHitAnsweredInItsPoll(t *testing.T) {
+// a worker (its dohfwd_ask answered nothing, and it went by a poll). The
+// front end marks it as natively: Server-Timing says cache.
+func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
 	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\nlisten: {server_timing: true}\n"), 1)
@@ -68,19 +96,79 @@ func TestWazeroCacheHitAnsweredInItsPoll(t *testing.T) {
 	if c := e.queryCounts(t); c != (abi.QueryCounts{Waited: 1}) {
 		t.Fatalf("after the miss: %+v, want one question on a worker", c)
 	}
+	if n := e.askedNow(); n != 0 {
+		t.Fatalf("after the miss: %d answered by dohfwd_ask, want 0", n)
+	}
 	m, resp = e.post(t, query("hit.example.org", dns.TypeA))
 	wantAnswer(t, m, "192.0.2.5")
 	if st := resp.Header.Get("Server-Timing"); st != "source;desc=cache, attempts;desc=0, upstream;dur=0" {
 		t.Errorf("second answer: Server-Timing %q, want the cache's", st)
 	}
 	if c := e.queryCounts(t); c != (abi.QueryCounts{AtOnce: 1, Waited: 1}) {
-		t.Fatalf("after the hit: %+v, want it answered at once, in its poll", c)
+		t.Fatalf("after the hit: %+v, want it answered at once, on no worker", c)
+	}
+	if n := e.askedNow(); n != 1 {
+		t.Fatalf("after the hit: %d answered by dohfwd_ask, want 1", n)
 	}
 	if n := len(up.Queries()); n != 1 {
 		t.Fatalf("upstream asked %d times, want once", n)
 	}
 	if hits := e.status(t).Counters.CacheHits; hits != 1 {
 		t.Fatalf("cache hits %d, want 1", hits)
+	}
+}
+
+// A hit answered by dohfwd_ask is the one a poll gives: the same reply,
+// Cache-Control and Server-Timing. Without the export (a module built
+// before it) the host asks every question by dohfwd_poll, hits counted
+// AtOnce in their poll.
+func TestWazeroAskAnswersAsThePoll(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
+	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\nlisten: {server_timing: true}\n"), 1)
+	type answer struct{ wire, cacheControl, serverTiming string }
+	ask := func() answer {
+		t.Helper()
+		m, resp := e.get(t, query("same.example.org", dns.TypeA))
+		wire, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return answer{string(wire), resp.Header.Get("Cache-Control"), resp.Header.Get("Server-Timing")}
+	}
+	ask() // the miss, into the cache
+	for try := 0; ; try++ {
+		e.setAsk(t, true)
+		before, asked0 := ask(), e.askedNow()
+		e.setAsk(t, false)
+		c0 := e.queryCounts(t)
+		polled := ask()
+		c1 := e.queryCounts(t)
+		e.setAsk(t, true)
+		after := ask()
+		if e.askedNow() != asked0+1 {
+			t.Fatalf("dohfwd_ask answered %d hits after the polled one, want 1 (the last)", e.askedNow()-asked0)
+		}
+		if c1.AtOnce != c0.AtOnce+1 || c1.Waited != c0.Waited {
+			t.Fatalf("without dohfwd_ask the hit counted %+v → %+v, want one more AtOnce", c0, c1)
+		}
+		if before != after {
+			// The entry's TTL fell a second in between: again.
+			if try == 5 {
+				t.Fatalf("two hits by dohfwd_ask differ each time: %+v, %+v", before, after)
+			}
+			continue
+		}
+		if polled != before {
+			t.Fatalf("by dohfwd_poll %+v, by dohfwd_ask %+v", polled, before)
+		}
+		if !strings.HasPrefix(before.serverTiming, "source;desc=cache") || !strings.HasPrefix(before.cacheControl, "max-age=") {
+			t.Fatalf("answer %+v: want the cache's, with its TTL", before)
+		}
+		break
+	}
+	if n := len(up.Queries()); n != 1 {
+		t.Fatalf("upstream asked %d times, want once", n)
 	}
 }
 

@@ -36,12 +36,16 @@ type Instance struct {
 	pollCtx                      context.Context         // names the instance to the imports
 	inFlight                     atomic.Int64            // requests in progress
 	receiving                    atomic.Int32            // reads the host waits on, for tests
+	askedNow                     atomic.Uint64           // questions dohfwd_ask answered, for tests
+	due                          atomic.Bool             // the timer fired: a poll is owed, events or not
 
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex
 	stack    [2]uint64    // parameters and results of the per-poll calls (call)
 	timer    *time.Timer  // polls at the module's deadline
 	answers  []abi.Answer // reused
+	ask      api.Function // optional (abi.ExportAsk): nil when the module lacks it
+	askIn    []byte       // the question dohfwd_ask is given
 	eventsIn []byte       // the events of the poll under way
 	closed   bool
 
@@ -138,6 +142,7 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 	in.poll = mod.ExportedFunction(abi.ExportPoll)
 	in.status = mod.ExportedFunction(abi.ExportStatus)
 	in.reload = mod.ExportedFunction(abi.ExportReload)
+	in.ask = mod.ExportedFunction(abi.ExportAsk)
 	initFn := mod.ExportedFunction(abi.ExportInit)
 	if in.buffer == nil || in.poll == nil || in.status == nil || in.reload == nil || initFn == nil {
 		mod.Close(ctx)
@@ -161,7 +166,7 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 		mod.Close(ctx)
 		return nil, fmt.Errorf("edge: module config: %s", msg)
 	}
-	in.timer = time.AfterFunc(time.Hour, in.kick)
+	in.timer = time.AfterFunc(time.Hour, in.onTimer)
 	in.kick()
 	return in, nil
 }
@@ -255,10 +260,19 @@ func (in *Instance) kick() {
 	}
 }
 
+// onTimer polls at the module's deadline. When a call holds the instance,
+// a poll's end resets the timer, but a dohfwd_ask's does not: due tells
+// it a poll is owed.
+func (in *Instance) onTimer() {
+	in.due.Store(true)
+	in.kick()
+}
+
 // pollOnce hands the pending events to the module and the finished
 // answers to their requests, and returns when to call again. The caller
 // holds in.calling.
 func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
+	in.due.Store(false) // this poll reads the clock after it
 	in.mu.Lock()
 	in.eventsIn, in.events = in.events, in.eventsIn[:0]
 	in.mu.Unlock()
@@ -347,7 +361,12 @@ func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
 
 // Resolve hands one DNS question to the module's engine (abi.EventQuery)
 // and returns its answer, the reply appended to dst. Cancelled as Serve.
+// An answer the engine has in memory comes at once from dohfwd_ask when
+// the instance is free; any other goes by dohfwd_poll.
 func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engine.Response, error) {
+	if resp, ok, err := in.askNow(q, dst); ok {
+		return resp, err
+	}
 	c := getCall()
 	c.question, c.dst = true, dst
 	err := in.roundTrip(ctx, c, func(b []byte, id uint32) []byte { return abi.AppendQueryEvent(b, id, q) })
@@ -357,6 +376,74 @@ func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engi
 	resp, err := c.resp, c.err
 	putCall(c)
 	return resp, err
+}
+
+// askNow asks the module for q's answer at once (abi.ExportAsk), when no
+// call into the module is under way and no event waits for a poll. It
+// reports false when the question must go by a poll: the instance was
+// busy or closed, its module lacks the export, or the module could not
+// answer from memory (and then started nothing). Events that came during the call are polled for
+// before it returns, as kick would.
+func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, ok bool, err error) {
+	if !in.calling.TryLock() {
+		return resp, false, nil
+	}
+	if in.ask == nil || in.closed || in.pending() || !in.memory.enter() {
+		in.calling.Unlock()
+		in.kickIfPending()
+		return resp, false, nil
+	}
+	in.inFlight.Add(1)
+	resp, ok, err = in.askLocked(q, dst)
+	in.inFlight.Add(-1)
+	in.memory.leave()
+	if err != nil {
+		in.closed = true
+		in.calling.Unlock()
+		in.fail(err)
+		return resp, true, err
+	}
+	in.calling.Unlock()
+	in.kickIfPending()
+	return resp, ok, nil
+}
+
+// askLocked is askNow's call; the caller holds in.calling and the memory.
+func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, error) {
+	ctx := in.pollCtx
+	in.askIn = abi.AppendQueryEvent(in.askIn[:0], 0, q)
+	if err := in.put(ctx, in.askIn); err != nil {
+		return engine.Response{}, false, err
+	}
+	n, err := in.call(ctx, in.ask, uint64(len(in.askIn)))
+	if err != nil {
+		return engine.Response{}, false, fmt.Errorf("edge: ask: %w", err)
+	}
+	if uint32(n) == 0 {
+		return engine.Response{}, false, nil
+	}
+	out, err := in.view(ctx, uint32(n))
+	if err != nil {
+		return engine.Response{}, false, err
+	}
+	resp, err := abi.ParseQueryAnswer(out)
+	if err != nil {
+		return resp, false, fmt.Errorf("edge: ask result: %w", err)
+	}
+	// As a poll's answer: the reply copied out, the host's clock.
+	resp.Wire = append(dst, resp.Wire...)
+	resp.Answered = time.Now()
+	in.askedNow.Add(1)
+	return resp, true, nil
+}
+
+// kickIfPending polls for events queued (or the deadline passed) while
+// the caller held in.calling: their kick found it held and left them to
+// it.
+func (in *Instance) kickIfPending() {
+	if in.pending() || in.due.Load() {
+		in.kick()
+	}
 }
 
 // roundTrip queues the event that appendEvent writes, numbered for c,

@@ -317,6 +317,7 @@ func TestModuleExportsTheABI(t *testing.T) {
 		abi.ExportPoll:   {{i64, i32}, {i32}},
 		abi.ExportStatus: {nil, {i32}},
 		abi.ExportReload: {{i32}, {i32}},
+		abi.ExportAsk:    {{i32}, {i32}},
 	}
 	if len(want) != len(abi.Exports) {
 		t.Fatalf("abi.Exports %v; this test knows %d exports", abi.Exports, len(want))

@@ -114,3 +114,48 @@ func (qn *question) done(reply []byte) {
 		questions.Put(qn)
 	}
 }
+
+// Scratch of dohfwd_ask, which no goroutine runs beside: the reply and
+// its encoding.
+var askReply, askOut = make([]byte, 0, 1232), make([]byte, 0, 1536)
+
+// exportAsk is dohfwd_ask (abi.ExportAsk): the EventQuery in the buffer
+// answered from memory, its QueryAnswer's length returned; or 0 having
+// done nothing, when it needs the network (or does not read: the poll
+// answers it as such).
+//
+//go:wasmexport dohfwd_ask
+func exportAsk(n uint32) uint32 {
+	e, _, err := abi.ParseEvent(buf[:n])
+	if err != nil || e.Kind != abi.EventQuery || dohfwd == nil {
+		return 0
+	}
+	q, err := abi.ParseQuery(&e)
+	if err != nil {
+		return 0
+	}
+	var trace *engine.Trace
+	if q.HasTrace {
+		trace = &askTrace
+		askTrace = q.Trace
+	}
+	r, ok := dohfwd.Resolver.ResolveWireImmediate(q.Wire, askReply[:0], trace, nil)
+	if !ok {
+		return 0
+	}
+	if cap(r.Wire) <= 4096 {
+		askReply = r.Wire[:0]
+	}
+	requests.Lock()
+	queryCounts.AtOnce++
+	requests.Unlock()
+	askOut = abi.AppendQueryAnswer(askOut[:0], &r)
+	out := setResult(askOut)
+	if cap(askOut) > 4096 {
+		askOut = make([]byte, 0, 1536)
+	}
+	return out
+}
+
+// askTrace is the trace of dohfwd_ask's question, kept off its stack.
+var askTrace engine.Trace
