@@ -38,30 +38,26 @@ func TestReloadIsWholeOrNothing(t *testing.T) {
 		t.Fatalf("reload with a scope named %q: %v, want the engine's refusal", engine.FallbackScope, err)
 	}
 	ask(t, d.Handler, "kept.example.org")
-	if len(a.Queries()) != 1 || len(b.Queries()) != 0 {
-		t.Fatalf("after the refused reload: first server %d queries, second %d; want the first", len(a.Queries()), len(b.Queries()))
+	wantState := func(after string, aQueries, bQueries, inFlight int, level zerolog.Level) {
+		t.Helper()
+		if len(a.Queries()) != aQueries || len(b.Queries()) != bQueries {
+			t.Fatalf("after %s: first server %d queries, second %d; want %d and %d", after, len(a.Queries()), len(b.Queries()), aQueries, bQueries)
+		}
+		if n := d.Limits.Config().ClientInFlight; n != inFlight {
+			t.Errorf("after %s client_in_flight is %d, want %d", after, n, inFlight)
+		}
+		if l := zerolog.GlobalLevel(); l != level {
+			t.Errorf("after %s the log level is %v, want %v", after, l, level)
+		}
 	}
-	if n := d.Limits.Config().ClientInFlight; n != 1 {
-		t.Errorf("after the refused reload client_in_flight is %d, want 1", n)
-	}
-	if l := zerolog.GlobalLevel(); l != zerolog.ErrorLevel {
-		t.Errorf("after the refused reload the log level is %v, want error", l)
-	}
+	wantState("the refused reload", 1, 0, 1, zerolog.ErrorLevel)
 
 	next.Scopes[0].Name = "test"
 	if err := d.Reload(next); err != nil {
 		t.Fatal(err)
 	}
 	ask(t, d.Handler, "moved.example.org")
-	if len(a.Queries()) != 1 || len(b.Queries()) != 1 {
-		t.Fatalf("after the reload: first server %d queries, second %d; want the second", len(a.Queries()), len(b.Queries()))
-	}
-	if n := d.Limits.Config().ClientInFlight; n != 5 {
-		t.Errorf("after the reload client_in_flight is %d, want 5", n)
-	}
-	if l := zerolog.GlobalLevel(); l != zerolog.DebugLevel {
-		t.Errorf("after the reload the log level is %v, want debug", l)
-	}
+	wantState("the reload", 1, 1, 5, zerolog.DebugLevel)
 }
 
 // wholeBackend is a backend that takes reloads whole (as the edge host's
