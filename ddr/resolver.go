@@ -18,12 +18,16 @@ type Next interface {
 // ports are known, and may be replaced at any time.
 type Resolver struct {
 	next  Next
+	join  joiner // next, when it is one: asserted once, not per question
 	table atomic.Pointer[Table]
 }
 
 // Wrap puts a Resolver in front of next; until Designate, the
 // designation is empty.
-func Wrap(next Next) *Resolver { return &Resolver{next: next} }
+func Wrap(next Next) *Resolver {
+	j, _ := next.(joiner)
+	return &Resolver{next: next, join: j}
+}
 
 // Designate sets what _dns.resolver.arpa answers.
 func (r *Resolver) Designate(d Designation) { r.table.Store(NewTable(d)) }
@@ -88,6 +92,22 @@ func (r *Resolver) ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst [
 		return next.ResolveWireMiss(ctx, miss, dst)
 	}
 	return engine.Response{Wire: dst, Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}
+}
+
+// joiner is a Next that can attach a miss to an identical question's
+// flight (*engine.Engine).
+type joiner interface {
+	JoinWire(ctx context.Context, miss *engine.Miss, dst []byte, deliver func(*engine.Response)) bool
+}
+
+// JoinWire passes a miss to the next resolver's JoinWire, when it has
+// one: only its ResolveWireImmediate fills a miss (a query outside
+// resolver.arpa). False: nothing was done.
+func (r *Resolver) JoinWire(ctx context.Context, miss *engine.Miss, dst []byte, deliver func(*engine.Response)) bool {
+	if r.join == nil || !miss.Ready() {
+		return false
+	}
+	return r.join.JoinWire(ctx, miss, dst, deliver)
 }
 
 // inZone reports whether the question of the wire query query is in

@@ -79,6 +79,11 @@ type flight struct {
 	leader    Trace
 	hasLeader bool
 	served    []Trace
+
+	// waiters are the followers without a goroutine (JoinWire), answered
+	// on the leader's goroutine once it lands. Under flights.mu until
+	// then.
+	waiters []*waiter
 }
 
 // join returns the flight for k, and whether the caller leads it. tr is
@@ -106,24 +111,34 @@ func (f *flights) joinHashed(k cacheKey, h uint64, tr *Trace) (*flight, bool) {
 		f.mu.Unlock()
 		return fl, false
 	}
+	fl := f.start(k, h, tr)
+	f.mu.Unlock()
+	return fl, true
+}
+
+// start puts a new flight for k, whose hash is h, in the map, led by the
+// question whose trace is tr, and returns it. The caller holds f.mu.
+func (f *flights) start(k cacheKey, h uint64, tr *Trace) *flight {
 	if f.m == nil {
 		f.m = map[uint64]*flight{}
 	}
 	fl := flightPool.Get().(*flight)
-	fl.key, fl.hash, fl.next = k, h, head
+	fl.key, fl.hash, fl.next = k, h, f.m[h]
 	if tr != nil {
 		fl.leader, fl.hasLeader = *tr, true
 	}
 	fl.refs.Store(1)
 	f.m[h] = fl
-	f.mu.Unlock()
-	return fl, true
+	return fl
 }
 
 // find returns the flight for k, if one is in the map. The caller holds
 // f.mu.
-func (f *flights) find(k cacheKey) *flight {
-	for fl := f.m[k.hash()]; fl != nil; fl = fl.next {
+func (f *flights) find(k cacheKey) *flight { return f.findHashed(k, k.hash()) }
+
+// findHashed is find for k whose hash is h.
+func (f *flights) findHashed(k cacheKey, h uint64) *flight {
+	for fl := f.m[h]; fl != nil; fl = fl.next {
 		if fl.key == k {
 			return fl
 		}
@@ -146,8 +161,10 @@ func (f *flights) awaited(fl *flight) {
 // land ends the flight fl for k: later questions start a new one (or find
 // the cache), and the followers wake. held, when not nil, is an entry
 // that lives only as long as the leader's question (question.held): if
-// it is fl's and anyone waits for fl, they get a copy.
-func (f *flights) land(k cacheKey, fl *flight, held *entry) {
+// it is fl's and a follower waits for fl, they get a copy. It returns
+// fl's waiters, taken off it, for the leader to answer (flights.answer)
+// while its question still holds held.
+func (f *flights) land(k cacheKey, fl *flight, held *entry) []*waiter {
 	f.mu.Lock()
 	if head := f.m[fl.hash]; head == fl {
 		if fl.next == nil {
@@ -165,6 +182,10 @@ func (f *flights) land(k cacheKey, fl *flight, held *entry) {
 	}
 	fl.next = nil
 	done := fl.done // no one joins or awaits fl any more
+	ws := fl.waiters
+	for _, w := range ws {
+		w.fl = nil // ended by answer now; a cancel finds it taken off
+	}
 	f.mu.Unlock()
 	if done != nil {
 		if held != nil && fl.entry == held {
@@ -172,6 +193,7 @@ func (f *flights) land(k cacheKey, fl *flight, held *entry) {
 		}
 		close(done)
 	}
+	return ws
 }
 
 // abandons reports whether a leader's result is its own and not the
@@ -186,13 +208,15 @@ var flightPool = sync.Pool{New: func() any { return new(flight) }}
 
 // release lets go of fl: its leader once landed and done with it, a
 // follower once it has read the result (or stopped waiting). The last
-// puts it back in the pool, emptied; its served slice is kept for reuse.
+// puts it back in the pool, emptied; its served and waiters slices are
+// kept for reuse.
 func (fl *flight) release() {
 	if fl.refs.Add(-1) != 0 {
 		return
 	}
-	served := fl.served[:0]
+	served, waiters := fl.served[:0], fl.waiters[:0]
 	clear(fl.served)
-	*fl = flight{served: served}
+	clear(fl.waiters)
+	*fl = flight{served: served, waiters: waiters}
 	flightPool.Put(fl)
 }

@@ -244,8 +244,11 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool, r
 		if qn.held != nil {
 			held = &qn.held.entry
 		}
-		rt.flights.land(key, fl, held)
+		ws := rt.flights.land(key, fl, held)
 		// Landed, the flight takes no more followers.
+		if len(ws) > 0 {
+			rt.flights.answer(fl, ws)
+		}
 		if len(fl.served) > 0 {
 			if qn.shared == nil {
 				qn.shared = new(sharedTraces)
