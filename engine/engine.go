@@ -373,6 +373,10 @@ type question struct {
 	// timeout (zero: neither); budgetBy says which.
 	budgetEnd time.Time
 	budgetBy  budget
+
+	// led is the flight JoinWire began for the question to lead (its
+	// name as asked), taken by lookup.
+	led *flight
 }
 
 func (qn *question) setBudget(start time.Time) {

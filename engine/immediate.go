@@ -70,6 +70,8 @@ type Miss struct {
 	client clientQuery
 	scope  *scope
 	routes *routes
+	// led is the flight JoinWire began for the question to lead.
+	led *flight
 }
 
 // Ready reports whether m holds a query for ResolveWireMiss.
@@ -88,6 +90,7 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, m.routes.cfg, m.routes
 	qn.client, qn.scope = m.client, m.scope
 	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
+	qn.led = m.led
 	*m = Miss{}
 	qn.setBudget(start)
 	var f found

@@ -181,6 +181,13 @@ func (qn *question) lookup(name string, searched bool, r *found) {
 		return
 	}
 	key := keyFor(&qn.client, name)
+	if fl := qn.led; fl != nil {
+		// Begun by JoinWire, which found no entry: lead checks the
+		// cache again.
+		qn.led = nil
+		qn.lead(name, key, fl, searched, r)
+		return
+	}
 	for {
 		stale, ok := qn.cached(key, r)
 		if ok {

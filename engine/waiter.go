@@ -60,11 +60,16 @@ type waiter struct {
 // returned it, on the goroutine of the flight's leader, of its budget's
 // timer, or, after a cancel, of its own (never inside the context's
 // Cancel, whose caller may hold a lock that deliver takes). dst, the query
-// m was read from and ctx's trace must stay as they are until then. It
-// reports false having done nothing: ask with ResolveWireMiss.
+// m was read from and ctx's trace must stay as they are until then.
+//
+// It reports false when the question must be asked with
+// ResolveWireMiss (under ctx), which the caller then must do: when no
+// flight asks it yet, JoinWire begins the flight the question leads, so
+// that identical questions handed in before its goroutine runs (a batch
+// of the edge module's poll) join it.
 func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func(*Response)) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
-	if rt == nil || len(sc.servers) == 0 || len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 ||
+	if rt == nil || m.led != nil || len(sc.servers) == 0 || len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 ||
 		rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
 		return false
 	}
@@ -76,19 +81,24 @@ func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func
 		}
 	}
 	key := keyFor(cq, cq.name)
-	h := key.hash()
-	f := &rt.flights
-	f.mu.Lock()
-	flying := f.findHashed(key, h) != nil
-	f.mu.Unlock()
-	if !flying {
-		return false // most misses: the question leads
-	}
-	start := time.Now()
+	var start time.Time
 	if rt.cache != nil {
+		start = time.Now()
 		if en, _ := rt.cache.get(key, start); en != nil {
 			return false // live (landed meanwhile) or stale: ResolveWire's way
 		}
+	}
+	h := key.hash()
+	f := &rt.flights
+	f.mu.Lock()
+	if f.findHashed(key, h) == nil {
+		m.led = f.start(key, h, TraceFrom(ctx)) // most misses: the question leads
+		f.mu.Unlock()
+		return false
+	}
+	f.mu.Unlock()
+	if start.IsZero() {
+		start = time.Now()
 	}
 	w := &waiter{dst: dst, deliver: deliver, flights: f, cc: cc, watch: watch}
 	qn := &w.q // fields set one by one: see ResolveWireImmediate

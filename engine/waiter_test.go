@@ -26,28 +26,39 @@ type joined struct {
 
 // joinWire reads q as a front end does (ResolveWireImmediate, which must
 // miss) and attaches it to the flight asking it. It returns nil when
-// JoinWire refused, having checked the miss was left as it was.
+// JoinWire refused, having checked the miss was left for ResolveWireMiss,
+// and asks it so on a goroutine, as the caller of JoinWire must.
 func joinWire(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) *joined {
+	t.Helper()
+	j, m := tryJoin(t, e, ctx, q)
+	if j == nil {
+		go e.ResolveWireMiss(ctx, m, nil)
+	}
+	return j
+}
+
+// tryJoin is joinWire that leaves a refused miss to the caller.
+func tryJoin(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) (*joined, *engine.Miss) {
 	t.Helper()
 	raw, err := q.Pack()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m engine.Miss
-	if _, ok := e.ResolveWireImmediate(raw, nil, nil, &m); ok || !m.Ready() {
+	m := new(engine.Miss)
+	if _, ok := e.ResolveWireImmediate(raw, nil, nil, m); ok || !m.Ready() {
 		t.Fatalf("%s: answered at once (%v) or no miss; want a miss", q.Question[0].Name, ok)
 	}
 	j := &joined{t: t, got: make(chan engine.Response, 2)}
-	if !e.JoinWire(ctx, &m, nil, j.deliver) {
+	if !e.JoinWire(ctx, m, nil, j.deliver) {
 		if !m.Ready() {
 			t.Fatalf("%s: JoinWire refused but emptied the miss", q.Question[0].Name)
 		}
-		return nil
+		return nil, m
 	}
 	if m.Ready() {
 		t.Fatalf("%s: JoinWire took the question but left the miss", q.Question[0].Name)
 	}
-	return j
+	return j, nil
 }
 
 func (j *joined) deliver(r *engine.Response) {
@@ -398,6 +409,42 @@ func TestJoinWireOnlyPlainFollowers(t *testing.T) {
 func resolveName(e *engine.Engine, name string) engine.Response {
 	raw, _ := queryFor(name, dns.TypeA).Pack()
 	return e.ResolveWire(context.Background(), raw, nil)
+}
+
+// A batch of identical misses handed in before any goroutine runs (as
+// the edge module's poll hands them): JoinWire begins the flight for the
+// first, which it refuses, and joins the others to it; the first, asked
+// with ResolveWireMiss, leads it.
+func TestJoinWireFirstMissLeadsTheBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New()
+		nw.Handle(cacheServer, memnet.Respond(memnet.After(time.Second, memnet.Answer("@ 60 IN A 192.0.2.1"))))
+		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
+		ctx := new(engine.CancelContext)
+		first, m := tryJoin(t, e, ctx, queryFor("batch.example.", dns.TypeA))
+		if first != nil {
+			t.Fatal("the first miss was joined to a flight; want it to lead")
+		}
+		var js []*joined
+		for range 10 {
+			j := joinWire(t, e, new(engine.CancelContext), queryFor("batch.example.", dns.TypeA))
+			if j == nil {
+				t.Fatal("a miss after the first was not joined to the flight it began")
+			}
+			js = append(js, j)
+		}
+		if r := e.ResolveWireMiss(ctx, m, nil); r.Result != engine.ResultAnswer || r.Attempts != 1 {
+			t.Fatalf("the first got %v after %d attempts; want the answer of its own attempt", r.Result, r.Attempts)
+		}
+		for i, j := range js {
+			if r := j.wait(); r.Result != engine.ResultAnswer || !r.Shared {
+				t.Fatalf("follower %d got %v shared %v; want the leader's answer", i, r.Result, r.Shared)
+			}
+		}
+		if n := len(nw.Transactions()); n != 1 {
+			t.Fatalf("%d transactions; want 1", n)
+		}
+	})
 }
 
 // Exactly one delivery per joined follower while cancels race the

@@ -514,6 +514,10 @@ type QueryCounts struct {
 	// Waited went to a worker goroutine: they waited on the network or
 	// on an identical question.
 	Waited uint64 `json:"waited"`
+	// Joined waited for an identical question already upstream without
+	// a goroutine of their own: the engine answered them when that
+	// question's answer came (engine.JoinWire).
+	Joined uint64 `json:"joined"`
 }
 
 // Request is a DoH request as the host hands it over.

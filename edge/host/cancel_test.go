@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
@@ -134,5 +135,58 @@ func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map
 	// question's queries, then the next question's one.
 	if n := len(up.Queries()); n != asked+1 {
 		t.Errorf("upstream read %d queries, want %d (no attempt after the cancel)", n, asked+1)
+	}
+}
+
+// A joined follower (engine.JoinWire: no goroutine in the module) whose
+// client goes away: EventCancel ends it cancelled at once, with nothing
+// charged, and the instance goes on (its leader is answered; the cancel,
+// which the module handles under its requests' lock, does not deliver
+// inside that lock).
+func TestWazeroJoinedFollowerCancelNotCharged(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Delay(1500*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
+	e := startEdge(t, edgeConfig(up), 1)
+	leader := make(chan error, 1)
+	go func() {
+		_, err := ask(context.Background(), e.pool, "joined.example.org")
+		leader <- err
+	}()
+	for deadline := time.Now().Add(60 * time.Second); len(up.Queries()) < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the leader never got under way")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	followed := make(chan time.Time, 1)
+	go func() {
+		ask(ctx, e.pool, "joined.example.org")
+		followed <- time.Now()
+	}()
+	time.Sleep(300 * time.Millisecond) // the follower reaches the module's next poll
+	cancel()
+	cancelledAt := time.Now()
+	if took := (<-followed).Sub(cancelledAt); took > 500*time.Millisecond {
+		t.Errorf("the cancelled follower returned %v after its cancel; want at once", took)
+	}
+	if err := <-leader; err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	// The module delivers the cancelled follower within its next poll.
+	var c abi.QueryCounts
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c = e.queryCounts(t); c.Joined == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if c != (abi.QueryCounts{Waited: 1, Joined: 1}) {
+		t.Fatalf("questions the module answered: %+v; want the leader on a worker, the follower joined", c)
+	}
+	st := e.status(t).Counters
+	if st.Questions["cancelled"] != 1 || st.Questions["answer"] != 1 || st.Attempts["cancelled"] != 0 || st.UpstreamFailed != 0 {
+		t.Fatalf("questions %v, attempts %v, upstream_failed %d: want one cancelled question, nothing charged", st.Questions, st.Attempts, st.UpstreamFailed)
+	}
+	if n := len(up.Queries()); n != 1 {
+		t.Fatalf("the upstream read %d queries; want the leader's one", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
@@ -140,5 +141,28 @@ func TestWazeroIdenticalQuestionsShareOneQuery(t *testing.T) {
 	askAll(t, e.pool, names, "192.0.2.3")
 	if n := len(up.Queries()); n != 1 {
 		t.Fatalf("the upstream read %d queries for 100 identical questions; want 1", n)
+	}
+}
+
+// Coalesced followers take no goroutine in the module: of 100 concurrent
+// identical questions (the upstream holds its reply), the first goes to a
+// worker and leads; the 99 others are attached to its flight
+// (engine.JoinWire) and answered when it lands, counted Joined, not
+// Waited. Those handed in by the same poll as the first join the flight
+// it began there, before its worker runs.
+func TestWazeroIdenticalQuestionsFollowersTakeNoWorker(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Delay(500*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.4")))
+	e := startEdge(t, edgeConfig(up), 1)
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = "followers.example.org"
+	}
+	askAll(t, e.pool, names, "192.0.2.4")
+	if n := len(up.Queries()); n != 1 {
+		t.Fatalf("the upstream read %d queries for 100 identical questions; want 1", n)
+	}
+	if c := e.queryCounts(t); c != (abi.QueryCounts{Waited: 1, Joined: 99}) {
+		t.Fatalf("questions the module answered: %+v; want the leader on a worker and 99 joined to its flight", c)
 	}
 }

@@ -28,24 +28,38 @@ type question struct {
 	ctx    context.Context        // cancel, naming the client and the trace as the host asked
 	qctx   engine.QuestionContext // ctx when it names the client or carries the trace
 	miss   engine.Miss
+	// delivered is qn.deliver, made once: the engine's callback for a
+	// question it attached to an identical question's flight.
+	delivered func(*engine.Response)
 }
 
-var questions = sync.Pool{New: func() any { return &question{query: make([]byte, 0, 512), reply: make([]byte, 0, 1232)} }}
+var questions sync.Pool
+
+func init() { // not in questions' declaration: deliver puts a question back in it
+	questions.New = func() any {
+		qn := &question{query: make([]byte, 0, 512), reply: make([]byte, 0, 1232)}
+		qn.delivered = qn.deliver
+		return qn
+	}
+}
 
 // queryCounts are abi.Status.Queries; under requests' lock.
 var queryCounts abi.QueryCounts
 
 // ask answers an EventQuery: from memory in this poll when the engine can
-// (a cache hit or a local name takes no goroutine), else on a worker
-// goroutine, whose answer joins a later poll's result (or this one's, if
-// it needs no network). The host's EventCancel ends it as a request's.
+// (a cache hit or a local name takes no goroutine); else, when an
+// identical question is already upstream, by the engine once that one's
+// answer comes (no goroutine either: engine.JoinWire); else on a worker
+// goroutine. An answer that waited joins a later poll's result (or this
+// one's, if it needs no network). The host's EventCancel ends it as a
+// request's.
 func ask(e *abi.Event) {
 	q, err := abi.ParseQuery(e)
 	if err != nil || dohfwd == nil {
 		// A host bug or no dohfwd_init: the engine's answer to a query
 		// it cannot read (an empty reply, which the front end turns
 		// into SERVFAIL).
-		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, false)
+		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, answeredWaited)
 		return
 	}
 	qn := questions.Get().(*question)
@@ -57,7 +71,7 @@ func ask(e *abi.Event) {
 		trace = &qn.trace
 	}
 	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
-		answerQuery(qn.id, &r, true)
+		answerQuery(qn.id, &r, answeredAtOnce)
 		qn.done(r.Wire)
 		return
 	}
@@ -71,7 +85,20 @@ func ask(e *abi.Event) {
 	requests.Lock()
 	requests.cancel[qn.id] = &qn.cancel
 	requests.Unlock()
+	if dohfwd.Resolver.JoinWire(qn.ctx, &qn.miss, qn.reply[:0], qn.delivered) {
+		return
+	}
 	workers.Run(job{qn: qn})
+}
+
+// deliver is the answer to a question the engine attached to an identical
+// question's flight (engine.JoinWire).
+func (qn *question) deliver(r *engine.Response) {
+	requests.Lock()
+	delete(requests.cancel, qn.id)
+	requests.Unlock()
+	answerQuery(qn.id, r, answeredJoined)
+	qn.done(r.Wire)
 }
 
 // resolve asks the engine on a worker goroutine.
@@ -85,17 +112,29 @@ func (qn *question) resolve() {
 	requests.Lock()
 	delete(requests.cancel, qn.id)
 	requests.Unlock()
-	answerQuery(qn.id, &r, false)
+	answerQuery(qn.id, &r, answeredWaited)
 	qn.done(r.Wire)
 }
 
+// How a question was answered, for abi.QueryCounts.
+type answered uint8
+
+const (
+	answeredAtOnce answered = iota
+	answeredWaited
+	answeredJoined
+)
+
 // answerQuery adds the answer to question id to the next poll result.
-func answerQuery(id uint32, r *engine.Response, atOnce bool) {
+func answerQuery(id uint32, r *engine.Response, how answered) {
 	requests.Lock()
-	if atOnce {
+	switch how {
+	case answeredAtOnce:
 		queryCounts.AtOnce++
-	} else {
+	case answeredWaited:
 		queryCounts.Waited++
+	default:
+		queryCounts.Joined++
 	}
 	requests.scratch = abi.AppendQueryAnswer(requests.scratch[:0], r)
 	requests.answers = abi.AppendAnswer(requests.answers, id, requests.scratch)
