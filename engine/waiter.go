@@ -35,7 +35,11 @@ const (
 // goroutine. Its fields are set before it is attached and only read
 // after, except fl (under flights.mu) and state.
 type waiter struct {
-	q       question
+	q question
+	// resp and shared are q's Response and sharedTraces, in the one
+	// allocation a waiter costs (each was one of its own).
+	resp    Response
+	shared  sharedTraces
 	dst     []byte
 	deliver func(*Response)
 	state   atomic.Int32
@@ -105,6 +109,7 @@ func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func
 	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, rt.cfg, rt
 	qn.client, qn.scope = m.client, m.scope
 	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
+	qn.shared = &w.shared // joined and served stay nil unless set
 	qn.setBudget(start)
 	if !qn.budgetEnd.IsZero() {
 		w.timer = time.AfterFunc(qn.budgetEnd.Sub(start), w.expire)
@@ -200,9 +205,8 @@ func (w *waiter) expire() {
 
 // end writes w's reply for f and delivers it.
 func (w *waiter) end(f found) {
-	var resp Response
-	w.q.respond(&resp, w.dst, &f)
-	w.deliver(&resp)
+	w.q.respond(&w.resp, w.dst, &f)
+	w.deliver(&w.resp)
 }
 
 // answer ends the waiters ws of fl, which has landed, on its leader's
@@ -278,8 +282,7 @@ func (w *waiter) lead(key cacheKey, fl *flight) {
 	if r.cacheHit {
 		qn.e.counters.cacheHits.Add(1)
 	}
-	var resp Response
-	qn.respond(&resp, w.dst, &r)
+	qn.respond(&w.resp, w.dst, &r)
 	qn.release()
-	w.deliver(&resp)
+	w.deliver(&w.resp)
 }

@@ -491,3 +491,47 @@ func TestJoinedFollowersDeliveredOnceRace(t *testing.T) {
 		}
 	}
 }
+
+// A joined follower's question event names the leader's trace it joined,
+// and the leader's lists the traces of the followers it served, as for
+// followers on goroutines (TestCoalescedQuestionListsEveryTraceItServed).
+func TestJoinedFollowersTracesListed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigScope(1))
+		r.net.Handle(rigServer(1), memnet.Respond(memnet.After(100*time.Millisecond, memnet.Answer("@ 60 IN A 192.0.2.2"))))
+		r.bg.Go(func() {
+			raw, _ := newQuery("same.example.", dns.TypeA).Pack()
+			r.e.ResolveWire(engine.WithTrace(context.Background(), traceN(1)), raw, nil)
+		})
+		synctest.Wait()
+		var js []*joined
+		for i := byte(2); i <= 3; i++ {
+			j := joinWire(t, r.e, engine.WithTrace(context.Background(), traceN(i)), newQuery("same.example.", dns.TypeA))
+			if j == nil {
+				t.Fatalf("follower %d was not joined", i)
+			}
+			js = append(js, j)
+		}
+		for _, j := range js {
+			j.wait()
+		}
+		r.bg.Wait()
+		var leader engine.QuestionEvent
+		joinedLeader := 0
+		for _, q := range r.log.questionList() {
+			switch {
+			case q.Attempts == 1:
+				leader = q
+			case q.Joined != nil && *q.Joined == traceN(1) && q.Trace != nil && (*q.Trace == traceN(2) || *q.Trace == traceN(3)):
+				joinedLeader++
+			}
+		}
+		if leader.Trace == nil || *leader.Trace != traceN(1) || len(leader.Served) != 2 ||
+			*leader.Served[0] != traceN(2) || *leader.Served[1] != traceN(3) {
+			t.Fatalf("leader's event: %+v", leader)
+		}
+		if joinedLeader != 2 {
+			t.Fatalf("%d joined followers name the leader's trace, want 2", joinedLeader)
+		}
+	})
+}
