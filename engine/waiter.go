@@ -78,6 +78,9 @@ func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func
 		return false
 	}
 	cc, _ := ctx.(*CancelContext)
+	if qc, ok := ctx.(*QuestionContext); ok {
+		cc, _ = qc.Context.(*CancelContext) // the front ends' (no interface look-up)
+	}
 	var watch CancelWatcher
 	if cc == nil {
 		if watch = cancelWatcherOf(ctx); watch == nil && ctx.Done() != nil {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,20 +160,28 @@ func TestJoinedFollowerCancelNotCharged(t *testing.T) {
 		nw := memnet.New()
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
 		leader := slowLeader(t, nw, e, context.Background(), "leave.example.")
-		ctx := new(engine.CancelContext)
+		// One cancelled under the front ends' CancelContext, one under
+		// a QuestionContext naming the client around it (the edge
+		// module's when the host names the client).
+		ctx, qctx := new(engine.CancelContext), new(engine.CancelContext)
+		var qc engine.QuestionContext
 		left := joinWire(t, e, ctx, queryFor("leave.example.", dns.TypeA))
+		leftToo := joinWire(t, e, qc.Set(qctx, netip.MustParseAddr("192.0.2.9"), nil), queryFor("leave.example.", dns.TypeA))
 		stays := joinWire(t, e, new(engine.CancelContext), queryFor("leave.example.", dns.TypeA))
-		if left == nil || stays == nil {
+		if left == nil || leftToo == nil || stays == nil {
 			t.Fatal("a follower was not joined")
 		}
 		time.Sleep(100 * time.Millisecond)
 		ctx.Cancel()
-		r := left.wait()
-		if r.Result != engine.ResultCancelled || r.Attempts != 0 {
-			t.Fatalf("cancelled follower got %v after %d attempts; want cancelled, none", r.Result, r.Attempts)
-		}
-		if d := r.Answered.Sub(time.Now()); d != 0 {
-			t.Fatalf("cancelled follower answered %v from its cancel; want at once", d)
+		qctx.Cancel()
+		for _, j := range []*joined{left, leftToo} {
+			r := j.wait()
+			if r.Result != engine.ResultCancelled || r.Attempts != 0 {
+				t.Fatalf("cancelled follower got %v after %d attempts; want cancelled, none", r.Result, r.Attempts)
+			}
+			if d := r.Answered.Sub(time.Now()); d != 0 {
+				t.Fatalf("cancelled follower answered %v from its cancel; want at once", d)
+			}
 		}
 		if r := <-leader; r.Result != engine.ResultAnswer {
 			t.Fatalf("leader got %v after a follower left; want the answer", r.Result)
@@ -181,12 +190,12 @@ func TestJoinedFollowerCancelNotCharged(t *testing.T) {
 			t.Fatalf("the other follower got %v; want the answer", r.Result)
 		}
 		synctest.Wait()
-		if n := left.deliveries.Load(); n != 1 {
-			t.Fatalf("the cancelled follower was delivered %d times; want once", n)
+		if n, m := left.deliveries.Load(), leftToo.deliveries.Load(); n != 1 || m != 1 {
+			t.Fatalf("the cancelled followers were delivered %d and %d times; want once each", n, m)
 		}
 		c := e.Counters()
-		if c.Questions[engine.ResultCancelled.String()] != 1 || c.UpstreamFailed != 0 || c.Attempts[engine.OutcomeCancelled.String()] != 0 {
-			t.Fatalf("questions %v, upstream failed %d, attempts %v: want one cancelled question and nothing charged", c.Questions, c.UpstreamFailed, c.Attempts)
+		if c.Questions[engine.ResultCancelled.String()] != 2 || c.UpstreamFailed != 0 || c.Attempts[engine.OutcomeCancelled.String()] != 0 {
+			t.Fatalf("questions %v, upstream failed %d, attempts %v: want two cancelled questions and nothing charged", c.Questions, c.UpstreamFailed, c.Attempts)
 		}
 		if n := len(nw.Transactions()); n != 1 {
 			t.Fatalf("%d transactions, want the leader's one", n)

@@ -59,7 +59,7 @@ func ask(e *abi.Event) {
 		// A host bug or no dohfwd_init: the engine's answer to a query
 		// it cannot read (an empty reply, which the front end turns
 		// into SERVFAIL).
-		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, answeredWaited)
+		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, false)
 		return
 	}
 	qn := questions.Get().(*question)
@@ -71,7 +71,7 @@ func ask(e *abi.Event) {
 		trace = &qn.trace
 	}
 	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
-		answerQuery(qn.id, &r, answeredAtOnce)
+		answerQuery(qn.id, &r, true)
 		qn.done(r.Wire)
 		return
 	}
@@ -94,10 +94,12 @@ func ask(e *abi.Event) {
 // deliver is the answer to a question the engine attached to an identical
 // question's flight (engine.JoinWire).
 func (qn *question) deliver(r *engine.Response) {
-	requests.Lock()
+	requests.Lock() // once for both: the map and the answer
 	delete(requests.cancel, qn.id)
+	queryCounts.Joined++
+	requests.scratch = abi.AppendQueryAnswer(requests.scratch[:0], r)
+	requests.answers = abi.AppendAnswer(requests.answers, qn.id, requests.scratch)
 	requests.Unlock()
-	answerQuery(qn.id, r, answeredJoined)
 	qn.done(r.Wire)
 }
 
@@ -112,29 +114,17 @@ func (qn *question) resolve() {
 	requests.Lock()
 	delete(requests.cancel, qn.id)
 	requests.Unlock()
-	answerQuery(qn.id, &r, answeredWaited)
+	answerQuery(qn.id, &r, false)
 	qn.done(r.Wire)
 }
 
-// How a question was answered, for abi.QueryCounts.
-type answered uint8
-
-const (
-	answeredAtOnce answered = iota
-	answeredWaited
-	answeredJoined
-)
-
 // answerQuery adds the answer to question id to the next poll result.
-func answerQuery(id uint32, r *engine.Response, how answered) {
+func answerQuery(id uint32, r *engine.Response, atOnce bool) {
 	requests.Lock()
-	switch how {
-	case answeredAtOnce:
+	if atOnce {
 		queryCounts.AtOnce++
-	case answeredWaited:
+	} else {
 		queryCounts.Waited++
-	default:
-		queryCounts.Joined++
 	}
 	requests.scratch = abi.AppendQueryAnswer(requests.scratch[:0], r)
 	requests.answers = abi.AppendAnswer(requests.answers, id, requests.scratch)
