@@ -40,9 +40,6 @@ type waits struct {
 	// (zero: none known); expire scans only once it has passed.
 	next    time.Time
 	waiting int // sockets with a wait in progress
-	// woken counts the waits ended since takeWoken: each wakes its
-	// goroutine, which takes a queued question when done (workerPool).
-	woken int
 }
 
 func newWaits() *waits { return &waits{socks: map[uint32]*hostSocket{}} }
@@ -126,17 +123,7 @@ func (s *hostSocket) end(r result) {
 	}
 	s.waiting, s.buf = false, nil
 	s.w.waiting--
-	s.w.woken++
 	s.done <- r
-}
-
-// takeWoken returns how many waits ended since its last call.
-func (w *waits) takeWoken() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := w.woken
-	w.woken = 0
-	return n
 }
 
 func (s *hostSocket) Send(b []byte) error {

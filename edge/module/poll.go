@@ -38,7 +38,6 @@ const maxRounds = 10000
 //go:wasmexport dohfwd_poll
 func exportPoll(now int64, n uint32) uint32 {
 	in := buf[:n]
-	network.takeWoken() // counted afresh for this poll's events
 	for len(in) > 0 {
 		e, rest, err := abi.ParseEvent(in)
 		if err != nil {
@@ -63,17 +62,11 @@ func exportPoll(now int64, n uint32) uint32 {
 		}
 	}
 	t := time.Unix(0, now)
-	// The questions this poll brought wait in the queue for the
-	// goroutines its events woke, which take them as they finish their
-	// own (each one: no hand-off of its own); runUntilIdle hands what is
-	// left to idle workers.
-	workers.dispatch(network.takeWoken() > 0)
 	idle := runUntilIdle()
 	for network.expire(t) {
-		workers.dispatch(network.takeWoken() > 0)
 		idle = runUntilIdle()
 	}
-	workers.dispatch(false) // none, unless maxRounds was reached
+
 	requests.Lock()
 	next := network.deadline()
 	gap := idlePollGap
@@ -102,7 +95,7 @@ func start(id uint32, data []byte) {
 	requests.Lock()
 	requests.cancel[id] = ctx
 	requests.Unlock()
-	workers.Queue(job{request: func() {
+	workers.Run(job{request: func() {
 		var resp abi.Response
 		switch {
 		case err != nil:
@@ -128,13 +121,6 @@ func start(id uint32, data []byte) {
 // which as wasm cost a question more than the engine's own channel waits;
 // the module's workers live as long as the instance and wait on one
 // channel.
-//
-// A poll's new questions are queued (Queue), and when the poll's events
-// woke goroutines (waits ended; the followers of the flights they land),
-// each takes the next queued one when it has finished its own, before it
-// waits: that question costs no park and wake-up of its own, which as
-// WebAssembly cost about 3 µs. What they leave, runUntilIdle hands to
-// idle workers; a poll that woke none hands its questions on at once.
 var workers = workerPool{jobs: make(chan job)}
 
 // maxIdleWorkers bounds the goroutines kept waiting for a request.
@@ -158,67 +144,10 @@ func (j job) run() {
 type workerPool struct {
 	jobs chan job     // unbuffered: a send succeeds only when a worker waits
 	idle atomic.Int32 // workers waiting, or about to
-
-	mu    sync.Mutex
-	queue []job // Queue'd, not yet taken: queue[head:]
-	head  int
 }
 
-// Queue adds j to the jobs the poll under way dispatches.
-func (p *workerPool) Queue(j job) {
-	p.mu.Lock()
-	p.queue = append(p.queue, j)
-	p.mu.Unlock()
-}
-
-// queued reports whether a job waits in the queue.
-func (p *workerPool) queued() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.head < len(p.queue)
-}
-
-// dispatch hands every queued job to a waiting worker or a new one;
-// with woken, when goroutines were woken that will take them as they
-// finish (waits ended, followers of their flights), it leaves them to
-// those, and runUntilIdle hands on what they did not take.
-func (p *workerPool) dispatch(woken bool) {
-	if woken {
-		return
-	}
-	for {
-		j, ok := p.take()
-		if !ok {
-			return
-		}
-		p.run(j)
-	}
-}
-
-// take returns the next queued job, if any.
-func (p *workerPool) take() (job, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.head == len(p.queue) {
-		return job{}, false
-	}
-	return p.popLocked(), true
-}
-
-// popLocked takes the queue's first job; the caller holds p.mu and
-// knows the queue is not empty.
-func (p *workerPool) popLocked() job {
-	j := p.queue[p.head]
-	p.queue[p.head] = job{}
-	p.head++
-	if p.head == len(p.queue) {
-		p.queue, p.head = p.queue[:0], 0
-	}
-	return j
-}
-
-// run hands j to a waiting worker, or starts one.
-func (p *workerPool) run(j job) {
+// Run hands j to a waiting worker, or starts one.
+func (p *workerPool) Run(j job) {
 	select {
 	case p.jobs <- j:
 	default:
@@ -229,10 +158,6 @@ func (p *workerPool) run(j job) {
 func (p *workerPool) work(j job) {
 	for {
 		j.run()
-		if next, ok := p.take(); ok {
-			j = next
-			continue
-		}
 		if p.idle.Add(1) > maxIdleWorkers {
 			p.idle.Add(-1)
 			return
@@ -254,12 +179,6 @@ var runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
 func runUntilIdle() bool {
 	for range maxRounds {
 		runtime.Gosched()
-		if workers.queued() {
-			// Not taken by the goroutines this poll woke (they did
-			// not all finish: a stray reply, another attempt).
-			workers.dispatch(false)
-			continue
-		}
 		metrics.Read(runnable)
 		if runnable[0].Value.Kind() == metrics.KindUint64 && runnable[0].Value.Uint64() == 0 {
 			return true

@@ -37,7 +37,7 @@ var queryCounts abi.QueryCounts
 
 // ask answers an EventQuery: from memory in this poll when the engine can
 // (a cache hit or a local name takes no goroutine), else on a worker
-// goroutine (queued for this poll's dispatch), whose answer joins a later poll's result (or this one's, if
+// goroutine, whose answer joins a later poll's result (or this one's, if
 // it needs no network). The host's EventCancel ends it as a request's.
 func ask(e *abi.Event) {
 	q, err := abi.ParseQuery(e)
@@ -71,7 +71,7 @@ func ask(e *abi.Event) {
 	requests.Lock()
 	requests.cancel[qn.id] = &qn.cancel
 	requests.Unlock()
-	workers.Queue(job{qn: qn})
+	workers.Run(job{qn: qn})
 }
 
 // resolve asks the engine on a worker goroutine.
