@@ -258,6 +258,16 @@ func (s *udpSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort, 
 
 func (s *udpSocket) Close() error { return s.c.Close() }
 
+// SyscallConn gives an edge host (edge/host) the socket's descriptor: it
+// waits on it with the runtime's poller itself, one goroutine per socket
+// for the socket's life, rather than a goroutine handed each read.
+func (s *udpSocket) SyscallConn() (syscall.RawConn, error) { return s.raw, nil }
+
+// ReceiveError classifies the failure of a read made directly on a
+// native socket's descriptor (SyscallConn): read(2)'s errno, or the
+// poller's error.
+func ReceiveError(err error) *SocketError { return errnoError("receive", err) }
+
 type tcpSocket struct {
 	c    *net.TCPConn
 	peer netip.AddrPort
