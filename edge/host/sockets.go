@@ -37,10 +37,14 @@ type socket struct {
 // close closes s; a read under way ends, and its result is dropped.
 func (s *socket) close() {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	sock := s.sock
 	s.closed = true
-	if s.udp != nil && !s.udp.closable() {
-		sock = nil // its waiter closes it (udpWait.delivering)
+	if s.udp != nil && !s.udp.closable(sock) {
+		sock = nil // its waiter closes it
 	}
 	s.mu.Unlock()
 	if sock != nil {

@@ -3,6 +3,7 @@ package host
 import (
 	"net/netip"
 	"syscall"
+	"time"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
@@ -48,9 +49,10 @@ type udpWait struct {
 }
 
 // rawConner is the native UDP socket (engine.NativeNetwork) giving its
-// descriptor.
+// descriptor, and a way to end a wait on it without closing it.
 type rawConner interface {
 	SyscallConn() (syscall.RawConn, error)
+	SetReadDeadline(t time.Time) error
 }
 
 // openUDP registers a UDP socket and, when it gives its descriptor,
@@ -76,14 +78,24 @@ func (in *Instance) openUDP(sock engine.Socket, server netip.AddrPort) *socket {
 	return s
 }
 
-// closable reports whether the socket may be closed now; otherwise its
-// waiter closes it once its delivery ends. The caller holds the socket's mu.
-func (u *udpWait) closable() bool {
+// closable reports whether the closer is to close the socket now;
+// otherwise its waiter closes it. Closing it under the waiter's wait
+// would wait for that wait to end (FD.Close waits for the last
+// reference): for the waiter to be scheduled, or, when the waiter is
+// polling the module (often the very poll closing it), forever. So the
+// waiter's wait is ended by a read deadline in the past and the waiter
+// closes the socket on its way out, or after its poll. The caller holds
+// the socket's mu and has set closed.
+func (u *udpWait) closable(sock engine.Socket) bool {
+	u.closeByWaiter = true
 	if u.delivering {
-		u.closeByWaiter = true
 		return false
 	}
-	return true
+	if sock.(rawConner).SetReadDeadline(time.Unix(1, 0)) != nil {
+		u.closeByWaiter = false
+		return true
+	}
+	return false
 }
 
 // readUDP is sock_recv on a UDP socket; the caller holds s.mu, and s is
