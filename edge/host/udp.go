@@ -67,7 +67,11 @@ func (in *Instance) openUDP(sock engine.Socket, server netip.AddrPort) *socket {
 	if err != nil {
 		return in.register(s)
 	}
-	u := &udpWait{raw: raw, peer: netip.AddrPortFrom(server.Addr().Unmap(), server.Port()), unread: true}
+	// unread starts false: whatever came before the waiter's wait began,
+	// its first step reads (a read is wanted) or marks unread (none is).
+	// So the first sock_recv, usually before the new goroutine runs, does
+	// not read in the poll.
+	u := &udpWait{raw: raw, peer: netip.AddrPortFrom(server.Addr().Unmap(), server.Port())}
 	if raw.Control(func(fd uintptr) { u.sysfd = int(fd) }) != nil {
 		return in.register(s)
 	}
