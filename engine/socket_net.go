@@ -258,6 +258,24 @@ func (s *udpSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort, 
 
 func (s *udpSocket) Close() error { return s.c.Close() }
 
+// SyscallConn gives an edge host (edge/host) the socket's descriptor: it
+// waits on it with the runtime's poller itself, one goroutine per socket
+// for the socket's life, rather than a goroutine handed each read.
+func (s *udpSocket) SyscallConn() (syscall.RawConn, error) { return s.raw, nil }
+
+// SetReadDeadline sets the socket's read deadline. An edge host ends its
+// own wait on the descriptor (SyscallConn) with one in the past, before
+// closing the socket: Close waits for such a wait to end.
+func (s *udpSocket) SetReadDeadline(t time.Time) error {
+	s.rdeadline = time.Time{} // Exchange sets its own again
+	return s.c.SetReadDeadline(t)
+}
+
+// ReceiveError classifies the failure of a read made directly on a
+// native socket's descriptor (SyscallConn): read(2)'s errno, or the
+// poller's error.
+func ReceiveError(err error) *SocketError { return errnoError("receive", err) }
+
 type tcpSocket struct {
 	c    *net.TCPConn
 	peer netip.AddrPort

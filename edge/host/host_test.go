@@ -406,6 +406,35 @@ func TestWazeroMismatchedReplyIgnored(t *testing.T) {
 	}
 }
 
+// A matching reply that arrives right behind a mismatched one (both may
+// come with one wake-up of the socket's waiter, udp.go) is read when the
+// module asks again, not left unread until the attempt's 2 s timeout:
+// the question is answered by its first attempt, at once.
+func TestWazeroReplyQueuedBehindMismatch(t *testing.T) {
+	t.Parallel()
+	spoof := func(q upstreamtest.Query) upstreamtest.Action {
+		wrong := upstreamtest.ReplyTo(q.Msg, dns.RcodeSuccess, "@ 60 IN A 198.51.100.66")
+		wrong.Id ^= 0x5a5a
+		right := upstreamtest.ReplyTo(q.Msg, dns.RcodeSuccess, "@ 60 IN A 192.0.2.1")
+		return upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: wrong}, {Msg: wrong}, {Msg: right}}}
+	}
+	s1 := upstreamtest.Start(t, spoof)
+	s2 := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	e := startEdge(t, edgeConfig(s1, s2), 1)
+
+	for i := range 20 {
+		m, _ := e.get(t, query(fmt.Sprintf("q%d.queued.example.org", i), dns.TypeA))
+		wantAnswer(t, m, "192.0.2.1")
+	}
+	if len(s2.Queries()) != 0 {
+		t.Fatalf("the second server was asked: a reply queued behind a mismatched one was not read")
+	}
+	c := e.status(t).Counters
+	if c.MismatchedReplies != 40 || c.Attempts["answer"] != 20 {
+		t.Fatalf("mismatched_replies %d (want 40), attempts %v (want 20 answer)", c.MismatchedReplies, c.Attempts)
+	}
+}
+
 func hasEDE(m *dns.Msg, code uint16) bool {
 	if o := m.IsEdns0(); o != nil {
 		for _, opt := range o.Option {

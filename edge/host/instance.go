@@ -218,10 +218,15 @@ func (in *Instance) result(ctx context.Context, n uint32) ([]byte, error) {
 
 // event queues e for the next poll and sees that one runs.
 func (in *Instance) event(e *abi.Event) {
+	in.queue(e)
+	in.kick()
+}
+
+// queue queues e (its data copied) for the next poll.
+func (in *Instance) queue(e *abi.Event) {
 	in.mu.Lock()
 	in.events = abi.AppendEvent(in.events, e)
 	in.mu.Unlock()
-	in.kick()
 }
 
 // pending reports whether events wait for a poll.

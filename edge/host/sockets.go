@@ -15,10 +15,12 @@ import (
 )
 
 // socket is one of the module's sockets. The imports (inside a poll)
-// open, send on and close it; a read (on a reader goroutine) or a TCP
-// connect (on a goroutine of its own) comes back as an event, unless the
-// socket was closed meanwhile. While a TCP connect goes on, what the module sends waits in
-// pending and a read it asks for in readMax/readDeadline: the connect's
+// open, send on and close it; a read or a TCP connect (on a goroutine of
+// its own) comes back as an event, unless the socket was closed
+// meanwhile. A UDP socket's reads are waited for by the socket's own
+// goroutine (udp.go); a TCP socket's each run on a kept reader goroutine.
+// While a TCP connect goes on, what the module sends waits in pending
+// and a read it asks for in readMax/readDeadline: the connect's
 // goroutine carries them out once connected.
 type socket struct {
 	fd           uint32
@@ -27,15 +29,23 @@ type socket struct {
 	reading      bool          // a read is under way, or asked for while connecting
 	closed       bool
 	pending      []byte // sent while connecting
-	readMax      uint32 // the read asked for while connecting
+	readMax      uint32 // the read asked for (while connecting; UDP: always)
 	readDeadline time.Time
+	udp          *udpWait // a UDP socket's descriptor and its waiter's state; nil for TCP
 }
 
 // close closes s; a read under way ends, and its result is dropped.
 func (s *socket) close() {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	sock := s.sock
 	s.closed = true
+	if s.udp != nil && !s.udp.closable(sock) {
+		sock = nil // its waiter closes it
+	}
 	s.mu.Unlock()
 	if sock != nil {
 		sock.Close()
@@ -71,13 +81,18 @@ func deadlineOf(ns uint64) time.Time {
 
 // add registers a new socket and returns it.
 func (in *Instance) add(sock engine.Socket) *socket {
+	return in.register(&socket{sock: sock})
+}
+
+// register numbers s and registers it.
+func (in *Instance) register(s *socket) *socket {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.nextFD++
 	for in.nextFD == 0 || in.sockets[in.nextFD] != nil {
 		in.nextFD++
 	}
-	s := &socket{fd: in.nextFD, sock: sock}
+	s.fd = in.nextFD
 	in.sockets[s.fd] = s
 	return s
 }
@@ -95,7 +110,7 @@ func (in *Instance) open(t engine.Transport, server netip.AddrPort, source netip
 		if err != nil {
 			return 0, classOf(err)
 		}
-		return in.add(sock).fd, 0
+		return in.openUDP(sock, server).fd, 0
 	}
 	s := in.add(nil)
 	go func() {
@@ -151,6 +166,11 @@ func (in *Instance) read(s *socket, max uint32, deadline time.Time) uint32 {
 	if s.reading {
 		s.mu.Unlock()
 		return 0
+	}
+	if s.udp != nil {
+		code := in.readUDP(s, max)
+		s.mu.Unlock()
+		return code
 	}
 	s.reading = true
 	if sock == nil { // connecting: the connect's goroutine starts the read
@@ -267,6 +287,9 @@ func instantiateSockets(ctx context.Context, rt wazero.Runtime) error {
 		}
 		s.mu.Lock()
 		sock := s.sock
+		if s.udp != nil {
+			s.udp.sentSinceRead = true
+		}
 		if sock == nil && !s.closed {
 			// Connecting: the connect's goroutine sends it.
 			s.pending = append(s.pending, data...)
