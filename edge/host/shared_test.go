@@ -61,11 +61,13 @@ func askAll(t *testing.T, p *Pool, names []string, ip string) time.Duration {
 }
 
 // 1 000 questions in flight at once through one instance: the upstream
-// answers none until it has read all 1 000 (upstreamtest.Gather), so
-// they were all waiting upstream at the same time, and each is answered
-// by its first attempt (on a loaded 2-CPU machine, handing 1 000
-// questions to one instance has taken 0.6-2.8 s: the first of them is
-// held that long, within its 2 s only when the machine is not that busy).
+// answers none until it has read all 1 000 names (upstreamtest.Gather),
+// so they were all waiting upstream at the same time, and each is
+// answered exactly once. On a loaded 2-CPU machine handing 1 000
+// questions to one instance has taken 0.6-2.8 s, so the first of them
+// may spend its 2 s and ask again while the last are being sent: that
+// retry is held with the rest and still proves nothing was answered
+// early, so the test allows it and logs it.
 func TestWazeroThousandQuestionsInOneInstance(t *testing.T) {
 	t.Parallel()
 	const n = 1000
@@ -77,11 +79,12 @@ func TestWazeroThousandQuestionsInOneInstance(t *testing.T) {
 	}
 	took := askAll(t, e.pool, names, "192.0.2.1")
 	qs := up.Queries()
-	if len(qs) != n {
-		t.Fatalf("upstream read %d queries, want %d (one attempt each)", len(qs), n)
-	}
+	asked := make(map[string]bool, n)
 	first, last := qs[0].At, qs[0].At
 	for _, q := range qs {
+		if q.Msg != nil && len(q.Msg.Question) == 1 {
+			asked[q.Msg.Question[0].Name] = true
+		}
 		if q.At.Before(first) {
 			first = q.At
 		}
@@ -89,11 +92,15 @@ func TestWazeroThousandQuestionsInOneInstance(t *testing.T) {
 			last = q.At
 		}
 	}
-	st := e.status(t)
-	if st.Counters.Attempts["answer"] != n || st.Counters.Attempts["timeout"] != 0 || st.InFlight != 0 {
-		t.Fatalf("attempts %v, in flight %d: want %d answers, no timeout, nothing left in flight", st.Counters.Attempts, st.InFlight, n)
+	if len(asked) != n {
+		t.Fatalf("upstream read %d distinct names in %d queries, want %d", len(asked), len(qs), n)
 	}
-	t.Logf("%d questions through one instance in %v (queries sent within %v, no reply before the last)", n, took, last.Sub(first))
+	st := e.status(t)
+	retried := st.Counters.Attempts["timeout"]
+	if st.Counters.Attempts["answer"] != n || len(qs) != n+int(retried) || st.InFlight != 0 {
+		t.Fatalf("attempts %v, %d queries, in flight %d: want %d answers, one query per attempt, nothing left in flight", st.Counters.Attempts, len(qs), st.InFlight, n)
+	}
+	t.Logf("%d questions through one instance in %v (queries sent within %v, no reply before the last; %d first attempts timed out while the rest were sent)", n, took, last.Sub(first), retried)
 }
 
 // engine-servers.healthy-first-then-demoted across requests: a dead first

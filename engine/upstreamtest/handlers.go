@@ -1,6 +1,7 @@
 package upstreamtest
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -42,15 +43,30 @@ func Delay(d time.Duration, h Handler) Handler {
 	}
 }
 
-// Gather is h with every reply held until the server has read n queries
-// (counted over both transports): a proof that n queries were in flight
-// at once, since none is answered before the last arrives.
+// Gather is h with every reply held until the server has read queries
+// for n distinct questions (name, lowercased, and type; counted over both
+// transports): a proof that n questions were in flight at once, since
+// none is answered before the last arrives. A question asked again (its
+// first attempt timed out while the rest were still being sent) is held
+// as well and counted once.
 func Gather(n int, h Handler) Handler {
 	all := make(chan struct{})
-	var once sync.Once
+	var (
+		mu   sync.Mutex
+		seen = make(map[dns.Question]bool, n)
+	)
 	return func(q Query) Action {
-		if q.N+1 >= n {
-			once.Do(func() { close(all) })
+		if q.Msg != nil && len(q.Msg.Question) == 1 {
+			k := q.Msg.Question[0]
+			k.Name = strings.ToLower(k.Name)
+			mu.Lock()
+			if !seen[k] {
+				seen[k] = true
+				if len(seen) == n {
+					close(all)
+				}
+			}
+			mu.Unlock()
 		}
 		a := h(q)
 		for i := range a.Replies {
