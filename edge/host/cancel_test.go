@@ -170,7 +170,20 @@ func TestWazeroJoinedFollowerCancelNotCharged(t *testing.T) {
 		ask(ctx, e.pool, "joined.example.org")
 		followed <- time.Now()
 	}()
-	time.Sleep(300 * time.Millisecond) // the follower reaches the module's next poll
+	// The follower reaches the module: both questions registered and no
+	// event left for a poll to take.
+	in := e.pool.instances()[0]
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Millisecond) {
+		in.mu.Lock()
+		handed := len(in.calls) == 2 && len(in.events) == 0
+		in.mu.Unlock()
+		if handed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the follower never reached the module")
+		}
+	}
 	cancel()
 	cancelledAt := time.Now()
 	if took := (<-followed).Sub(cancelledAt); took > 500*time.Millisecond {
