@@ -84,6 +84,40 @@ func (w *BatchWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// appendBegin locks the batch for an event of at most room bytes to be
+// appended to it in place (the observer's events, encoded straight into
+// the batch instead of through a buffer of their own) and returns it; the
+// caller hands it back with appendEnd. A batch without that room left
+// is written first, so the event does not grow the buffer. After Close
+// it returns false and the event goes through Write.
+func (w *BatchWriter) appendBegin(room int) ([]byte, bool) {
+	w.mu.Lock()
+	for !w.closed && len(w.buf) > 0 && cap(w.buf)-len(w.buf) < room {
+		w.flushUnlock()
+		w.mu.Lock()
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return nil, false
+	}
+	return w.buf, true
+}
+
+// appendEnd takes back the batch from appendBegin, the event appended,
+// and unlocks it.
+func (w *BatchWriter) appendEnd(buf []byte) {
+	w.buf = buf
+	if len(buf) >= BatchSize {
+		w.flushUnlock()
+		return
+	}
+	if !w.armed {
+		w.armed = true
+		w.timer.Reset(BatchInterval)
+	}
+	w.mu.Unlock()
+}
+
 // flushUnlock writes the gathered batch. The caller holds w.mu; it is
 // released once the batch is taken and w.outMu held, so batches leave in
 // the order they were taken and the next one gathers meanwhile. It

@@ -41,6 +41,16 @@ func startRun(e *zerolog.Event, dst []byte, question uint64, qname, msKey string
 	return e, "question", appendMillisValue(appendKey(dst, msKey), d)
 }
 
+// appendQuestion appends an event's first own fields: question, qname
+// (which needs no escaping: plainJSON) and the time the question or
+// attempt took, under msKey.
+func appendQuestion(dst []byte, question uint64, qname, msKey string, d time.Duration) []byte {
+	dst = strconv.AppendUint(appendKey(dst, "question"), question, 10)
+	dst = append(appendKey(dst, "qname"), '"')
+	dst = append(append(dst, qname...), '"')
+	return appendMillisValue(appendKey(dst, msKey), d)
+}
+
 // appendKey appends a key, as zerolog writes it after another field. The
 // keys here are plain ASCII: they need no escaping.
 func appendKey(dst []byte, k string) []byte {
