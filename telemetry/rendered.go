@@ -64,12 +64,13 @@ func (c *renderCache[K]) get(k K) *rendered[K] {
 	return r
 }
 
-// contextBytes is what log writes for its context: an empty event at
-// NoLevel, as zerolog itself writes it, less the closing "}" and newline.
-// Nil when log writes nothing (the level is off) or something else.
+// contextBytes is what log (one of the cache's loggers) writes for its
+// context: an empty event at NoLevel, as zerolog itself writes it, less
+// the closing "}" and newline. Nil when log writes nothing (the level is
+// off) or something else.
 func contextBytes(log zerolog.Logger) []byte {
 	var out captured
-	l := log.Output(&out)
+	l := log.Output(&out).With().Ctx(ownTime).Logger() // Output keeps hooks, not the Go context
 	l.Log().Send()
 	if len(out) <= len("{}\n") || out[0] != '{' || out[len(out)-2] != '}' || out[len(out)-1] != '\n' {
 		return nil
