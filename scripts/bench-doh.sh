@@ -21,7 +21,8 @@
 # req/s is the sum of successes over the wall time of the group.
 #
 # Besides req/s, each load reports the CPU each server spent per request
-# (utime+stime from /proc/PID/stat over the load). After the loads:
+# (its threads' time from /proc/PID/task/*/schedstat over the load, in
+# nanoseconds). After the loads:
 #   - one stream (h2load -c 1 -m 1): median latency per request, cache off
 #     with distinct names (the forwarding path) and cache on, one name;
 #   - info against warn: a third dohfwd (cache off, log level info: an
@@ -41,7 +42,7 @@
 #        the same configuration, for a "dohfwd / base" ratio (the cost of a
 #        change); OPS_OFF=1 adds dohfwd with listen.server_timing and
 #        listen.trace_context off, for a "dohfwd / ops-off" ratio; both
-#        also compare CPU per request (from /proc/PID/stat), steadier than
+#        also compare CPU per request (from schedstat), steadier than
 #        req/s on a shared machine; ROUNDS (1) repeats those comparisons
 #        and the info-against-warn one;
 #        LOADS="cache-same nocache-distinct" runs only those loads;
@@ -306,17 +307,22 @@ load_distinct() {
 }
 
 vmhwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
-# cpu_ticks PID: user+system CPU of the process so far, in clock ticks.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# cpu_time PID: CPU of the process's threads so far, in units of cpu_hz:
+# nanoseconds from schedstat (cpu_ns, below). /proc/PID/stat counts in
+# clock ticks (10 ms): a load of 20 000 cache-off requests is some 40 of
+# them, so a reading was off by up to 2.5 %. (A thread that exits during
+# a load takes its time with it; the servers keep theirs.)
+cpu_time() { cpu_ns "$1"; }
+cpu_hz=1000000000
 hz=$(getconf CLK_TCK)
 # measured NAME LOAD -> "REQ/S OK CPU_US_PER_OK": LOAD run against NAME with
 # NAME's CPU read around it.
 measured() {
 	local name=$1 load=$2 c0 c1 rps ok
-	c0=$(cpu_ticks "${pid[$name]}")
+	c0=$(cpu_time "${pid[$name]}")
 	read -r rps ok <<<"$("load_$load" "${port[$name]}")"
-	c1=$(cpu_ticks "${pid[$name]}")
-	echo "${rps:-0} ${ok:-0} $(echo "if (${ok:-0} > 0) ($c1 - $c0) * 1000000 / $hz / $ok else 0" | bc -l)"
+	c1=$(cpu_time "${pid[$name]}")
+	echo "${rps:-0} ${ok:-0} $(echo "if (${ok:-0} > 0) ($c1 - $c0) * 1000000 / $cpu_hz / $ok else 0" | bc -l)"
 }
 # cpu_ns PID...: CPU time of the processes' threads so far, in
 # nanoseconds (schedstat: finer than the clock ticks of /proc/PID/stat).
@@ -451,17 +457,17 @@ for cache in cache nocache; do
 				# dohfwd, the other dohfwd, dohfwd again: the ratio uses the
 				# mean of dohfwd's two loads around the other's, so drift on
 				# the machine weighs on both sides alike.
-				c0=$(cpu_ticks "${pid[$d]}")
+				c0=$(cpu_time "${pid[$d]}")
 				read -r d1_rps _ <<<"$("load_$kind" "${port[$d]}")"
-				c1=$(cpu_ticks "${pid[$d]}")
-				o0=$(cpu_ticks "${pid[$other-$cache]}")
+				c1=$(cpu_time "${pid[$d]}")
+				o0=$(cpu_time "${pid[$other-$cache]}")
 				read -r o_rps o_ok <<<"$("load_$kind" "${port[$other-$cache]}")"
-				o1=$(cpu_ticks "${pid[$other-$cache]}")
+				o1=$(cpu_time "${pid[$other-$cache]}")
 				read -r d2_rps _ <<<"$("load_$kind" "${port[$d]}")"
-				c2=$(cpu_ticks "${pid[$d]}")
+				c2=$(cpu_time "${pid[$d]}")
 				# CPU microseconds per request
-				d_cpu2=$(echo "($c2 - $c0) * 1000000 / $hz / (2 * $N)" | bc -l)
-				o_cpu=$(echo "($o1 - $o0) * 1000000 / $hz / $N" | bc -l)
+				d_cpu2=$(echo "($c2 - $c0) * 1000000 / $cpu_hz / (2 * $N)" | bc -l)
+				o_cpu=$(echo "($o1 - $o0) * 1000000 / $cpu_hz / $N" | bc -l)
 				compared+=("$other $cache $kind $(echo "(${d1_rps:-0} + ${d2_rps:-0}) / 2" | bc -l) ${o_rps:-0} ${o_ok:-0} $d_cpu2 $o_cpu")
 			done
 		done
