@@ -67,8 +67,9 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	f := o.attempts.get(attemptFields{scope: ev.Scope, server: ev.Server, transport: ev.Transport,
 		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, rcode: ev.Rcode, demoted: ev.Demoted})
 	if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
-		dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName, "rtt_ms", ev.RTT)
-		dst = appendTime(appendKey(appendTrace(dst, ev.Trace), zerolog.TimestampFieldName), ev.End)
+		dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName)
+		dst = appendMillisValue(append(dst, `,"rtt_ms":`...), ev.RTT)
+		dst = appendTimeField(appendTrace(dst, ev.Trace), ev.End)
 		o.batch.appendEnd(append(dst, '}', '\n'))
 		return
 	}
@@ -87,12 +88,12 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 		reason: ev.Reason, attempts: ev.Attempts, cacheHit: ev.CacheHit})
 	if len(ev.Served) == 0 {
 		if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
-			dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName, "duration_ms", ev.Duration)
-			dst = appendTrace(dst, ev.Trace)
+			dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName)
+			dst = appendTrace(appendMillisValue(append(dst, `,"duration_ms":`...), ev.Duration), ev.Trace)
 			if ev.Joined != nil {
 				dst = appendHex(appendKey(dst, "joined_trace_id"), ev.Joined.ID[:])
 			}
-			dst = appendTime(appendKey(dst, zerolog.TimestampFieldName), ev.End)
+			dst = appendTimeField(dst, ev.End)
 			o.batch.appendEnd(append(dst, '}', '\n'))
 			return
 		}
@@ -146,14 +147,17 @@ type attemptFields struct {
 
 func (f attemptFields) hash() uint64 {
 	a := f.server.Addr().As16()
-	h := mix(hashString(f.scope), binary.LittleEndian.Uint64(a[:8]))
-	h = mix(h, binary.LittleEndian.Uint64(a[8:]))
-	h = mix(h, uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)
 	var d uint64
 	if f.demoted {
 		d = 1
 	}
-	return mix(h, uint64(f.attempt)<<1|uint64(f.rcode)<<8|d)
+	// Independent products (odd constants), then one mix: the multiplies
+	// run side by side instead of one after another.
+	return mix(hashString(f.scope),
+		binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15^
+			binary.LittleEndian.Uint64(a[8:])*0xc2b2ae3d27d4eb4f^
+			(uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)*0x165667b19e3779f9^
+			(uint64(f.attempt)<<1|uint64(f.rcode)<<8|d)*0x27d4eb2f165667c5)
 }
 
 func (f attemptFields) render(c zerolog.Context) zerolog.Context {
