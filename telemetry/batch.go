@@ -18,7 +18,11 @@ import (
 
 const (
 	// BatchSize is the bytes gathered before a batch is written at once.
-	BatchSize = 64 << 10
+	// The kernel's share of a batch (into the page cache of a log file)
+	// costs less per byte in larger writes: BenchmarkQuestionEvents/batched
+	// took 0.87x the CPU per question at 256 KiB as at 64 KiB (10
+	// interleaved rounds), and dd 0.85x the system time per byte.
+	BatchSize = 256 << 10
 	// BatchInterval is the longest an event waits in memory.
 	BatchInterval = 100 * time.Millisecond
 )

@@ -204,12 +204,23 @@ func sameFields(t *testing.T, got, want []byte) {
 // every other event) an observer event has one "time", the one the engine
 // read; without one (a zero End) the clock's.
 func TestEventsCarryTheEngineTime(t *testing.T) {
+	t.Run("logger", func(t *testing.T) { testEventsCarryTheEngineTime(t, false) })
+	t.Run("batched", func(t *testing.T) { testEventsCarryTheEngineTime(t, true) })
+}
+
+func testEventsCarryTheEngineTime(t *testing.T, batched bool) {
 	var buf bytes.Buffer
-	log, err := telemetry.NewLogger(&buf, "json", "info")
+	var out io.Writer = &buf
+	var bw *telemetry.BatchWriter
+	if batched {
+		bw = telemetry.NewBatchWriter(&buf)
+		out = bw
+	}
+	log, err := telemetry.NewLogger(out, "json", "info")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := telemetry.NewObserver(log, nil)
+	o := telemetry.NewBatchedObserver(log, bw, nil)
 	a := sampleAttempt
 	a.End = fixedEnd
 	o.Attempt(a)
@@ -217,6 +228,9 @@ func TestEventsCarryTheEngineTime(t *testing.T) {
 	before := time.Now()
 	o.Question(engine.QuestionEvent{QName: "a.example."})
 	after := time.Now()
+	if bw != nil {
+		bw.Close()
+	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	for i, line := range lines {
 		if n := strings.Count(line, `"time":`); n != 1 {
