@@ -75,6 +75,10 @@
 #        its log.level switched by SIGHUP between loads (warn, info, info,
 #        warn), so info and warn are the same process, memory and TLS
 #        state: steadier than a second server;
+#        LEVEL_SIDE=1 loads the info dohfwd and the one at LOG_LEVEL at
+#        the same time instead (each with its own h2load processes on the
+#        same names), twice a round: the machine's drift and the other
+#        work on it weigh on both alike;
 #        CLIENT_EDNS=1 sends every query with an EDNS0 OPT record, as
 #        browsers do (scripts/bench-lib.sh): dnsdist then passes an OPT
 #        upstream too, as dohfwd always does, so nsd's work is alike.
@@ -94,6 +98,8 @@ OPS_OFF=${OPS_OFF:-}
 PEER_ROUNDS=${PEER_ROUNDS:-}
 PIN=${PIN:-}
 LEVEL_HUP=${LEVEL_HUP:-}
+LEVEL_SIDE=${LEVEL_SIDE:-}
+[ -z "$LEVEL_HUP" ] || [ -z "$LEVEL_SIDE" ] || die "LEVEL_HUP and LEVEL_SIDE exclude each other"
 SYS_STATS=${SYS_STATS:-}
 # gen and serve prefix the load generator's and the servers' commands.
 gen=() serve=()
@@ -281,27 +287,28 @@ load_same() {
 	out=$(timeout 600 "${gen[@]}" h2load -n "$N" -c "$CONNS" -m "$STREAMS" "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1) || true
 	echo "$(echo "$out" | rps_of) $(echo "$out" | status_of)"
 }
-# load_distinct PORT -> "REQ/S OK": $CONNS h2load processes on disjoint names.
+# load_distinct PORT [TAG] -> "REQ/S OK": $CONNS h2load processes on
+# disjoint names (TAG names their files, for loads at the same time).
 load_distinct() {
-	local p=$1 f i t0 t1 ok=0 n
+	local p=$1 tag=${2:+-$2} f i t0 t1 ok=0 n
 	local -a hp=()
 	i=0
 	for f in "$work"/part.*; do
 		# h2load -i takes the scheme and authority from the first line.
-		sed "1s|^|https://127.0.0.1:$p|" "$f" >"$work/uris.$i"
+		sed "1s|^|https://127.0.0.1:$p|" "$f" >"$work/uris$tag.$i"
 		i=$((i + 1))
 	done
 	t0=$(date +%s.%N)
 	for ((i = 0; i < CONNS; i++)); do
-		n=$(wc -l <"$work/uris.$i")
+		n=$(wc -l <"$work/uris$tag.$i")
 		# shellcheck disable=SC2086 # $cli_stat: words of a perf stat prefix
-		timeout 600 "${gen[@]}" ${cli_stat:+$cli_stat -o "$work/clistat.$i"} h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris.$i" >"$work/h2load.$i" 2>&1 &
+		timeout 600 "${gen[@]}" ${cli_stat:+$cli_stat -o "$work/clistat.$i"} h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris$tag.$i" >"$work/h2load$tag.$i" 2>&1 &
 		hp+=($!)
 	done
 	for i in "${hp[@]}"; do wait "$i" || true; done
 	t1=$(date +%s.%N)
 	for ((i = 0; i < CONNS; i++)); do
-		ok=$((ok + $(status_of <"$work/h2load.$i" || echo 0)))
+		ok=$((ok + $(status_of <"$work/h2load$tag.$i" || echo 0)))
 	done
 	echo "$(echo "$ok / ($t1 - $t0)" | bc -l) $ok"
 }
@@ -323,6 +330,23 @@ measured() {
 	read -r rps ok <<<"$("load_$load" "${port[$name]}")"
 	c1=$(cpu_time "${pid[$name]}")
 	echo "${rps:-0} ${ok:-0} $(echo "if (${ok:-0} > 0) ($c1 - $c0) * 1000000 / $cpu_hz / $ok else 0" | bc -l)"
+}
+# side_measured A B -> "REQ/S CPU_US_PER_OK" of A, then of B: the
+# distinct load against both at the same time (LEVEL_SIDE).
+side_measured() {
+	local a=$1 b=$2 a0 a1 b0 b1 ra oka rb okb pa
+	a0=$(cpu_time "${pid[$a]}")
+	b0=$(cpu_time "${pid[$b]}")
+	load_distinct "${port[$a]}" a >"$work/side.a" &
+	pa=$!
+	load_distinct "${port[$b]}" b >"$work/side.b"
+	wait "$pa" || true
+	a1=$(cpu_time "${pid[$a]}")
+	b1=$(cpu_time "${pid[$b]}")
+	read -r ra oka <"$work/side.a"
+	read -r rb okb <"$work/side.b"
+	echo "${ra:-0} $(echo "if (${oka:-0} > 0) ($a1 - $a0) * 1000000 / $cpu_hz / $oka else 0" | bc -l)" \
+		"${rb:-0} $(echo "if (${okb:-0} > 0) ($b1 - $b0) * 1000000 / $cpu_hz / $okb else 0" | bc -l)"
 }
 # cpu_ns PID...: CPU time of the processes' threads so far, in
 # nanoseconds (schedstat: finer than the clock ticks of /proc/PID/stat).
@@ -473,19 +497,25 @@ for cache in cache nocache; do
 		done
 		log "done: $cache $kind"
 		if [ "$cache-$kind" = nocache-distinct ]; then
-			# warn, info, info, warn: drift of the machine cancels out.
-			# ROUNDS repeats it (the first round's first warn load is the
-			# one above); the figures are the means over all loads.
+			# warn, info, info, warn: drift of the machine cancels out
+			# (LEVEL_SIDE: info and warn at once, twice). ROUNDS repeats
+			# it (the first round's first warn load is the one above);
+			# the figures are the means over all loads.
 			i_rps=0 i_cpu=0 w_rps=0 w_cpu=0 iw_rounds=()
 			for round in $(seq 1 "$ROUNDS"); do
-				if [ "$round" -gt 1 ]; then
-					read -r d_rps _ d_cpu <<<"$(measured "$d" distinct)"
+				if [ -n "$LEVEL_SIDE" ]; then # twice both at once
+					read -r i1_rps i1_cpu d_rps d_cpu <<<"$(side_measured "$info" "$d")"
+					read -r i2_rps i2_cpu w2_rps w2_cpu <<<"$(side_measured "$info" "$d")"
+				else
+					if [ "$round" -gt 1 ]; then
+						read -r d_rps _ d_cpu <<<"$(measured "$d" distinct)"
+					fi
+					set_level "$info" info
+					read -r i1_rps _ i1_cpu <<<"$(measured "$info" distinct)"
+					read -r i2_rps _ i2_cpu <<<"$(measured "$info" distinct)"
+					set_level "$info" "$LOG_LEVEL"
+					read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
 				fi
-				set_level "$info" info
-				read -r i1_rps i_ok i1_cpu <<<"$(measured "$info" distinct)"
-				read -r i2_rps _ i2_cpu <<<"$(measured "$info" distinct)"
-				set_level "$info" "$LOG_LEVEL"
-				read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
 				i_rps=$(echo "$i_rps + ($i1_rps + $i2_rps) / 2 / $ROUNDS" | bc -l)
 				i_cpu=$(echo "$i_cpu + ($i1_cpu + $i2_cpu) / 2 / $ROUNDS" | bc -l)
 				w_rps=$(echo "$w_rps + ($d_rps + $w2_rps) / 2 / $ROUNDS" | bc -l)
@@ -532,7 +562,7 @@ printf '                               cache on, one name  dohfwd %s  dnsdist %s
 	"$lat_hit_d" "$lat_hit_s" "$(echo "if ($lat_hit_s > 0) $lat_hit_d / $lat_hit_s else 0" | bc -l)"
 if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
 	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved, %s round(s)%s): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
-		"$LOG_LEVEL" "$ROUNDS" "${LEVEL_HUP:+, one process, level switched by SIGHUP}" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
+		"$LOG_LEVEL" "$ROUNDS" "${LEVEL_HUP:+, one process, level switched by SIGHUP}${LEVEL_SIDE:+, both loaded at once}" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
 		"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/$info.log" || true)"
 	if [ "$ROUNDS" -gt 1 ]; then
 		printf '  us/req ratio per round:'
