@@ -99,7 +99,6 @@ PEER_ROUNDS=${PEER_ROUNDS:-}
 PIN=${PIN:-}
 LEVEL_HUP=${LEVEL_HUP:-}
 LEVEL_SIDE=${LEVEL_SIDE:-}
-[ -z "$LEVEL_HUP" ] || [ -z "$LEVEL_SIDE" ] || die "LEVEL_HUP and LEVEL_SIDE exclude each other"
 SYS_STATS=${SYS_STATS:-}
 # gen and serve prefix the load generator's and the servers' commands.
 gen=() serve=()
@@ -117,6 +116,7 @@ die() {
 	log "$*"
 	exit 1
 }
+[ -z "$LEVEL_HUP" ] || [ -z "$LEVEL_SIDE" ] || die "LEVEL_HUP and LEVEL_SIDE exclude each other"
 
 # --- tools -----------------------------------------------------------------
 missing=()
