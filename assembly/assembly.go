@@ -142,7 +142,7 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 	d.Limits = limits.New(LimitsConfig(cfg), limits.Options{OnSummary: d.limitSummary})
 	d.Engine, err = engine.New(cfg.EngineConfig(), engine.Options{
 		Network:     o.Network,
-		Observer:    telemetry.NewObserver(log, attempts),
+		Observer:    telemetry.NewBatchedObserver(log, batch, attempts),
 		TCPOnly:     o.TCPOnly,
 		ClientLimit: d.Limits,
 	})

@@ -21,7 +21,8 @@
 # req/s is the sum of successes over the wall time of the group.
 #
 # Besides req/s, each load reports the CPU each server spent per request
-# (utime+stime from /proc/PID/stat over the load). After the loads:
+# (its threads' time from /proc/PID/task/*/schedstat over the load, in
+# nanoseconds). After the loads:
 #   - one stream (h2load -c 1 -m 1): median latency per request, cache off
 #     with distinct names (the forwarding path) and cache on, one name;
 #   - info against warn: a third dohfwd (cache off, log level info: an
@@ -41,7 +42,7 @@
 #        the same configuration, for a "dohfwd / base" ratio (the cost of a
 #        change); OPS_OFF=1 adds dohfwd with listen.server_timing and
 #        listen.trace_context off, for a "dohfwd / ops-off" ratio; both
-#        also compare CPU per request (from /proc/PID/stat), steadier than
+#        also compare CPU per request (from schedstat), steadier than
 #        req/s on a shared machine; ROUNDS (1) repeats those comparisons
 #        and the info-against-warn one;
 #        LOADS="cache-same nocache-distinct" runs only those loads;
@@ -74,6 +75,10 @@
 #        its log.level switched by SIGHUP between loads (warn, info, info,
 #        warn), so info and warn are the same process, memory and TLS
 #        state: steadier than a second server;
+#        LEVEL_SIDE=1 loads the info dohfwd and the one at LOG_LEVEL at
+#        the same time instead (each with its own h2load processes on the
+#        same names), twice a round: the machine's drift and the other
+#        work on it weigh on both alike;
 #        CLIENT_EDNS=1 sends every query with an EDNS0 OPT record, as
 #        browsers do (scripts/bench-lib.sh): dnsdist then passes an OPT
 #        upstream too, as dohfwd always does, so nsd's work is alike.
@@ -93,6 +98,7 @@ OPS_OFF=${OPS_OFF:-}
 PEER_ROUNDS=${PEER_ROUNDS:-}
 PIN=${PIN:-}
 LEVEL_HUP=${LEVEL_HUP:-}
+LEVEL_SIDE=${LEVEL_SIDE:-}
 SYS_STATS=${SYS_STATS:-}
 # gen and serve prefix the load generator's and the servers' commands.
 gen=() serve=()
@@ -110,6 +116,7 @@ die() {
 	log "$*"
 	exit 1
 }
+[ -z "$LEVEL_HUP" ] || [ -z "$LEVEL_SIDE" ] || die "LEVEL_HUP and LEVEL_SIDE exclude each other"
 
 # --- tools -----------------------------------------------------------------
 missing=()
@@ -280,43 +287,66 @@ load_same() {
 	out=$(timeout 600 "${gen[@]}" h2load -n "$N" -c "$CONNS" -m "$STREAMS" "${H2[@]}" "https://127.0.0.1:$1$same_path" 2>&1) || true
 	echo "$(echo "$out" | rps_of) $(echo "$out" | status_of)"
 }
-# load_distinct PORT -> "REQ/S OK": $CONNS h2load processes on disjoint names.
+# load_distinct PORT [TAG] -> "REQ/S OK": $CONNS h2load processes on
+# disjoint names (TAG names their files, for loads at the same time).
 load_distinct() {
-	local p=$1 f i t0 t1 ok=0 n
+	local p=$1 tag=${2:+-$2} f i t0 t1 ok=0 n
 	local -a hp=()
 	i=0
 	for f in "$work"/part.*; do
 		# h2load -i takes the scheme and authority from the first line.
-		sed "1s|^|https://127.0.0.1:$p|" "$f" >"$work/uris.$i"
+		sed "1s|^|https://127.0.0.1:$p|" "$f" >"$work/uris$tag.$i"
 		i=$((i + 1))
 	done
 	t0=$(date +%s.%N)
 	for ((i = 0; i < CONNS; i++)); do
-		n=$(wc -l <"$work/uris.$i")
+		n=$(wc -l <"$work/uris$tag.$i")
 		# shellcheck disable=SC2086 # $cli_stat: words of a perf stat prefix
-		timeout 600 "${gen[@]}" ${cli_stat:+$cli_stat -o "$work/clistat.$i"} h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris.$i" >"$work/h2load.$i" 2>&1 &
+		timeout 600 "${gen[@]}" ${cli_stat:+$cli_stat -o "$work/clistat.$i"} h2load -n "$n" -c 1 -m "$STREAMS" "${H2[@]}" -i "$work/uris$tag.$i" >"$work/h2load$tag.$i" 2>&1 &
 		hp+=($!)
 	done
 	for i in "${hp[@]}"; do wait "$i" || true; done
 	t1=$(date +%s.%N)
 	for ((i = 0; i < CONNS; i++)); do
-		ok=$((ok + $(status_of <"$work/h2load.$i" || echo 0)))
+		ok=$((ok + $(status_of <"$work/h2load$tag.$i" || echo 0)))
 	done
 	echo "$(echo "$ok / ($t1 - $t0)" | bc -l) $ok"
 }
 
 vmhwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
-# cpu_ticks PID: user+system CPU of the process so far, in clock ticks.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# cpu_time PID: CPU of the process's threads so far, in units of cpu_hz:
+# nanoseconds from schedstat (cpu_ns, below). /proc/PID/stat counts in
+# clock ticks (10 ms): a load of 20 000 cache-off requests is some 40 of
+# them, so a reading was off by up to 2.5 %. (A thread that exits during
+# a load takes its time with it; the servers keep theirs.)
+cpu_time() { cpu_ns "$1"; }
+cpu_hz=1000000000
 hz=$(getconf CLK_TCK)
 # measured NAME LOAD -> "REQ/S OK CPU_US_PER_OK": LOAD run against NAME with
 # NAME's CPU read around it.
 measured() {
 	local name=$1 load=$2 c0 c1 rps ok
-	c0=$(cpu_ticks "${pid[$name]}")
+	c0=$(cpu_time "${pid[$name]}")
 	read -r rps ok <<<"$("load_$load" "${port[$name]}")"
-	c1=$(cpu_ticks "${pid[$name]}")
-	echo "${rps:-0} ${ok:-0} $(echo "if (${ok:-0} > 0) ($c1 - $c0) * 1000000 / $hz / $ok else 0" | bc -l)"
+	c1=$(cpu_time "${pid[$name]}")
+	echo "${rps:-0} ${ok:-0} $(echo "if (${ok:-0} > 0) ($c1 - $c0) * 1000000 / $cpu_hz / $ok else 0" | bc -l)"
+}
+# side_measured A B -> "REQ/S CPU_US_PER_OK" of A, then of B: the
+# distinct load against both at the same time (LEVEL_SIDE).
+side_measured() {
+	local a=$1 b=$2 a0 a1 b0 b1 ra oka rb okb pa
+	a0=$(cpu_time "${pid[$a]}")
+	b0=$(cpu_time "${pid[$b]}")
+	load_distinct "${port[$a]}" a >"$work/side.a" &
+	pa=$!
+	load_distinct "${port[$b]}" b >"$work/side.b"
+	wait "$pa" || true
+	a1=$(cpu_time "${pid[$a]}")
+	b1=$(cpu_time "${pid[$b]}")
+	read -r ra oka <"$work/side.a"
+	read -r rb okb <"$work/side.b"
+	echo "${ra:-0} $(echo "if (${oka:-0} > 0) ($a1 - $a0) * 1000000 / $cpu_hz / $oka else 0" | bc -l)" \
+		"${rb:-0} $(echo "if (${okb:-0} > 0) ($b1 - $b0) * 1000000 / $cpu_hz / $okb else 0" | bc -l)"
 }
 # cpu_ns PID...: CPU time of the processes' threads so far, in
 # nanoseconds (schedstat: finer than the clock ticks of /proc/PID/stat).
@@ -451,35 +481,41 @@ for cache in cache nocache; do
 				# dohfwd, the other dohfwd, dohfwd again: the ratio uses the
 				# mean of dohfwd's two loads around the other's, so drift on
 				# the machine weighs on both sides alike.
-				c0=$(cpu_ticks "${pid[$d]}")
+				c0=$(cpu_time "${pid[$d]}")
 				read -r d1_rps _ <<<"$("load_$kind" "${port[$d]}")"
-				c1=$(cpu_ticks "${pid[$d]}")
-				o0=$(cpu_ticks "${pid[$other-$cache]}")
+				c1=$(cpu_time "${pid[$d]}")
+				o0=$(cpu_time "${pid[$other-$cache]}")
 				read -r o_rps o_ok <<<"$("load_$kind" "${port[$other-$cache]}")"
-				o1=$(cpu_ticks "${pid[$other-$cache]}")
+				o1=$(cpu_time "${pid[$other-$cache]}")
 				read -r d2_rps _ <<<"$("load_$kind" "${port[$d]}")"
-				c2=$(cpu_ticks "${pid[$d]}")
+				c2=$(cpu_time "${pid[$d]}")
 				# CPU microseconds per request
-				d_cpu2=$(echo "($c2 - $c0) * 1000000 / $hz / (2 * $N)" | bc -l)
-				o_cpu=$(echo "($o1 - $o0) * 1000000 / $hz / $N" | bc -l)
+				d_cpu2=$(echo "($c2 - $c0) * 1000000 / $cpu_hz / (2 * $N)" | bc -l)
+				o_cpu=$(echo "($o1 - $o0) * 1000000 / $cpu_hz / $N" | bc -l)
 				compared+=("$other $cache $kind $(echo "(${d1_rps:-0} + ${d2_rps:-0}) / 2" | bc -l) ${o_rps:-0} ${o_ok:-0} $d_cpu2 $o_cpu")
 			done
 		done
 		log "done: $cache $kind"
 		if [ "$cache-$kind" = nocache-distinct ]; then
-			# warn, info, info, warn: drift of the machine cancels out.
-			# ROUNDS repeats it (the first round's first warn load is the
-			# one above); the figures are the means over all loads.
+			# warn, info, info, warn: drift of the machine cancels out
+			# (LEVEL_SIDE: info and warn at once, twice). ROUNDS repeats
+			# it (the first round's first warn load is the one above);
+			# the figures are the means over all loads.
 			i_rps=0 i_cpu=0 w_rps=0 w_cpu=0 iw_rounds=()
 			for round in $(seq 1 "$ROUNDS"); do
-				if [ "$round" -gt 1 ]; then
-					read -r d_rps _ d_cpu <<<"$(measured "$d" distinct)"
+				if [ -n "$LEVEL_SIDE" ]; then # twice both at once
+					read -r i1_rps i1_cpu d_rps d_cpu <<<"$(side_measured "$info" "$d")"
+					read -r i2_rps i2_cpu w2_rps w2_cpu <<<"$(side_measured "$info" "$d")"
+				else
+					if [ "$round" -gt 1 ]; then
+						read -r d_rps _ d_cpu <<<"$(measured "$d" distinct)"
+					fi
+					set_level "$info" info
+					read -r i1_rps _ i1_cpu <<<"$(measured "$info" distinct)"
+					read -r i2_rps _ i2_cpu <<<"$(measured "$info" distinct)"
+					set_level "$info" "$LOG_LEVEL"
+					read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
 				fi
-				set_level "$info" info
-				read -r i1_rps i_ok i1_cpu <<<"$(measured "$info" distinct)"
-				read -r i2_rps _ i2_cpu <<<"$(measured "$info" distinct)"
-				set_level "$info" "$LOG_LEVEL"
-				read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
 				i_rps=$(echo "$i_rps + ($i1_rps + $i2_rps) / 2 / $ROUNDS" | bc -l)
 				i_cpu=$(echo "$i_cpu + ($i1_cpu + $i2_cpu) / 2 / $ROUNDS" | bc -l)
 				w_rps=$(echo "$w_rps + ($d_rps + $w2_rps) / 2 / $ROUNDS" | bc -l)
@@ -526,7 +562,7 @@ printf '                               cache on, one name  dohfwd %s  dnsdist %s
 	"$lat_hit_d" "$lat_hit_s" "$(echo "if ($lat_hit_s > 0) $lat_hit_d / $lat_hit_s else 0" | bc -l)"
 if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
 	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved, %s round(s)%s): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
-		"$LOG_LEVEL" "$ROUNDS" "${LEVEL_HUP:+, one process, level switched by SIGHUP}" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
+		"$LOG_LEVEL" "$ROUNDS" "${LEVEL_HUP:+, one process, level switched by SIGHUP}${LEVEL_SIDE:+, both loaded at once}" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
 		"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/$info.log" || true)"
 	if [ "$ROUNDS" -gt 1 ]; then
 		printf '  us/req ratio per round:'

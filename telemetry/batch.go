@@ -18,7 +18,11 @@ import (
 
 const (
 	// BatchSize is the bytes gathered before a batch is written at once.
-	BatchSize = 64 << 10
+	// The kernel's share of a batch (into the page cache of a log file)
+	// costs less per byte in larger writes: BenchmarkQuestionEvents/batched
+	// took 0.87x the CPU per question at 256 KiB as at 64 KiB (10
+	// interleaved rounds), and dd 0.85x the system time per byte.
+	BatchSize = 256 << 10
 	// BatchInterval is the longest an event waits in memory.
 	BatchInterval = 100 * time.Millisecond
 )
@@ -82,6 +86,40 @@ func (w *BatchWriter) Write(p []byte) (int, error) {
 	}
 	w.mu.Unlock()
 	return len(p), nil
+}
+
+// appendBegin locks the batch for an event of at most room bytes to be
+// appended to it in place (the observer's events, encoded straight into
+// the batch instead of through a buffer of their own) and returns it; the
+// caller hands it back with appendEnd. A batch without that room left
+// is written first, so the event does not grow the buffer. After Close
+// it returns false and the event goes through Write.
+func (w *BatchWriter) appendBegin(room int) ([]byte, bool) {
+	w.mu.Lock()
+	for !w.closed && len(w.buf) > 0 && cap(w.buf)-len(w.buf) < room {
+		w.flushUnlock()
+		w.mu.Lock()
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return nil, false
+	}
+	return w.buf, true
+}
+
+// appendEnd takes back the batch from appendBegin, the event appended,
+// and unlocks it.
+func (w *BatchWriter) appendEnd(buf []byte) {
+	w.buf = buf
+	if len(buf) >= BatchSize {
+		w.flushUnlock()
+		return
+	}
+	if !w.armed {
+		w.armed = true
+		w.timer.Reset(BatchInterval)
+	}
+	w.mu.Unlock()
 }
 
 // flushUnlock writes the gathered batch. The caller holds w.mu; it is

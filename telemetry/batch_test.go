@@ -86,10 +86,20 @@ func TestBatchWriterFlushesFullBatch(t *testing.T) {
 // still in memory, whole and in order, from many goroutines at once; later
 // events go straight through.
 func TestBatchWriterCloseLosesNothing(t *testing.T) {
+	t.Run("logger", func(t *testing.T) { testBatchWriterCloseLosesNothing(t, false) })
+	t.Run("batched", func(t *testing.T) { testBatchWriterCloseLosesNothing(t, true) })
+}
+
+// testBatchWriterCloseLosesNothing: batched, the observer writes its
+// events straight into the batch (NewBatchedObserver).
+func testBatchWriterCloseLosesNothing(t *testing.T, batched bool) {
 	out := &countingWriter{}
 	bw := telemetry.NewBatchWriter(out)
 	log := zerolog.New(bw)
 	o := telemetry.NewObserver(log, nil)
+	if batched {
+		o = telemetry.NewBatchedObserver(log, bw, nil)
+	}
 	var wg sync.WaitGroup
 	const writers, each = 8, 500
 	for w := range writers {
@@ -140,10 +150,15 @@ func TestBatchedLoggerDoesNotAllocate(t *testing.T) {
 		t.Fatalf("NewBatchedLogger: %v %v", bw, err)
 	}
 	defer bw.Close()
-	o := telemetry.NewObserver(log, nil)
-	o.Attempt(sampleAttempt)
-	if n := testing.AllocsPerRun(500, func() { o.Attempt(sampleAttempt) }); n != 0 {
-		t.Fatalf("Attempt through the batch writer allocates %v times per event", n)
+	qe := engine.QuestionEvent{Question: 1, QName: "a.example.", QType: 1, Result: engine.ResultAnswer,
+		Trace: &engine.Trace{HasParent: true}, Joined: &engine.Trace{}}
+	for _, o := range []*telemetry.Observer{telemetry.NewObserver(log, nil), telemetry.NewBatchedObserver(log, bw, nil)} {
+		o.Attempt(sampleAttempt)
+		o.Question(qe)
+		// 2 000 events: batches fill and leave, their buffers reused.
+		if n := testing.AllocsPerRun(1000, func() { o.Attempt(sampleAttempt); o.Question(qe) }); n != 0 {
+			t.Fatalf("events through the batch writer allocate %v times per question", n)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ type AttemptMetrics interface {
 // end, so they cost no clock reading of their own.
 type Observer struct {
 	log       zerolog.Logger
+	batch     *BatchWriter   // log's writer, written to directly; may be nil
 	metrics   AttemptMetrics // may be nil
 	attempts  *renderCache[attemptFields]
 	questions *renderCache[questionFields]
@@ -34,6 +35,19 @@ type Observer struct {
 func NewObserver(log zerolog.Logger, m AttemptMetrics) *Observer {
 	return &Observer{log: log, metrics: m,
 		attempts: newRenderCache[attemptFields](log), questions: newRenderCache[questionFields](log)}
+}
+
+// NewBatchedObserver is NewObserver for a log that writes to batch, as
+// NewBatchedLogger's does. Its "attempt" and "question" events are
+// encoded straight into batch's buffer: the bytes log would write, without
+// the copies through a zerolog event (its context into the event, the
+// event into the batch). An event whose name needs JSON escaping, one
+// listing served traces, and events after batch is closed go through log.
+// batch nil: NewObserver.
+func NewBatchedObserver(log zerolog.Logger, batch *BatchWriter, m AttemptMetrics) *Observer {
+	o := NewObserver(log, m)
+	o.batch = batch
+	return o
 }
 
 var (
@@ -50,10 +64,17 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	if !o.infoEnabled() {
 		return
 	}
-	log := o.attempts.logger(attemptFields{scope: ev.Scope, server: ev.Server, transport: ev.Transport,
+	f := o.attempts.get(attemptFields{scope: ev.Scope, server: ev.Server, transport: ev.Transport,
 		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, rcode: ev.Rcode, demoted: ev.Demoted})
+	if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
+		dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName)
+		dst = appendMillisValue(append(dst, `,"rtt_ms":`...), ev.RTT)
+		dst = appendTimeField(appendTrace(dst, ev.Trace), ev.End)
+		o.batch.appendEnd(append(dst, '}', '\n'))
+		return
+	}
 	var b [runSize]byte
-	e, key, r := startRun(log.Log(), b[:0], ev.Question, ev.QName, "rtt_ms", ev.RTT)
+	e, key, r := startRun(f.log.Log(), b[:0], ev.Question, ev.QName, "rtt_ms", ev.RTT)
 	r = appendTime(appendKey(appendTrace(r, ev.Trace), zerolog.TimestampFieldName), ev.End)
 	e.RawJSON(key, r).Send()
 }
@@ -63,10 +84,22 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 	if !o.infoEnabled() {
 		return
 	}
-	log := o.questions.logger(questionFields{scope: ev.Scope, qtype: ev.QType, result: ev.Result,
+	f := o.questions.get(questionFields{scope: ev.Scope, qtype: ev.QType, result: ev.Result,
 		reason: ev.Reason, attempts: ev.Attempts, cacheHit: ev.CacheHit})
+	if len(ev.Served) == 0 {
+		if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
+			dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName)
+			dst = appendTrace(appendMillisValue(append(dst, `,"duration_ms":`...), ev.Duration), ev.Trace)
+			if ev.Joined != nil {
+				dst = appendHex(appendKey(dst, "joined_trace_id"), ev.Joined.ID[:])
+			}
+			dst = appendTimeField(dst, ev.End)
+			o.batch.appendEnd(append(dst, '}', '\n'))
+			return
+		}
+	}
 	var b [runSize]byte
-	e, key, r := startRun(log.Log(), b[:0], ev.Question, ev.QName, "duration_ms", ev.Duration)
+	e, key, r := startRun(f.log.Log(), b[:0], ev.Question, ev.QName, "duration_ms", ev.Duration)
 	r = appendTrace(r, ev.Trace)
 	if ev.Joined != nil {
 		r = appendHex(appendKey(r, "joined_trace_id"), ev.Joined.ID[:])
@@ -78,6 +111,18 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 	}
 	r = appendTime(appendKey(r, zerolog.TimestampFieldName), ev.End)
 	e.RawJSON(key, r).Send()
+}
+
+// batchBegin opens the batch for an event written from prefix, when the
+// event can be written straight into it: the observer has a batch, the
+// prefix was read and the name needs no escaping. The caller appends the
+// event and hands the batch back with appendEnd.
+func (o *Observer) batchBegin(prefix []byte, qname string) ([]byte, bool) {
+	if o.batch == nil || prefix == nil || !plainJSON(qname) {
+		return nil, false
+	}
+	// The prefix, the run's longest fields, the closing brace and newline.
+	return o.batch.appendBegin(len(prefix) + len(`,"question":`) + runSize + 2)
 }
 
 // infoEnabled reports whether events at level info are written, the check
@@ -102,14 +147,17 @@ type attemptFields struct {
 
 func (f attemptFields) hash() uint64 {
 	a := f.server.Addr().As16()
-	h := mix(hashString(f.scope), binary.LittleEndian.Uint64(a[:8]))
-	h = mix(h, binary.LittleEndian.Uint64(a[8:]))
-	h = mix(h, uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)
 	var d uint64
 	if f.demoted {
 		d = 1
 	}
-	return mix(h, uint64(f.attempt)<<1|uint64(f.rcode)<<8|d)
+	// Independent products (odd constants), then one mix: the multiplies
+	// run side by side instead of one after another.
+	return mix(hashString(f.scope),
+		binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15^
+			binary.LittleEndian.Uint64(a[8:])*0xc2b2ae3d27d4eb4f^
+			(uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)*0x165667b19e3779f9^
+			(uint64(f.attempt)<<1|uint64(f.rcode)<<8|d)*0x27d4eb2f165667c5)
 }
 
 func (f attemptFields) render(c zerolog.Context) zerolog.Context {

@@ -41,21 +41,49 @@ type renderCache[K renderKey] struct {
 type rendered[K renderKey] struct {
 	key K
 	log zerolog.Logger
+	// prefix is what log writes before an event's own fields: "{" and
+	// the context, without the closing "}" (nil if it could not be read).
+	// The observer appends an event to a BatchWriter's batch from it.
+	prefix []byte
 }
 
 func newRenderCache[K renderKey](base zerolog.Logger) *renderCache[K] {
 	return &renderCache[K]{base: base}
 }
 
-// logger returns the logger whose context holds k's fields.
-func (c *renderCache[K]) logger(k K) *zerolog.Logger {
+// get returns the rendering of k's fields: the logger whose context holds
+// them, and the bytes it writes for them.
+func (c *renderCache[K]) get(k K) *rendered[K] {
 	slot := &c.slots[k.hash()%renderSlots]
 	if r := slot.Load(); r != nil && r.key == k {
-		return &r.log
+		return r
 	}
 	r := &rendered[K]{key: k, log: k.render(c.base.With().Ctx(ownTime)).Logger()}
+	r.prefix = contextBytes(r.log)
 	slot.Store(r)
-	return &r.log
+	return r
+}
+
+// contextBytes is what log (one of the cache's loggers) writes for its
+// context: an empty event at NoLevel, as zerolog itself writes it, less
+// the closing "}" and newline. Nil when log writes nothing (the level is
+// off) or something else.
+func contextBytes(log zerolog.Logger) []byte {
+	var out captured
+	l := log.Output(&out).With().Ctx(ownTime).Logger() // Output keeps hooks, not the Go context
+	l.Log().Send()
+	if len(out) <= len("{}\n") || out[0] != '{' || out[len(out)-2] != '}' || out[len(out)-1] != '\n' {
+		return nil
+	}
+	return out[: len(out)-2 : len(out)-2]
+}
+
+// captured keeps what is written to it.
+type captured []byte
+
+func (c *captured) Write(p []byte) (int, error) {
+	*c = append(*c, p...)
+	return len(p), nil
 }
 
 // ownTime marks the observer's loggers: their events carry the time the

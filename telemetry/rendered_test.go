@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -29,13 +30,27 @@ var fixedEnd = time.Date(2026, 12, 1, 12, 0, 0, 123456000, time.UTC)
 // message included), then those of the question, then the time the engine
 // read.
 func TestEventBytesForFixedInput(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "logger", true: "batched"}[batched], func(t *testing.T) {
+			testEventBytesForFixedInput(t, batched)
+		})
+	}
+}
+
+func testEventBytesForFixedInput(t *testing.T, batched bool) {
 	var buf bytes.Buffer
-	log, err := telemetry.NewLogger(&buf, "json", "info")
+	var out io.Writer = &buf
+	var bw *telemetry.BatchWriter
+	if batched {
+		bw = telemetry.NewBatchWriter(&buf)
+		out = bw
+	}
+	log, err := telemetry.NewLogger(out, "json", "info")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := &engine.Trace{ID: [16]byte{0xab, 1}, Span: [8]byte{0xcd}}
-	o := telemetry.NewObserver(log, nil)
+	o := telemetry.NewBatchedObserver(log, bw, nil)
 	for range 2 { // rendered, then from the kept rendering
 		o.Attempt(engine.AttemptEvent{Question: 42, QName: "www.example.org.", QType: dns.TypeA, Scope: "corp",
 			Attempt: 1, Server: netip.MustParseAddrPort("192.0.2.53:53"), Transport: engine.UDP,
@@ -51,6 +66,12 @@ func TestEventBytesForFixedInput(t *testing.T) {
 		`"cache_hit":false,"question":42,"qname":"www.example.org.","duration_ms":1.6,` +
 		`"trace_id":"ab010000000000000000000000000000","span_id":"cd00000000000000",` +
 		`"time":"2026-12-01T12:00:00.123456Z"}` + "\n"
+	if bw != nil {
+		if buf.Len() != 0 {
+			t.Errorf("events written before the batch: %s", buf.Bytes())
+		}
+		bw.Close()
+	}
 	if got, want := buf.String(), strings.Repeat(attempt+question, 2); got != want {
 		t.Errorf("events\n%s\nwant\n%s", got, want)
 	}
@@ -183,12 +204,23 @@ func sameFields(t *testing.T, got, want []byte) {
 // every other event) an observer event has one "time", the one the engine
 // read; without one (a zero End) the clock's.
 func TestEventsCarryTheEngineTime(t *testing.T) {
+	t.Run("logger", func(t *testing.T) { testEventsCarryTheEngineTime(t, false) })
+	t.Run("batched", func(t *testing.T) { testEventsCarryTheEngineTime(t, true) })
+}
+
+func testEventsCarryTheEngineTime(t *testing.T, batched bool) {
 	var buf bytes.Buffer
-	log, err := telemetry.NewLogger(&buf, "json", "info")
+	var out io.Writer = &buf
+	var bw *telemetry.BatchWriter
+	if batched {
+		bw = telemetry.NewBatchWriter(&buf)
+		out = bw
+	}
+	log, err := telemetry.NewLogger(out, "json", "info")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := telemetry.NewObserver(log, nil)
+	o := telemetry.NewBatchedObserver(log, bw, nil)
 	a := sampleAttempt
 	a.End = fixedEnd
 	o.Attempt(a)
@@ -196,6 +228,9 @@ func TestEventsCarryTheEngineTime(t *testing.T) {
 	before := time.Now()
 	o.Question(engine.QuestionEvent{QName: "a.example."})
 	after := time.Now()
+	if bw != nil {
+		bw.Close()
+	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	for i, line := range lines {
 		if n := strings.Count(line, `"time":`); n != 1 {
@@ -292,4 +327,69 @@ func TestReloadedServerGetsItsOwnFields(t *testing.T) {
 			t.Errorf("attempts on %q, want %q", got, want)
 		}
 	})
+}
+
+// TestBatchedObserverWritesAsObserver: the events an observer encodes
+// straight into its BatchWriter's batch are byte for byte those the
+// observer writes through zerolog, for events of every shape: names that
+// need escaping, scopes that do, served and joined traces, times in other
+// zones, and events after the writer is closed (which go through).
+func TestBatchedObserverWritesAsObserver(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	scopes := []string{"corp", "lab \"quoted\"", "ünïcode", strings.Repeat("s", 300)}
+	names := []string{"www.example.org.", "a.", ".", "tab\tname.", "quote\".", "ünï.", strings.Repeat("abcdefgh.", 28)}
+	servers := []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:53"), netip.MustParseAddrPort("[fe80::1%eth0]:53")}
+	rtts := []time.Duration{0, 999 * time.Nanosecond, 52 * time.Microsecond, 1500 * time.Microsecond,
+		20 * time.Second, -3 * time.Millisecond, 1 << 62}
+	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600+30*60)}
+	trace := func() *engine.Trace {
+		if rng.IntN(3) == 0 {
+			return nil
+		}
+		tr := &engine.Trace{HasParent: rng.IntN(2) == 0}
+		tr.ID[0], tr.ID[15], tr.Span[1], tr.Parent[2] = byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())
+		return tr
+	}
+	var want, got bytes.Buffer
+	wantLog, err := telemetry.NewLogger(&want, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := telemetry.NewBatchWriter(&got)
+	gotLog, _ := telemetry.NewLogger(bw, "json", "info")
+	ref, o := telemetry.NewObserver(wantLog, nil), telemetry.NewBatchedObserver(gotLog, bw, nil)
+	const events = 6000
+	for i := range events {
+		if i == events-100 {
+			bw.Close()
+		}
+		end := fixedEnd.Add(time.Duration(rng.Int64N(int64(time.Hour)))).In(zones[rng.IntN(len(zones))])
+		qname := names[rng.IntN(len(names))]
+		a := engine.AttemptEvent{Question: rng.Uint64(), QName: qname, QType: uint16(rng.IntN(300)),
+			Scope: scopes[rng.IntN(len(scopes))], Attempt: 1 + rng.IntN(3), Server: servers[rng.IntN(len(servers))],
+			Transport: engine.Transport(rng.IntN(2)), Outcome: engine.Outcome(rng.IntN(10)),
+			Rcode: rng.IntN(30) - 1, RTT: rtts[rng.IntN(len(rtts))], End: end, Demoted: rng.IntN(2) == 0, Trace: trace()}
+		q := engine.QuestionEvent{Question: a.Question, QName: qname, QType: a.QType, Scope: a.Scope,
+			Result: engine.Result(rng.IntN(4)), Reason: engine.Reason(rng.IntN(3)), Attempts: rng.IntN(4),
+			CacheHit: rng.IntN(2) == 0, Duration: rtts[rng.IntN(len(rtts))], End: end, Trace: trace()}
+		if rng.IntN(4) == 0 {
+			q.Joined = trace()
+		}
+		if rng.IntN(8) == 0 {
+			q.Served = []*engine.Trace{{ID: [16]byte{1}}, {ID: [16]byte{2}}}
+		}
+		for _, obs := range []*telemetry.Observer{ref, o} {
+			obs.Attempt(a)
+			obs.Question(q)
+		}
+	}
+	if got.Len() == 0 || got.String() != want.String() {
+		g, w := strings.Split(got.String(), "\n"), strings.Split(want.String(), "\n")
+		for i := range min(len(g), len(w)) {
+			if g[i] != w[i] {
+				t.Fatalf("line %d of %d:\n%s\nwant\n%s", i, len(w), g[i], w[i])
+			}
+		}
+		t.Fatalf("%d lines, want %d", len(g), len(w))
+	}
 }

@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -27,8 +29,8 @@ func (timestampHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
 type secondText struct {
 	unix int64
 	loc  *time.Location
-	date []byte // 2006-01-02T15:04:05
-	zone []byte // Z or -07:00
+	date [19]byte // 2006-01-02T15:04:05
+	zone []byte   // Z or -07:00
 }
 
 var lastSecond atomic.Pointer[secondText]
@@ -37,35 +39,42 @@ var lastSecond atomic.Pointer[secondText]
 func appendRFC3339Nano(dst []byte, t time.Time) []byte {
 	s := lastSecond.Load()
 	if s == nil || s.unix != t.Unix() || s.loc != t.Location() {
-		s = &secondText{unix: t.Unix(), loc: t.Location(),
-			date: t.AppendFormat(nil, "2006-01-02T15:04:05"), zone: t.AppendFormat(nil, "Z07:00")}
+		s = &secondText{unix: t.Unix(), loc: t.Location(), zone: t.AppendFormat(nil, "Z07:00")}
+		if d := t.AppendFormat(s.date[:0], "2006-01-02T15:04:05"); len(d) != len(s.date) {
+			return t.AppendFormat(dst, time.RFC3339Nano) // a year of other than four digits
+		}
 		lastSecond.Store(s)
 	}
-	dst = append(dst, s.date...)
+	// The date in pieces of constant length the compiler copies inline
+	// (no memmove call for 16 bytes or fewer).
+	dst = append(append(dst, s.date[:16]...), s.date[16:]...)
 	if ns := t.Nanosecond(); ns != 0 {
 		dst = appendFraction(dst, uint32(ns))
+	}
+	if len(s.zone) == 1 { // Z
+		return append(dst, s.zone[0])
 	}
 	return append(dst, s.zone...)
 }
 
 // appendFraction appends ns (1 to 999 999 999) as a second's fraction: a
-// dot, nine digits, trailing zeros trimmed; two digits at a time.
+// dot, nine digits, trailing zeros trimmed. The last eight digits are
+// made together in one word (SWAR): two lanes of four digits, then four
+// of two, then eight of one, a multiply and a shift per step for all
+// lanes (x/100 as x*10486>>20, exact below 43 699; x/10 as x*103>>10,
+// exact below 179), the first digit in the lowest byte.
 func appendFraction(dst []byte, ns uint32) []byte {
 	var f [10]byte
 	f[0], f[1] = '.', byte('0'+ns/1e8)
-	ns %= 1e8
-	for i := 8; i >= 2; i -= 2 {
-		d := ns % 100 * 2
-		f[i], f[i+1] = digitPairs[d], digitPairs[d+1]
-		ns /= 100
-	}
-	n := len(f)
-	for f[n-1] == '0' {
-		n--
-	}
-	return append(dst, f[:n]...)
+	rest := uint64(ns % 1e8)
+	x := rest/1e4 | rest%1e4<<32
+	hundreds := x * 10486 >> 20 & 0x0000007f_0000007f
+	x = hundreds | (x-hundreds*100)<<16
+	tens := x * 103 >> 10 & 0x000f000f_000f000f
+	digits := tens | (x-tens*10)<<8
+	binary.LittleEndian.PutUint64(f[2:], digits+0x30303030_30303030)
+	// Trailing zeros are the top bytes of digits that are zero; all
+	// eight at most, as the first digit is not then.
+	dst = append(dst, f[:]...) // all ten, copied inline, then the zeros taken off
+	return dst[:len(dst)-bits.LeadingZeros64(digits)/8]
 }
-
-const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
-	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
-	"8081828384858687888990919293949596979899"

@@ -30,6 +30,13 @@ func TestTimestampAsRFC3339Nano(t *testing.T) {
 			}
 		}
 	}
+	// Years of other than four digits (the date is kept as 19 bytes).
+	for _, y := range []int{12026, -1, 0, 999, 9999} {
+		tm := time.Date(y, 1, 2, 3, 4, 5, 600, time.UTC)
+		if got, want := string(appendRFC3339Nano(nil, tm)), tm.Format(time.RFC3339Nano); got != want {
+			t.Fatalf("year %d: %s, want %s", y, got, want)
+		}
+	}
 }
 
 // TestTimestampHookWritesTheTime: an event of NewLogger carries "time",
