@@ -42,6 +42,8 @@ type Instance struct {
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex
 	stack    [2]uint64    // parameters and results of the per-poll calls (call)
+	bufAt    uint32       // the module's buffer: its address (abi.ExportBuffer) ...
+	bufSize  uint32       // ... and how many bytes it is known to hold there
 	timer    *time.Timer  // polls at the module's deadline
 	answers  []abi.Answer // reused
 	ask      api.Function // optional (abi.ExportAsk): nil when the module lacks it
@@ -171,13 +173,23 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 	return in, nil
 }
 
-// put writes b into the module's buffer.
+// hostBufferSize is the size of the module's buffer the host asks for
+// at the start: the inputs and outputs of a poll and an ask fit in it, so
+// they need no dohfwd_buffer call (see the abi package's exports).
+const hostBufferSize = 64 << 10
+
+// put writes b into the module's buffer. The buffer moves only when it
+// grows (abi.ExportBuffer), so an input within the size known at its
+// address goes there without asking the module.
 func (in *Instance) put(ctx context.Context, b []byte) error {
-	at, err := in.call(ctx, in.buffer, uint64(len(b)))
-	if err != nil {
-		return fmt.Errorf("edge: buffer: %w", err)
+	if uint32(len(b)) > in.bufSize {
+		at, err := in.call(ctx, in.buffer, uint64(max(len(b), hostBufferSize)))
+		if err != nil {
+			return fmt.Errorf("edge: buffer: %w", err)
+		}
+		in.bufAt, in.bufSize = uint32(at), uint32(max(len(b), hostBufferSize))
 	}
-	if !in.mod.Memory().Write(uint32(at), b) {
+	if !in.mod.Memory().Write(in.bufAt, b) {
 		return errors.New("edge: buffer out of range")
 	}
 	return nil
@@ -197,13 +209,18 @@ func (in *Instance) call(ctx context.Context, f api.Function, params ...uint64) 
 }
 
 // view returns the n bytes of the last result, in the module's memory:
-// valid until the next call.
+// valid until the next call. A result within the size known at the
+// buffer's address is there (it did not grow the buffer); a longer one
+// may have moved it.
 func (in *Instance) view(ctx context.Context, n uint32) ([]byte, error) {
-	at, err := in.call(ctx, in.buffer, 0)
-	if err != nil {
-		return nil, fmt.Errorf("edge: buffer: %w", err)
+	if n > in.bufSize {
+		at, err := in.call(ctx, in.buffer, 0)
+		if err != nil {
+			return nil, fmt.Errorf("edge: buffer: %w", err)
+		}
+		in.bufAt, in.bufSize = uint32(at), n // it holds the result there
 	}
-	b, ok := in.mod.Memory().Read(uint32(at), n)
+	b, ok := in.mod.Memory().Read(in.bufAt, n)
 	if !ok {
 		return nil, errors.New("edge: result out of range")
 	}
