@@ -62,6 +62,17 @@ func (e *edge) askedNow() uint64 {
 	return n
 }
 
+// askCalls is how many times the instances were asked by dohfwd_ask.
+func (e *edge) askCalls() uint64 {
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	var n uint64
+	for _, in := range e.pool.all {
+		n += in.askCalls.Load()
+	}
+	return n
+}
+
 // setAsk lets the instances use dohfwd_ask (on) or, as with a module that
 // lacks it, send every question by dohfwd_poll.
 func (e *edge) setAsk(t *testing.T, on bool) {
@@ -82,7 +93,11 @@ func (e *edge) setAsk(t *testing.T, on bool) {
 // for it with dohfwd_ask and the engine answers it from memory at once
 // (ResolveWireImmediate, counted AtOnce); only the miss before it went to
 // a worker (its dohfwd_ask answered nothing, and it went by a poll). The
-// front end marks it as natively: Server-Timing says cache.
+// front end asks at once on the connection's goroutine, as it asks the
+// native engine (Pool.ResolveWireImmediate): the hit is answered there,
+// and the miss is asked of the module once, not again from the goroutine
+// it then takes. The front end marks it as natively: Server-Timing says
+// cache.
 func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
@@ -99,6 +114,9 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	if n := e.askedNow(); n != 0 {
 		t.Fatalf("after the miss: %d answered by dohfwd_ask, want 0", n)
 	}
+	if n := e.askCalls(); n != 1 {
+		t.Fatalf("after the miss: dohfwd_ask called %d times, want once (on the connection's goroutine)", n)
+	}
 	m, resp = e.post(t, query("hit.example.org", dns.TypeA))
 	wantAnswer(t, m, "192.0.2.5")
 	if st := resp.Header.Get("Server-Timing"); st != "source;desc=cache, attempts;desc=0, upstream;dur=0" {
@@ -109,6 +127,9 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	}
 	if n := e.askedNow(); n != 1 {
 		t.Fatalf("after the hit: %d answered by dohfwd_ask, want 1", n)
+	}
+	if n, inline := e.askCalls(), e.pool.answeredInline.Load(); n != 2 || inline != 1 {
+		t.Fatalf("after the hit: dohfwd_ask called %d times, %d answered on the connection's goroutine; want 2 and 1", n, inline)
 	}
 	if n := len(up.Queries()); n != 1 {
 		t.Fatalf("upstream asked %d times, want once", n)

@@ -37,6 +37,7 @@ type Instance struct {
 	inFlight                     atomic.Int64            // requests in progress
 	receiving                    atomic.Int32            // reads the host waits on, for tests
 	askedNow                     atomic.Uint64           // questions dohfwd_ask answered, for tests
+	askCalls                     atomic.Uint64           // calls of dohfwd_ask, for tests
 	due                          atomic.Bool             // the timer fired: a poll is owed, events or not
 
 	// calling is held by the goroutine calling into the module; under it:
@@ -381,8 +382,15 @@ func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
 // An answer the engine has in memory comes at once from dohfwd_ask when
 // the instance is free; any other goes by dohfwd_poll.
 func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engine.Response, error) {
-	if resp, ok, err := in.askNow(q, dst); ok {
-		return resp, err
+	return in.resolve(ctx, q, dst, true)
+}
+
+// resolve is Resolve, by a poll alone unless ask.
+func (in *Instance) resolve(ctx context.Context, q *abi.Query, dst []byte, ask bool) (engine.Response, error) {
+	if ask {
+		if resp, _, ok, err := in.askNow(q, dst); ok || err != nil {
+			return resp, err
+		}
 	}
 	c := getCall()
 	c.question, c.dst = true, dst
@@ -397,18 +405,20 @@ func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engi
 
 // askNow asks the module for q's answer at once (abi.ExportAsk), when no
 // call into the module is under way and no event waits for a poll. It
-// reports false when the question must go by a poll: the instance was
-// busy or closed, its module lacks the export, or the module could not
-// answer from memory (and then started nothing). Events that came during the call are polled for
-// before it returns, as kick would.
-func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, ok bool, err error) {
+// reports ok false when the question must go by a poll: the instance was
+// busy or closed or its module lacks the export (asked false), or the
+// module could not answer from memory (asked true; it then started
+// nothing). err is the module's failure (a trap): the instance is closed.
+// Events that came during the call are polled for before it returns, as
+// kick would.
+func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, asked, ok bool, err error) {
 	if !in.calling.TryLock() {
-		return resp, false, nil
+		return resp, false, false, nil
 	}
 	if in.ask == nil || in.closed || in.pending() || !in.memory.enter() {
 		in.calling.Unlock()
 		in.kickIfPending()
-		return resp, false, nil
+		return resp, false, false, nil
 	}
 	in.inFlight.Add(1)
 	resp, ok, err = in.askLocked(q, dst)
@@ -418,11 +428,11 @@ func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, ok b
 		in.closed = true
 		in.calling.Unlock()
 		in.fail(err)
-		return resp, true, err
+		return resp, true, false, err
 	}
 	in.calling.Unlock()
 	in.kickIfPending()
-	return resp, ok, nil
+	return resp, true, ok, nil
 }
 
 // askLocked is askNow's call; the caller holds in.calling and the memory.
@@ -432,6 +442,7 @@ func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, 
 	if err := in.put(ctx, in.askIn); err != nil {
 		return engine.Response{}, false, err
 	}
+	in.askCalls.Add(1)
 	n, err := in.call(ctx, in.ask, uint64(len(in.askIn)))
 	if err != nil {
 		return engine.Response{}, false, fmt.Errorf("edge: ask: %w", err)
