@@ -352,3 +352,39 @@ func TestWazeroTraceReachesTheModule(t *testing.T) {
 		}
 	}
 }
+
+// While dohfwd_ask answers nothing (names all new, or a cache that is
+// off) the host asks only one question in askMissProbe, since each such
+// ask is a call into the module that the poll repeats; once a probe is
+// answered (the name is cached now) every question is asked again. Each
+// question is answered all the same.
+func TestWazeroAskBacksOffWhileItAnswersNothing(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\n"), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const misses, hits = 40, 20
+	for i := range misses {
+		m, err := ask(ctx, e.pool, fmt.Sprintf("new%d.example.org", i))
+		if err != nil || len(m.Answer) != 1 {
+			t.Fatalf("new%d: %v %v", i, err, m)
+		}
+	}
+	calls := e.askCalls()
+	if most := uint64(askMissRun + (misses-askMissRun)/askMissProbe + 1); calls == 0 || calls > most {
+		t.Fatalf("%d misses: dohfwd_ask called %d times, want 1 to %d", misses, calls, most)
+	}
+	for range hits {
+		m, err := ask(ctx, e.pool, "new0.example.org")
+		if err != nil || len(m.Answer) != 1 {
+			t.Fatalf("new0 again: %v %v", err, m)
+		}
+	}
+	if n := e.askedNow(); n < hits-askMissProbe-2 {
+		t.Fatalf("%d hits after the misses: %d answered by dohfwd_ask, want at least %d", hits, n, hits-askMissProbe-2)
+	}
+	if n := len(up.Queries()); n != misses {
+		t.Fatalf("upstream asked %d times, want %d", n, misses)
+	}
+}

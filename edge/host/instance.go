@@ -38,6 +38,8 @@ type Instance struct {
 	receiving                    atomic.Int32            // reads the host waits on, for tests
 	askedNow                     atomic.Uint64           // questions dohfwd_ask answered, for tests
 	askCalls                     atomic.Uint64           // calls of dohfwd_ask, for tests
+	askMisses                    atomic.Uint32           // dohfwd_ask calls in a row that answered nothing (askNow)
+	askSkips                     atomic.Uint32           // questions askNow let by while askMisses ran high
 	due                          atomic.Bool             // the timer fired: a poll is owed, events or not
 
 	// calling is held by the goroutine calling into the module; under it:
@@ -411,7 +413,16 @@ func (in *Instance) resolve(ctx context.Context, q *abi.Query, dst []byte, ask b
 // nothing). err is the module's failure (a trap): the instance is closed.
 // Events that came during the call are polled for before it returns, as
 // kick would.
+//
+// After askMissRun asks in a row that answered nothing (a cache that is
+// off, names all new), only one question in askMissProbe is asked, until
+// one is answered: a question not asked is answered by its poll all the
+// same, at once if it can be, and an ask that answers nothing costs a
+// call into the module that the poll repeats.
 func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, asked, ok bool, err error) {
+	if in.askMisses.Load() >= askMissRun && in.askSkips.Add(1)%askMissProbe != 0 {
+		return resp, false, false, nil
+	}
 	if !in.calling.TryLock() {
 		return resp, false, false, nil
 	}
@@ -424,6 +435,11 @@ func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, aske
 	resp, ok, err = in.askLocked(q, dst)
 	in.inFlight.Add(-1)
 	in.memory.leave()
+	if ok {
+		in.askMisses.Store(0)
+	} else {
+		in.askMisses.Add(1)
+	}
 	if err != nil {
 		in.closed = true
 		in.calling.Unlock()
@@ -434,6 +450,13 @@ func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, aske
 	in.kickIfPending()
 	return resp, true, ok, nil
 }
+
+// askNow's run of unanswered asks after which it asks only one question
+// in askMissProbe.
+const (
+	askMissRun   = 8
+	askMissProbe = 8
+)
 
 // askLocked is askNow's call; the caller holds in.calling and the memory.
 func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, error) {
