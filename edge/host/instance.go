@@ -40,6 +40,7 @@ type Instance struct {
 	askCalls                     atomic.Uint64           // calls of dohfwd_ask, for tests
 	askMisses                    atomic.Uint32           // dohfwd_ask calls in a row that answered nothing (askNow)
 	askSkips                     atomic.Uint32           // questions askNow let by while askMisses ran high
+	asking                       atomic.Bool             // a dohfwd_ask holds calling (askNow)
 	due                          atomic.Bool             // the timer fired: a poll is owed, events or not
 
 	// calling is held by the goroutine calling into the module; under it:
@@ -259,23 +260,32 @@ func (in *Instance) kick() {
 			in.calling.Unlock()
 			return
 		}
-		for {
-			next, err := in.pollOnce(in.pollCtx)
-			if err != nil {
-				in.closed = true
-				in.calling.Unlock()
-				in.fail(err)
-				return
-			}
-			if !in.pending() {
-				in.timer.Reset(max(time.Until(next), 0))
-				break
-			}
+		if err := in.pollLocked(); err != nil {
+			in.calling.Unlock()
+			in.fail(err)
+			return
 		}
 		in.calling.Unlock()
 		// An event queued after the check above found the lock held.
 		if !in.pending() {
 			return
+		}
+	}
+}
+
+// pollLocked polls until no event is pending. The caller holds
+// in.calling; after an error the instance is closed, and the caller fails
+// it once it lets go.
+func (in *Instance) pollLocked() error {
+	for {
+		next, err := in.pollOnce(in.pollCtx)
+		if err != nil {
+			in.closed = true
+			return err
+		}
+		if !in.pending() {
+			in.timer.Reset(max(time.Until(next), 0))
+			return nil
 		}
 	}
 }
@@ -390,7 +400,7 @@ func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engi
 // resolve is Resolve, by a poll alone unless ask.
 func (in *Instance) resolve(ctx context.Context, q *abi.Query, dst []byte, ask bool) (engine.Response, error) {
 	if ask {
-		if resp, _, ok, err := in.askNow(q, dst); ok || err != nil {
+		if resp, _, ok, err := in.askNow(q, dst, false); ok || err != nil {
 			return resp, err
 		}
 	}
@@ -415,16 +425,35 @@ func (in *Instance) resolve(ctx context.Context, q *abi.Query, dst []byte, ask b
 // kick would.
 //
 // After askMissRun asks in a row that answered nothing (a cache that is
-// off, names all new), only one question in askMissProbe is asked, until
-// one is answered: a question not asked is answered by its poll all the
-// same, at once if it can be, and an ask that answers nothing costs a
-// call into the module that the poll repeats.
-func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, asked, ok bool, err error) {
-	if in.askMisses.Load() >= askMissRun && in.askSkips.Add(1)%askMissProbe != 0 {
+// off, names all new), only one question in askMissProbe is asked (and
+// none with wait, on the front end's connection goroutine), until one is
+// answered: a question not asked is answered by its poll all the same,
+// at once if it can be, and an ask that answers nothing costs a call
+// into the module that the poll repeats.
+//
+// With wait, a call that finds another dohfwd_ask under way waits for it
+// (a few microseconds) instead of reporting false, and polls for the
+// events pending then before its own ask: the DoH front end's
+// connection goroutine asks so (Pool.ResolveWireImmediate), since a
+// question it does not answer at once costs a goroutine, a wake-up, a
+// poll and a reply written on its own. A poll under way is not waited
+// for.
+func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Response, asked, ok bool, err error) {
+	if in.askMisses.Load() >= askMissRun && (wait || in.askSkips.Add(1)%askMissProbe != 0) {
 		return resp, false, false, nil
 	}
 	if !in.calling.TryLock() {
-		return resp, false, false, nil
+		if !wait || !in.asking.Load() {
+			return resp, false, false, nil
+		}
+		in.calling.Lock()
+	}
+	if wait && !in.closed && (in.pending() || in.due.Load()) {
+		if err := in.pollLocked(); err != nil {
+			in.calling.Unlock()
+			in.fail(err)
+			return resp, false, false, err
+		}
 	}
 	if in.ask == nil || in.closed || in.pending() || !in.memory.enter() {
 		in.calling.Unlock()
@@ -432,7 +461,9 @@ func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, aske
 		return resp, false, false, nil
 	}
 	in.inFlight.Add(1)
+	in.asking.Store(true)
 	resp, ok, err = in.askLocked(q, dst)
+	in.asking.Store(false)
 	in.inFlight.Add(-1)
 	in.memory.leave()
 	if ok {

@@ -118,7 +118,7 @@ func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, _ *e
 	if trace != nil {
 		q.Trace, q.HasTrace = *trace, true
 	}
-	r, asked, ok, err := in.askNow(&q, dst)
+	r, asked, ok, err := in.askNow(&q, dst, true)
 	switch {
 	case err != nil:
 		p.replace(context.Background(), in)
