@@ -388,3 +388,55 @@ func TestWazeroAskBacksOffWhileItAnswersNothing(t *testing.T) {
 		t.Fatalf("upstream asked %d times, want %d", n, misses)
 	}
 }
+
+// On the connection's goroutine (Pool.ResolveWireImmediate) a hit that
+// finds another dohfwd_ask under way waits for it and is answered at
+// once; one that finds a poll under way does not wait, and goes to a
+// worker (false).
+func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.7"))
+	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\n"), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := ask(ctx, e.pool, "wait.example.org"); err != nil { // cached now
+		t.Fatal(err)
+	}
+	wire, err := query("wait.example.org", dns.TypeA).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := e.pool.all[0]
+
+	in.calling.Lock() // as a poll holds it
+	gaveUp := make(chan bool)
+	go func() {
+		_, ok := e.pool.ResolveWireImmediate(wire, nil, nil, nil)
+		gaveUp <- !ok
+	}()
+	select {
+	case ok := <-gaveUp:
+		if !ok {
+			t.Fatal("answered at once while a poll held the instance")
+		}
+	case <-time.After(5 * time.Second):
+		in.calling.Unlock()
+		t.Fatal("waited for a poll under way")
+	}
+	in.asking.Store(true) // now as an ask holds it
+	answered := make(chan bool)
+	go func() {
+		r, ok := e.pool.ResolveWireImmediate(wire, nil, nil, nil)
+		answered <- ok && r.CacheHit
+	}()
+	select {
+	case <-answered:
+		t.Fatal("did not wait for the ask under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	in.asking.Store(false)
+	in.calling.Unlock()
+	if !<-answered {
+		t.Fatal("after the ask under way: not answered at once from the cache")
+	}
+}
