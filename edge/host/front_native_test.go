@@ -409,6 +409,13 @@ func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
 	in := e.pool.all[0]
 
 	in.calling.Lock() // as a poll holds it
+	held := true
+	t.Cleanup(func() { // before the pool's Close, which takes it
+		if held {
+			in.asking.Store(false)
+			in.calling.Unlock()
+		}
+	})
 	gaveUp := make(chan bool)
 	go func() {
 		_, ok := e.pool.ResolveWireImmediate(wire, nil, nil, nil)
@@ -420,6 +427,7 @@ func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
 			t.Fatal("answered at once while a poll held the instance")
 		}
 	case <-time.After(5 * time.Second):
+		held = false
 		in.calling.Unlock()
 		t.Fatal("waited for a poll under way")
 	}
@@ -435,6 +443,7 @@ func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	in.asking.Store(false)
+	held = false
 	in.calling.Unlock()
 	if !<-answered {
 		t.Fatal("after the ask under way: not answered at once from the cache")
