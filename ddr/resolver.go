@@ -17,16 +17,21 @@ type Next interface {
 // other query to the next resolver. The table is set once the listeners'
 // ports are known, and may be replaced at any time.
 type Resolver struct {
-	next  Next
-	join  joiner // next, when it is one: asserted once, not per question
-	table atomic.Pointer[Table]
+	next Next
+	// immediate and join are next as an immediateNext and a joiner, or
+	// nil: asserted once here, since as WebAssembly an assertion per
+	// question is a getitab walk (no itab cache there).
+	immediate immediateNext
+	join      joiner
+	table     atomic.Pointer[Table]
 }
 
 // Wrap puts a Resolver in front of next; until Designate, the
 // designation is empty.
 func Wrap(next Next) *Resolver {
+	immediate, _ := next.(immediateNext)
 	j, _ := next.(joiner)
-	return &Resolver{next: next, join: j}
+	return &Resolver{next: next, immediate: immediate, join: j}
 }
 
 // Designate sets what _dns.resolver.arpa answers.
@@ -78,18 +83,17 @@ type immediateNext interface {
 // is never answered at once (false, miss left alone): it takes
 // ResolveWire's way, which answers from the table.
 func (r *Resolver) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool) {
-	next, ok := r.next.(immediateNext)
-	if !ok || inZone(query) {
+	if r.immediate == nil || inZone(query) {
 		return engine.Response{}, false
 	}
-	return next.ResolveWireImmediate(query, dst, trace, miss)
+	return r.immediate.ResolveWireImmediate(query, dst, trace, miss)
 }
 
 // ResolveWireMiss passes a miss to the next resolver: only its
 // ResolveWireImmediate fills one (a query outside resolver.arpa).
 func (r *Resolver) ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response {
-	if next, ok := r.next.(immediateNext); ok {
-		return next.ResolveWireMiss(ctx, miss, dst)
+	if r.immediate != nil {
+		return r.immediate.ResolveWireMiss(ctx, miss, dst)
 	}
 	return engine.Response{Wire: dst, Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}
 }

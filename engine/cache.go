@@ -74,7 +74,7 @@ func newAnswerCache(conf CacheConfig) *answerCache {
 // entry still in its stale window (StaleMax) comes back not live; any
 // other is nil.
 //
-// Otter's eviction policy is told of a read (GetIfPresent) for each of
+// Otter's eviction policy is told of a read (GetEntry, GetIfPresent) for each of
 // the first policyReads reads of an entry, then for one read in
 // policySample, chosen at random before the look-up; the others read
 // quietly. A told read goes to a read buffer that the reader drains every
@@ -85,23 +85,33 @@ func newAnswerCache(conf CacheConfig) *answerCache {
 // fraction of the cost (otter's own read buffer drops reads under
 // contention in the same way).
 func (c *answerCache) get(k cacheKey, now time.Time) (*entry, bool) {
+	en, _, live := c.getKeyed(k, now)
+	return en, live
+}
+
+// getKeyed is get that also returns the name of the key the entry is
+// stored under (equal to k.name, but the cache's own string), or "" when
+// the read did not see it.
+func (c *answerCache) getKeyed(k cacheKey, now time.Time) (en *entry, name string, live bool) {
 	c.clock.observe(now)
 	if rand.Uint32()%policySample == 0 {
-		en, ok := c.entries.GetIfPresent(k)
+		e, ok := c.entries.GetEntry(k)
 		if !ok {
-			return nil, false
+			return nil, "", false
 		}
-		en.firstRead()
-		return c.state(en, now)
+		e.Value.firstRead()
+		en, live = c.state(e.Value, now)
+		return en, e.Key.name, live
 	}
 	e, ok := c.entries.GetEntryQuietly(k)
 	if !ok {
-		return nil, false
+		return nil, "", false
 	}
 	if e.Value.firstRead() {
 		c.entries.GetIfPresent(k)
 	}
-	return c.state(e.Value, now)
+	en, live = c.state(e.Value, now)
+	return en, e.Key.name, live
 }
 
 // policyReads and policySample: see answerCache.get.

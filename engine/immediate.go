@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
@@ -39,9 +38,9 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Mis
 	// handed on.
 	// The buffer goes back once the name is the question's own (no
 	// defer: one costs more than the rest of a return as WebAssembly).
-	buf := nameBuffers.Get().(*[maxNameText]byte)
+	buf := getNameBuffer()
 	if !qn.client.parseInto(query, buf) {
-		nameBuffers.Put(buf)
+		putNameBuffer(buf)
 		return
 	}
 	qn.scope = rt.route(qn.client.name)
@@ -50,7 +49,7 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Mis
 	if ok || miss != nil {
 		qn.client.own()
 	}
-	nameBuffers.Put(buf)
+	putNameBuffer(buf)
 	if !ok {
 		if miss != nil {
 			miss.client, miss.scope, miss.routes = qn.client, qn.scope, rt
@@ -99,9 +98,6 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	qn.release()
 	return resp
 }
-
-// nameBuffers hold the names ResolveWireImmediate borrows.
-var nameBuffers = sync.Pool{New: func() any { return new([maxNameText]byte) }}
 
 // immediate is resolve without the network: a local answer or a live
 // cache entry for the name as asked, or false. It sets the question's

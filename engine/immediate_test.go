@@ -83,31 +83,54 @@ func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	names := []string{"first.example.", "second.example.", "box.home.", "third.example."}
-	for _, n := range names[:2] {
+	// A hit in lower case takes the cache's string of its name (over
+	// its first reads, told to the eviction policy or not); one asked in
+	// another case than cached keeps the case it was asked in.
+	names := []string{"first.example.", "Second.Example.", "box.home.", "third.example."}
+	for _, n := range []string{"first.example.", "second.example."} {
 		e.ResolveWire(context.Background(), wireQuery(t, queryFor(n, dns.TypeA)), nil)
 	}
 	log.mu.Lock()
 	log.questions = nil
 	log.mu.Unlock()
+	var answered []string
 	for _, n := range names {
-		_, ok := e.ResolveWireImmediate(wireQuery(t, queryFor(n, dns.TypeA)), nil, nil, nil)
+		r, ok := e.ResolveWireImmediate(wireQuery(t, queryFor(n, dns.TypeA)), nil, nil, nil)
 		if want := n != "third.example."; ok != want {
 			t.Fatalf("%s answered at once: %v, want %v", n, ok, want)
 		}
+		answered = append(answered, r.QName)
+	}
+	var firsts []engine.Response
+	for range 40 {
+		r, _ := e.ResolveWireImmediate(wireQuery(t, queryFor("first.example.", dns.TypeA)), nil, nil, nil)
+		firsts = append(firsts, r)
 	}
 	// Later misses reuse the buffer many times over.
 	for i := range 100 {
 		e.ResolveWireImmediate(wireQuery(t, queryFor(fmt.Sprintf("miss%03d.example.", i), dns.TypeA)), nil, nil, nil)
 	}
+	if want := append(names[:3:3], ""); !slices.Equal(answered, want) {
+		t.Errorf("answers name %q, want %q", answered, want)
+	}
+	for _, r := range firsts {
+		if !r.CacheHit || r.QName != "first.example." {
+			t.Fatalf("a hit for first.example.: cache hit %v, named %q", r.CacheHit, r.QName)
+		}
+	}
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	var got []string
-	for _, ev := range log.questions {
+	for _, ev := range log.questions[:3] {
 		got = append(got, ev.QName)
 	}
 	if want := names[:3]; !slices.Equal(got, want) {
 		t.Errorf("question events name %q, want %q", got, want)
+	}
+	for _, ev := range log.questions[3:] {
+		if ev.QName != "first.example." {
+			t.Fatalf("a hit's question event names %q, want first.example.", ev.QName)
+		}
 	}
 }
 

@@ -225,7 +225,12 @@ func (qn *question) cached(key cacheKey, r *found) (stale *entry, ok bool) {
 	// The question's start is recent enough for a TTL in whole seconds,
 	// and reading the clock again costs more than the rest of a hit.
 	now := qn.start
-	en, live := c.get(key, now)
+	en, stored, live := c.getKeyed(key, now)
+	if qn.client.borrowed && qn.client.lower && stored != "" && key.name == qn.client.name {
+		// The name as asked, lower case: the cache's string of it is
+		// the question's own, without a copy of the borrowed one.
+		qn.client.name, qn.client.borrowed, key.name = stored, false, stored
+	}
 	if !live {
 		return qn.staleEntry(en, live), false
 	}

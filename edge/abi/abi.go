@@ -109,6 +109,14 @@ const (
 // writes its input there, calls the export with the input's length, and
 // reads the output, whose length the export returns, from the address
 // dohfwd_buffer(0) gives afterwards.
+//
+// The buffer moves only when it grows, and it grows only to fit: an input
+// larger than it (dohfwd_buffer(n)) or an output larger than it. So a host
+// may keep the address dohfwd_buffer(n) returned and n: an input of at
+// most n bytes goes there without asking again, and an output of at most
+// n bytes is read from there; only a longer output needs dohfwd_buffer(0)
+// (after which the buffer is known to hold that many). The wazero host
+// does so: a poll or an ask is then one call into the module, not three.
 const (
 	ExportBuffer = "dohfwd_buffer" // (n u32) -> ptr u32
 	// (len, flags u32) -> errlen u32: the configuration in, as

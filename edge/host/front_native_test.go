@@ -62,6 +62,17 @@ func (e *edge) askedNow() uint64 {
 	return n
 }
 
+// askCalls is how many times the instances were asked by dohfwd_ask.
+func (e *edge) askCalls() uint64 {
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	var n uint64
+	for _, in := range e.pool.all {
+		n += in.askCalls.Load()
+	}
+	return n
+}
+
 // setAsk lets the instances use dohfwd_ask (on) or, as with a module that
 // lacks it, send every question by dohfwd_poll.
 func (e *edge) setAsk(t *testing.T, on bool) {
@@ -82,7 +93,11 @@ func (e *edge) setAsk(t *testing.T, on bool) {
 // for it with dohfwd_ask and the engine answers it from memory at once
 // (ResolveWireImmediate, counted AtOnce); only the miss before it went to
 // a worker (its dohfwd_ask answered nothing, and it went by a poll). The
-// front end marks it as natively: Server-Timing says cache.
+// front end asks at once on the connection's goroutine, as it asks the
+// native engine (Pool.ResolveWireImmediate): the hit is answered there,
+// and the miss is asked of the module once, not again from the goroutine
+// it then takes. The front end marks it as natively: Server-Timing says
+// cache.
 func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.5"))
@@ -99,6 +114,9 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	if n := e.askedNow(); n != 0 {
 		t.Fatalf("after the miss: %d answered by dohfwd_ask, want 0", n)
 	}
+	if n := e.askCalls(); n != 1 {
+		t.Fatalf("after the miss: dohfwd_ask called %d times, want once (on the connection's goroutine)", n)
+	}
 	m, resp = e.post(t, query("hit.example.org", dns.TypeA))
 	wantAnswer(t, m, "192.0.2.5")
 	if st := resp.Header.Get("Server-Timing"); st != "source;desc=cache, attempts;desc=0, upstream;dur=0" {
@@ -109,6 +127,9 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	}
 	if n := e.askedNow(); n != 1 {
 		t.Fatalf("after the hit: %d answered by dohfwd_ask, want 1", n)
+	}
+	if n, inline := e.askCalls(), e.pool.answeredInline.Load(); n != 2 || inline != 1 {
+		t.Fatalf("after the hit: dohfwd_ask called %d times, %d answered on the connection's goroutine; want 2 and 1", n, inline)
 	}
 	if n := len(up.Queries()); n != 1 {
 		t.Fatalf("upstream asked %d times, want once", n)
@@ -329,5 +350,102 @@ func TestWazeroTraceReachesTheModule(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the module's question event lacks %s:\n%s", want, log.String())
 		}
+	}
+}
+
+// While dohfwd_ask answers nothing (names all new, or a cache that is
+// off) the host asks only one question in askMissProbe, since each such
+// ask is a call into the module that the poll repeats; once a probe is
+// answered (the name is cached now) every question is asked again. Each
+// question is answered all the same.
+func TestWazeroAskBacksOffWhileItAnswersNothing(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\n"), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const misses, hits = 40, 20
+	for i := range misses {
+		m, err := ask(ctx, e.pool, fmt.Sprintf("new%d.example.org", i))
+		if err != nil || len(m.Answer) != 1 {
+			t.Fatalf("new%d: %v %v", i, err, m)
+		}
+	}
+	calls := e.askCalls()
+	if most := uint64(askMissRun + (misses-askMissRun)/askMissProbe + 1); calls == 0 || calls > most {
+		t.Fatalf("%d misses: dohfwd_ask called %d times, want 1 to %d", misses, calls, most)
+	}
+	for range hits {
+		m, err := ask(ctx, e.pool, "new0.example.org")
+		if err != nil || len(m.Answer) != 1 {
+			t.Fatalf("new0 again: %v %v", err, m)
+		}
+	}
+	if n := e.askedNow(); n < hits-askMissProbe-2 {
+		t.Fatalf("%d hits after the misses: %d answered by dohfwd_ask, want at least %d", hits, n, hits-askMissProbe-2)
+	}
+	if n := len(up.Queries()); n != misses {
+		t.Fatalf("upstream asked %d times, want %d", n, misses)
+	}
+}
+
+// On the connection's goroutine (Pool.ResolveWireImmediate) a hit that
+// finds another dohfwd_ask under way waits for it and is answered at
+// once; one that finds a poll under way does not wait, and goes to a
+// worker (false).
+func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.7"))
+	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\n"), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := ask(ctx, e.pool, "wait.example.org"); err != nil { // cached now
+		t.Fatal(err)
+	}
+	wire, err := query("wait.example.org", dns.TypeA).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := e.pool.all[0]
+
+	in.calling.Lock() // as a poll holds it
+	held := true
+	t.Cleanup(func() { // before the pool's Close, which takes it
+		if held {
+			in.asking.Store(false)
+			in.calling.Unlock()
+		}
+	})
+	gaveUp := make(chan bool)
+	go func() {
+		_, ok := e.pool.ResolveWireImmediate(wire, nil, nil, nil)
+		gaveUp <- !ok
+	}()
+	select {
+	case ok := <-gaveUp:
+		if !ok {
+			t.Fatal("answered at once while a poll held the instance")
+		}
+	case <-time.After(5 * time.Second):
+		held = false
+		in.calling.Unlock()
+		t.Fatal("waited for a poll under way")
+	}
+	in.asking.Store(true) // now as an ask holds it
+	answered := make(chan bool)
+	go func() {
+		r, ok := e.pool.ResolveWireImmediate(wire, nil, nil, nil)
+		answered <- ok && r.CacheHit
+	}()
+	select {
+	case <-answered:
+		t.Fatal("did not wait for the ask under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	in.asking.Store(false)
+	held = false
+	in.calling.Unlock()
+	if !<-answered {
+		t.Fatal("after the ask under way: not answered at once from the cache")
 	}
 }

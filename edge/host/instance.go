@@ -37,11 +37,17 @@ type Instance struct {
 	inFlight                     atomic.Int64            // requests in progress
 	receiving                    atomic.Int32            // reads the host waits on, for tests
 	askedNow                     atomic.Uint64           // questions dohfwd_ask answered, for tests
+	askCalls                     atomic.Uint64           // calls of dohfwd_ask, for tests
+	askMisses                    atomic.Uint32           // dohfwd_ask calls in a row that answered nothing (askNow)
+	askSkips                     atomic.Uint32           // questions askNow let by while askMisses ran high
+	asking                       atomic.Bool             // a dohfwd_ask holds calling (askNow)
 	due                          atomic.Bool             // the timer fired: a poll is owed, events or not
 
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex
 	stack    [2]uint64    // parameters and results of the per-poll calls (call)
+	bufAt    uint32       // the module's buffer: its address (abi.ExportBuffer) ...
+	bufSize  uint32       // ... and how many bytes it is known to hold there
 	timer    *time.Timer  // polls at the module's deadline
 	answers  []abi.Answer // reused
 	ask      api.Function // optional (abi.ExportAsk): nil when the module lacks it
@@ -171,13 +177,23 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 	return in, nil
 }
 
-// put writes b into the module's buffer.
+// hostBufferSize is the size of the module's buffer the host asks for
+// at the start: the inputs and outputs of a poll and an ask fit in it, so
+// they need no dohfwd_buffer call (see the abi package's exports).
+const hostBufferSize = 64 << 10
+
+// put writes b into the module's buffer. The buffer moves only when it
+// grows (abi.ExportBuffer), so an input within the size known at its
+// address goes there without asking the module.
 func (in *Instance) put(ctx context.Context, b []byte) error {
-	at, err := in.call(ctx, in.buffer, uint64(len(b)))
-	if err != nil {
-		return fmt.Errorf("edge: buffer: %w", err)
+	if uint32(len(b)) > in.bufSize {
+		at, err := in.call(ctx, in.buffer, uint64(max(len(b), hostBufferSize)))
+		if err != nil {
+			return fmt.Errorf("edge: buffer: %w", err)
+		}
+		in.bufAt, in.bufSize = uint32(at), uint32(max(len(b), hostBufferSize))
 	}
-	if !in.mod.Memory().Write(uint32(at), b) {
+	if !in.mod.Memory().Write(in.bufAt, b) {
 		return errors.New("edge: buffer out of range")
 	}
 	return nil
@@ -197,13 +213,18 @@ func (in *Instance) call(ctx context.Context, f api.Function, params ...uint64) 
 }
 
 // view returns the n bytes of the last result, in the module's memory:
-// valid until the next call.
+// valid until the next call. A result within the size known at the
+// buffer's address is there (it did not grow the buffer); a longer one
+// may have moved it.
 func (in *Instance) view(ctx context.Context, n uint32) ([]byte, error) {
-	at, err := in.call(ctx, in.buffer, 0)
-	if err != nil {
-		return nil, fmt.Errorf("edge: buffer: %w", err)
+	if n > in.bufSize {
+		at, err := in.call(ctx, in.buffer, 0)
+		if err != nil {
+			return nil, fmt.Errorf("edge: buffer: %w", err)
+		}
+		in.bufAt, in.bufSize = uint32(at), n // it holds the result there
 	}
-	b, ok := in.mod.Memory().Read(uint32(at), n)
+	b, ok := in.mod.Memory().Read(in.bufAt, n)
 	if !ok {
 		return nil, errors.New("edge: result out of range")
 	}
@@ -244,23 +265,32 @@ func (in *Instance) kick() {
 			in.calling.Unlock()
 			return
 		}
-		for {
-			next, err := in.pollOnce(in.pollCtx)
-			if err != nil {
-				in.closed = true
-				in.calling.Unlock()
-				in.fail(err)
-				return
-			}
-			if !in.pending() {
-				in.timer.Reset(max(time.Until(next), 0))
-				break
-			}
+		if err := in.pollLocked(); err != nil {
+			in.calling.Unlock()
+			in.fail(err)
+			return
 		}
 		in.calling.Unlock()
 		// An event queued after the check above found the lock held.
 		if !in.pending() {
 			return
+		}
+	}
+}
+
+// pollLocked polls until no event is pending. The caller holds
+// in.calling; after an error the instance is closed, and the caller fails
+// it once it lets go.
+func (in *Instance) pollLocked() error {
+	for {
+		next, err := in.pollOnce(in.pollCtx)
+		if err != nil {
+			in.closed = true
+			return err
+		}
+		if !in.pending() {
+			in.timer.Reset(max(time.Until(next), 0))
+			return nil
 		}
 	}
 }
@@ -369,8 +399,15 @@ func (in *Instance) Serve(ctx context.Context, req []byte) ([]byte, error) {
 // An answer the engine has in memory comes at once from dohfwd_ask when
 // the instance is free; any other goes by dohfwd_poll.
 func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engine.Response, error) {
-	if resp, ok, err := in.askNow(q, dst); ok {
-		return resp, err
+	return in.resolve(ctx, q, dst, true)
+}
+
+// resolve is Resolve, by a poll alone unless ask.
+func (in *Instance) resolve(ctx context.Context, q *abi.Query, dst []byte, ask bool) (engine.Response, error) {
+	if ask {
+		if resp, _, ok, err := in.askNow(q, dst, false); ok || err != nil {
+			return resp, err
+		}
 	}
 	c := getCall()
 	c.question, c.dst = true, dst
@@ -385,33 +422,77 @@ func (in *Instance) Resolve(ctx context.Context, q *abi.Query, dst []byte) (engi
 
 // askNow asks the module for q's answer at once (abi.ExportAsk), when no
 // call into the module is under way and no event waits for a poll. It
-// reports false when the question must go by a poll: the instance was
-// busy or closed, its module lacks the export, or the module could not
-// answer from memory (and then started nothing). Events that came during the call are polled for
-// before it returns, as kick would.
-func (in *Instance) askNow(q *abi.Query, dst []byte) (resp engine.Response, ok bool, err error) {
+// reports ok false when the question must go by a poll: the instance was
+// busy or closed or its module lacks the export (asked false), or the
+// module could not answer from memory (asked true; it then started
+// nothing). err is the module's failure (a trap): the instance is closed.
+// Events that came during the call are polled for before it returns, as
+// kick would.
+//
+// After askMissRun asks in a row that answered nothing (a cache that is
+// off, names all new), only one question in askMissProbe is asked (and
+// none with wait, on the front end's connection goroutine), until one is
+// answered: a question not asked is answered by its poll all the same,
+// at once if it can be, and an ask that answers nothing costs a call
+// into the module that the poll repeats.
+//
+// With wait, a call that finds another dohfwd_ask under way waits for it
+// (a few microseconds) instead of reporting false, and polls for the
+// events pending then before its own ask: the DoH front end's
+// connection goroutine asks so (Pool.ResolveWireImmediate), since a
+// question it does not answer at once costs a goroutine, a wake-up, a
+// poll and a reply written on its own. A poll under way is not waited
+// for.
+func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Response, asked, ok bool, err error) {
+	if in.askMisses.Load() >= askMissRun && (wait || in.askSkips.Add(1)%askMissProbe != 0) {
+		return resp, false, false, nil
+	}
 	if !in.calling.TryLock() {
-		return resp, false, nil
+		if !wait || !in.asking.Load() {
+			return resp, false, false, nil
+		}
+		in.calling.Lock()
+	}
+	if wait && !in.closed && (in.pending() || in.due.Load()) {
+		if err := in.pollLocked(); err != nil {
+			in.calling.Unlock()
+			in.fail(err)
+			return resp, false, false, err
+		}
 	}
 	if in.ask == nil || in.closed || in.pending() || !in.memory.enter() {
 		in.calling.Unlock()
 		in.kickIfPending()
-		return resp, false, nil
+		return resp, false, false, nil
 	}
 	in.inFlight.Add(1)
+	in.asking.Store(true)
 	resp, ok, err = in.askLocked(q, dst)
+	in.asking.Store(false)
 	in.inFlight.Add(-1)
 	in.memory.leave()
+	if ok {
+		in.askMisses.Store(0)
+	} else {
+		in.askMisses.Add(1)
+	}
 	if err != nil {
 		in.closed = true
 		in.calling.Unlock()
 		in.fail(err)
-		return resp, true, err
+		return resp, true, false, err
 	}
 	in.calling.Unlock()
 	in.kickIfPending()
-	return resp, ok, nil
+	return resp, true, ok, nil
 }
+
+// askNow's run of unanswered asks after which it asks only one question
+// in askMissProbe.
+const (
+	askMissRun   = 8
+	askMissProbe = 8
+)
 
 // askLocked is askNow's call; the caller holds in.calling and the memory.
 func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, error) {
@@ -420,6 +501,7 @@ func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, 
 	if err := in.put(ctx, in.askIn); err != nil {
 		return engine.Response{}, false, err
 	}
+	in.askCalls.Add(1)
 	n, err := in.call(ctx, in.ask, uint64(len(in.askIn)))
 	if err != nil {
 		return engine.Response{}, false, fmt.Errorf("edge: ask: %w", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dohfwd/dohfwd/config"
@@ -35,7 +36,22 @@ type Pool struct {
 
 	mu  sync.Mutex
 	all []*Instance
+
+	// notAtOnce holds the queries ResolveWireImmediate asked a module
+	// for and it could not answer at once, by the address of their bytes:
+	// the front end hands the same bytes to ResolveWire next, which then
+	// sends them by a poll without asking the module again. A hint only:
+	// a query is answered the same with or without it (a stale address
+	// another query's bytes reuse costs that query the ask, no more).
+	notAtOnceMu sync.Mutex
+	notAtOnce   map[*byte]struct{}
+
+	answeredInline atomic.Uint64 // by ResolveWireImmediate, for tests
 }
+
+// maxNotAtOnce bounds Pool.notAtOnce: queries whose ResolveWire never
+// came (their client went away) are forgotten in one go past it.
+const maxNotAtOnce = 4096
 
 // NewPool starts size instances configured with configYAML.
 func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Pool, error) {
@@ -85,6 +101,62 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 	return out, err
 }
 
+// ResolveWireImmediate answers query at once when the module's engine can
+// (abi.ExportAsk: a cache hit, a local name) and the instance it picks is
+// free, as doh.ImmediateResolver asks: the DoH front end asks it on the
+// connection's own goroutine first, as it asks the native engine, so a
+// hit takes no goroutine of its own and its reply goes out with the
+// connection's other writes. Otherwise it reports false and the front end
+// asks ResolveWire from a goroutine of its own. miss is the native
+// engine's and is left alone (never Ready).
+func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
+	in := p.pick()
+	if in == nil || len(query) == 0 {
+		return engine.Response{}, false
+	}
+	q := abi.Query{Wire: query}
+	if trace != nil {
+		q.Trace, q.HasTrace = *trace, true
+	}
+	r, asked, ok, err := in.askNow(&q, dst, true)
+	switch {
+	case err != nil:
+		p.replace(context.Background(), in)
+		return engine.Response{}, false
+	case asked && !ok:
+		p.notAtOnceMu.Lock()
+		if p.notAtOnce == nil || len(p.notAtOnce) >= maxNotAtOnce {
+			p.notAtOnce = map[*byte]struct{}{}
+		}
+		p.notAtOnce[&query[0]] = struct{}{}
+		p.notAtOnceMu.Unlock()
+	case ok:
+		p.answeredInline.Add(1)
+	}
+	return r, ok
+}
+
+// ResolveWireMiss is for a miss ResolveWireImmediate filled, which it
+// never does: the front end asks ResolveWire instead.
+func (p *Pool) ResolveWireMiss(_ context.Context, _ *engine.Miss, dst []byte) engine.Response {
+	return unanswered(dst, engine.ResultUnavailable)
+}
+
+// askedAlready reports (and forgets) whether ResolveWireImmediate asked a
+// module for query and it could not answer at once.
+func (p *Pool) askedAlready(query []byte) bool {
+	if len(query) == 0 {
+		return false
+	}
+	p.notAtOnceMu.Lock()
+	_, ok := p.notAtOnce[&query[0]]
+	if ok {
+		delete(p.notAtOnce, &query[0])
+	}
+	p.notAtOnceMu.Unlock()
+	return ok
+}
+
 // ResolveWire answers one checked query with an instance's engine, as
 // doh.Resolver asks: the reply appended to dst. It hands the engine what
 // the front end put in ctx, as natively: the client (engine.WithClient,
@@ -102,7 +174,7 @@ func (p *Pool) ResolveWire(ctx context.Context, query, dst []byte) engine.Respon
 	if in == nil {
 		return unanswered(dst, engine.ResultUnavailable)
 	}
-	r, err := in.Resolve(ctx, &q, dst)
+	r, err := in.resolve(ctx, &q, dst, !p.askedAlready(query))
 	if err == nil {
 		return r
 	}

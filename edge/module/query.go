@@ -144,9 +144,8 @@ func (qn *question) done(reply []byte) {
 	}
 }
 
-// Scratch of dohfwd_ask, which no goroutine runs beside: the reply and
-// its encoding.
-var askReply, askOut = make([]byte, 0, 1232), make([]byte, 0, 1536)
+// askReply is dohfwd_ask's reply scratch (no goroutine runs beside it).
+var askReply = make([]byte, 0, 1232)
 
 // exportAsk is dohfwd_ask (abi.ExportAsk): the EventQuery in the buffer
 // answered from memory, its QueryAnswer's length returned; or 0 having
@@ -178,12 +177,11 @@ func exportAsk(n uint32) uint32 {
 	requests.Lock()
 	queryCounts.AtOnce++
 	requests.Unlock()
-	askOut = abi.AppendQueryAnswer(askOut[:0], &r)
-	out := setResult(askOut)
-	if cap(askOut) > 4096 {
-		askOut = make([]byte, 0, 1536)
-	}
-	return out
+	// Straight into the buffer: the question in it is read already. A
+	// longer answer moves it, as a poll's result does.
+	out := abi.AppendQueryAnswer(buf[:0], &r)
+	buf = out[:cap(out)]
+	return uint32(len(out))
 }
 
 // askTrace is the trace of dohfwd_ask's question, kept off its stack.
