@@ -53,22 +53,21 @@ func withConfig(base []byte, extra string) []byte {
 
 // askedNow is how many questions the instances answered by dohfwd_ask.
 func (e *edge) askedNow() uint64 {
-	e.pool.mu.Lock()
-	defer e.pool.mu.Unlock()
-	var n uint64
-	for _, in := range e.pool.all {
-		n += in.askedNow.Load()
-	}
-	return n
+	return e.sum(func(in *Instance) uint64 { return in.askedNow.Load() })
 }
 
 // askCalls is how many times the instances were asked by dohfwd_ask.
 func (e *edge) askCalls() uint64 {
+	return e.sum(func(in *Instance) uint64 { return in.askCalls.Load() })
+}
+
+// sum adds up count over the pool's instances.
+func (e *edge) sum(count func(*Instance) uint64) uint64 {
 	e.pool.mu.Lock()
 	defer e.pool.mu.Unlock()
 	var n uint64
 	for _, in := range e.pool.all {
-		n += in.askCalls.Load()
+		n += count(in)
 	}
 	return n
 }

@@ -136,7 +136,12 @@ func TestWazeroDeadServerDemotedOnceForAll(t *testing.T) {
 }
 
 // Coalescing across requests: 100 concurrent identical questions, while
-// the upstream holds its reply, make one upstream query.
+// the upstream holds its reply, make one upstream query. The followers
+// take no goroutine in the module: the first question goes to a worker
+// and leads; the 99 others are attached to its flight (engine.JoinWire)
+// and answered when it lands, counted Joined, not Waited. Those handed
+// in by the same poll as the first join the flight it began there,
+// before its worker runs.
 func TestWazeroIdenticalQuestionsShareOneQuery(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Start(t, upstreamtest.Delay(500*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.3")))
@@ -146,26 +151,6 @@ func TestWazeroIdenticalQuestionsShareOneQuery(t *testing.T) {
 		names[i] = "same.example.org"
 	}
 	askAll(t, e.pool, names, "192.0.2.3")
-	if n := len(up.Queries()); n != 1 {
-		t.Fatalf("the upstream read %d queries for 100 identical questions; want 1", n)
-	}
-}
-
-// Coalesced followers take no goroutine in the module: of 100 concurrent
-// identical questions (the upstream holds its reply), the first goes to a
-// worker and leads; the 99 others are attached to its flight
-// (engine.JoinWire) and answered when it lands, counted Joined, not
-// Waited. Those handed in by the same poll as the first join the flight
-// it began there, before its worker runs.
-func TestWazeroIdenticalQuestionsFollowersTakeNoWorker(t *testing.T) {
-	t.Parallel()
-	up := upstreamtest.Start(t, upstreamtest.Delay(500*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.4")))
-	e := startEdge(t, edgeConfig(up), 1)
-	names := make([]string, 100)
-	for i := range names {
-		names[i] = "followers.example.org"
-	}
-	askAll(t, e.pool, names, "192.0.2.4")
 	if n := len(up.Queries()); n != 1 {
 		t.Fatalf("the upstream read %d queries for 100 identical questions; want 1", n)
 	}
