@@ -39,18 +39,8 @@ func TestEventBytesForFixedInput(t *testing.T) {
 
 func testEventBytesForFixedInput(t *testing.T, batched bool) {
 	var buf bytes.Buffer
-	var out io.Writer = &buf
-	var bw *telemetry.BatchWriter
-	if batched {
-		bw = telemetry.NewBatchWriter(&buf)
-		out = bw
-	}
-	log, err := telemetry.NewLogger(out, "json", "info")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, bw := observerInto(t, &buf, batched)
 	tr := &engine.Trace{ID: [16]byte{0xab, 1}, Span: [8]byte{0xcd}}
-	o := telemetry.NewBatchedObserver(log, bw, nil)
 	for range 2 { // rendered, then from the kept rendering
 		o.Attempt(engine.AttemptEvent{Question: 42, QName: "www.example.org.", QType: dns.TypeA, Scope: "corp",
 			Attempt: 1, Server: netip.MustParseAddrPort("192.0.2.53:53"), Transport: engine.UDP,
@@ -210,17 +200,7 @@ func TestEventsCarryTheEngineTime(t *testing.T) {
 
 func testEventsCarryTheEngineTime(t *testing.T, batched bool) {
 	var buf bytes.Buffer
-	var out io.Writer = &buf
-	var bw *telemetry.BatchWriter
-	if batched {
-		bw = telemetry.NewBatchWriter(&buf)
-		out = bw
-	}
-	log, err := telemetry.NewLogger(out, "json", "info")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := telemetry.NewBatchedObserver(log, bw, nil)
+	o, bw := observerInto(t, &buf, batched)
 	a := sampleAttempt
 	a.End = fixedEnd
 	o.Attempt(a)
@@ -392,4 +372,22 @@ func TestBatchedObserverWritesAsObserver(t *testing.T) {
 		}
 		t.Fatalf("%d lines, want %d", len(g), len(w))
 	}
+}
+
+// observerInto is an info-level observer writing to buf: through a
+// BatchWriter (returned, for the test to Close) when batched, else
+// straight through zerolog.
+func observerInto(t *testing.T, buf *bytes.Buffer, batched bool) (*telemetry.Observer, *telemetry.BatchWriter) {
+	t.Helper()
+	var out io.Writer = buf
+	var bw *telemetry.BatchWriter
+	if batched {
+		bw = telemetry.NewBatchWriter(buf)
+		out = bw
+	}
+	log, err := telemetry.NewLogger(out, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return telemetry.NewBatchedObserver(log, bw, nil), bw
 }
