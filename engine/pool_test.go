@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -98,7 +99,11 @@ func TestSocketPoolSpoofingFloor(t *testing.T) {
 }
 
 // Any failure closes the socket: the source port of a failed transaction
-// never carries another query while the rest of the pool is reused.
+// is free to bind once the question is answered, and never carries
+// another query while the rest of the pool is reused. (The test binds
+// each such port itself and holds it, so the kernel cannot hand it to a
+// fresh socket of the engine's: a closed port it reassigned at random
+// would look like a failed socket reused.)
 func TestSocketPoolFailureClosesSocket(t *testing.T) {
 	up := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
 		if q.Msg == nil {
@@ -128,6 +133,7 @@ func TestSocketPoolFailureClosesSocket(t *testing.T) {
 		enginetest.Resolve(e, context.Background(), newQuery(kind+".example.test.", dns.TypeA))
 		for _, q := range up.Queries()[before:] {
 			failed[q.From.Port()] = kind
+			holdPort(t, q.From)
 		}
 		askN(t, e, "after-"+kind, 100)
 	}
@@ -156,6 +162,23 @@ func TestSocketPoolFailureClosesSocket(t *testing.T) {
 	}
 	if reused == 0 {
 		t.Fatal("no questions after the failures")
+	}
+}
+
+// holdPort binds the UDP address a failed transaction's socket had, for
+// the rest of the test: it must be free, the engine having closed that
+// socket (within a second: the close may follow the answer).
+func holdPort(t *testing.T, at netip.AddrPort) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(at))
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the socket of a failed transaction is still open: %v", err)
+		}
 	}
 }
 
