@@ -525,22 +525,6 @@ func TestJoinedFollowersTracesListed(t *testing.T) {
 			j.wait()
 		}
 		r.bg.Wait()
-		var leader engine.QuestionEvent
-		joinedLeader := 0
-		for _, q := range r.log.questionList() {
-			switch {
-			case q.Attempts == 1:
-				leader = q
-			case q.Joined != nil && *q.Joined == traceN(1) && q.Trace != nil && (*q.Trace == traceN(2) || *q.Trace == traceN(3)):
-				joinedLeader++
-			}
-		}
-		if leader.Trace == nil || *leader.Trace != traceN(1) || len(leader.Served) != 2 ||
-			*leader.Served[0] != traceN(2) || *leader.Served[1] != traceN(3) {
-			t.Fatalf("leader's event: %+v", leader)
-		}
-		if joinedLeader != 2 {
-			t.Fatalf("%d joined followers name the leader's trace, want 2", joinedLeader)
-		}
+		wantLeaderServedTwo(t, r.log.questionList())
 	})
 }
