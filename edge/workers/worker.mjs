@@ -176,6 +176,7 @@ class Instance {
       c.resolve(mem.slice(start, start + len)); // the buffer is the next poll's
     }
     this.settle();
+    this.sockets.release(this.calls.size === 0);
     // Rounded up: a timer set for the deadline then finds it passed.
     this.deadline = Math.ceil(deadline);
     // While requests are in progress a timer that fires no later than
