@@ -34,6 +34,13 @@ const QueryTrace = 2;
 const EventHeaderSize = 36;
 const PollHeaderSize = 8;
 
+// After AskMissRun questions in a row that dohfwd_ask did not answer (a
+// cache that is off, names all new), only one in AskMissProbe is asked
+// until one is answered, as the wazero host does (edge/host askNow): an
+// ask that answers nothing costs a call the poll repeats.
+const AskMissRun = 8;
+const AskMissProbe = 8;
+
 // KeepAlive (ms) is how often a waiting request's own timer comes round
 // when the instance's timer is in another request's context.
 const KeepAlive = 5000;
@@ -64,6 +71,37 @@ class Instance {
     this.broken = null;
     this.quietWaiters = []; // resolved when no request is in progress
     this.front = { path: "", questions: false, server_timing: false, trace_context: false }; // abi.Front
+    this.canAsk = typeof exports.dohfwd_ask === "function"; // optional (abi.OptionalExports)
+    this.askMisses = 0; // asks in a row that answered nothing
+    this.askSkips = 0;
+  }
+
+  // ask answers a question (EventQuery's code and data) at once with
+  // dohfwd_ask (abi.ExportAsk) when the module has it in memory (a cache
+  // hit, a local name): no poll, no call ID, no timer, no promise, and the
+  // response before any await. It asks only when no poll is due or under
+  // way and no event waits, as the contract wants; null when not asked or
+  // not answered (the module then started nothing: the question goes by a
+  // poll). A trap fails the instance (broken).
+  ask(code, data) {
+    if (!this.canAsk || this.broken || this.polling || this.scheduled || this.events.length !== 0) return null;
+    if (this.askMisses >= AskMissRun && ++this.askSkips % AskMissProbe !== 0) return null;
+    this.events.push([EventQuery, 0, code, data]);
+    this.eventBytes += EventHeaderSize + data.length;
+    let n;
+    try {
+      n = this.exports.dohfwd_ask(this.encode()) >>> 0;
+    } catch (err) {
+      this.fail(err instanceof ProcExit ? new Error(err.message) : err);
+      return null;
+    }
+    if (n === 0) {
+      this.askMisses++;
+      return null;
+    }
+    this.askMisses = 0;
+    const ptr = this.exports.dohfwd_buffer(0) >>> 0;
+    return new Uint8Array(this.exports.memory.buffer).slice(ptr, ptr + n); // the buffer is the next call's
   }
 
   // quiet resolves once no request is in progress. A poll runs in the
@@ -319,9 +357,10 @@ function decodeResponse(b) {
 }
 
 // question answers a plain RFC 8484 request whose query is q (its
-// question ending at end) with the module's engine alone. Not an async
-// function, nor is fetch on this path: each await and each async return
-// is a promise hop per question.
+// question ending at end) with the module's engine alone: at once when
+// the module has the answer in memory (Instance.ask), else by a poll. Not
+// an async function, nor is fetch on this path: each await and each async
+// return is a promise hop per question.
 function question(it, q, end, request, ctx) {
   let code = 0;
   let data = q;
@@ -333,6 +372,12 @@ function question(it, q, end, request, ctx) {
     data.set(trace);
     data.set(q, TraceSize);
   }
+  const a = it.ask(code, data);
+  if (a !== null) {
+    const resp = response(q, end, a, it.front, trace);
+    return new Response(resp.body, { status: resp.status, headers: resp.headers });
+  }
+  if (it.broken) return Promise.reject(it.broken);
   const answer = it.call(EventQuery, data, request.signal ?? null, code);
   ctx?.waitUntil(it.quiet());
   return answer.then((a) => {
