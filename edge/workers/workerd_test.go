@@ -641,15 +641,24 @@ func exchange(t *testing.T, method, base string, wire []byte, odd bool) answer {
 var upstreamDur = regexp.MustCompile(`upstream;dur=[0-9.]+`)
 
 // sameResponse fails unless a (the glue's) and b (the module's) are the
-// same response: status, header names, every value but those of this
-// moment (Date, Server-Timing's time, the span of traceresponse), body.
+// same response from upstream (responseDiff).
 func sameResponse(t *testing.T, what string, a, b answer) {
 	t.Helper()
+	if err := responseDiff("upstream", a, b); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// responseDiff says how a (the glue's) and b (the module's) differ, or nil
+// when they are the same response from source (Server-Timing's): status,
+// header names, every value but those of this moment (Date, Server-Timing's
+// time, the span of traceresponse), body.
+func responseDiff(source string, a, b answer) error {
 	if a.status != b.status || !bytes.Equal(a.body, b.body) {
-		t.Fatalf("%s: glue HTTP %d %x, module HTTP %d %x", what, a.status, a.body, b.status, b.body)
+		return fmt.Errorf("glue HTTP %d %x, module HTTP %d %x", a.status, a.body, b.status, b.body)
 	}
 	if !slices.Equal(slices.Sorted(maps.Keys(a.header)), slices.Sorted(maps.Keys(b.header))) {
-		t.Fatalf("%s: glue headers %v, module headers %v", what, a.header, b.header)
+		return fmt.Errorf("glue headers %v, module headers %v", a.header, b.header)
 	}
 	for k, v := range a.header {
 		w := b.header[k]
@@ -658,19 +667,108 @@ func sameResponse(t *testing.T, what string, a, b answer) {
 			continue
 		case "Server-Timing":
 			v, w = []string{upstreamDur.ReplaceAllString(v[0], "")}, []string{upstreamDur.ReplaceAllString(w[0], "")}
-			if !strings.HasPrefix(a.header.Get(k), "source;desc=upstream, attempts;desc=") {
-				t.Fatalf("%s: Server-Timing %q", what, a.header.Get(k))
+			if !strings.HasPrefix(a.header.Get(k), "source;desc="+source+", attempts;desc=") {
+				return fmt.Errorf("Server-Timing %q; want source %s", a.header.Get(k), source)
 			}
 		case "Traceresponse":
 			// The caller's trace and flags, a span of the module's own.
 			trace := regexp.MustCompile(`^00-` + testTraceparent[3:35] + `-[0-9a-f]{16}-01$`)
 			if len(v) != 1 || len(w) != 1 || !trace.MatchString(v[0]) || !trace.MatchString(w[0]) || v[0][36:52] == testTraceparent[36:52] {
-				t.Fatalf("%s: traceresponse %q (glue), %q (module); want the caller's trace with a new span", what, v, w)
+				return fmt.Errorf("traceresponse %q (glue), %q (module); want the caller's trace with a new span", v, w)
 			}
 			continue
 		}
 		if !slices.Equal(v, w) {
-			t.Fatalf("%s: %s is %q from the glue, %q from the module", what, k, v, w)
+			return fmt.Errorf("%s is %q from the glue, %q from the module", k, v, w)
 		}
+	}
+	return nil
+}
+
+// TestWorkerdCacheHits runs the glue with the cache on: a plain question
+// the module has in memory is answered at once (dohfwd_ask, no poll),
+// with the response the module's own handler writes for it, counted at
+// once, asking upstream nothing; and so while another question waits
+// upstream (a dropping first server holds it for 2 s).
+func TestWorkerdCacheHits(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	drop := upstreamtest.Start(t, upstreamtest.Drop())
+	next := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.2"))
+	base := startWorkerd(t, fmt.Sprintf(`scopes:
+  - name: hit
+    domains: [hit.test]
+    servers: [%q]
+  - name: drop
+    domains: [drop.test]
+    servers: [%q, %q]
+fallback_servers: []
+cache:
+  max_entries: 1000
+log:
+  level: warn
+`, up, drop, next))
+	wire := packQuery(t, "www.hit.test", dns.TypeA)
+	if first := exchange(t, "GET", base, wire, false); first.status != http.StatusOK || !strings.HasPrefix(first.header.Get("Server-Timing"), "source;desc=upstream") {
+		t.Fatalf("first question: HTTP %d %v", first.status, first.header)
+	}
+
+	hits := func(what string) uint64 {
+		t.Helper()
+		var n uint64
+		for _, method := range []string{"GET", "POST"} {
+			// A pair read across a second's turn differs in its TTLs:
+			// one pair in two tries is the same.
+			var err error
+			for range 2 {
+				f := exchange(t, method, base, wire, false)
+				m := exchange(t, method, base, wire, true)
+				n++
+				if err = responseDiff("cache", f, m); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("%s, %s hit: %v", what, method, err)
+			}
+		}
+		return n
+	}
+	before := status(t, base)
+	n := hits("quiet")
+	after := status(t, base)
+	if a, w := after.Queries.AtOnce-before.Queries.AtOnce, after.Queries.Waited-before.Queries.Waited; a != n || w != 0 {
+		t.Fatalf("%d hits counted %d at once and %d waited; want all at once", n, a, w)
+	}
+	if q := len(up.Queries()); q != 1 {
+		t.Fatalf("upstream read %d queries, want the first question's only", q)
+	}
+
+	// A question held upstream: hits go by it.
+	held := make(chan error, 1)
+	go func() {
+		m, err := try("GET", base, "www.drop.test")
+		if err == nil {
+			err = checkA(m, "192.0.2.2")
+		}
+		held <- err
+	}()
+	for st := status(t, base); st.InFlight == 0; st = status(t, base) {
+		select {
+		case err := <-held:
+			t.Fatalf("the held question ended before it was seen in flight: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	before = status(t, base)
+	n = hits("beside a question in flight")
+	after = status(t, base)
+	if after.InFlight == 0 {
+		t.Fatalf("the held question ended before the hits were in; the test shows nothing")
+	}
+	if a, w := after.Queries.AtOnce-before.Queries.AtOnce, after.Queries.Waited-before.Queries.Waited; a != n || w != 0 {
+		t.Fatalf("%d hits beside a question in flight counted %d at once and %d waited; want all at once", n, a, w)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
 	}
 }
