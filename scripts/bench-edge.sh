@@ -3,7 +3,8 @@
 #   1. requests per second through `dohfwd-edge` (the module under wazero)
 #      against `dohfwd serve`, same upstream (nsd on loopback), same load;
 #   2. the latency each adds per request (one client, one stream);
-#   3. per-request latency of the module under workerd (TCP upstream);
+#   3. per-request latency of the module under workerd (TCP upstream),
+#      misses (cache off) and hits (cache on), one stream;
 #   4. the memory of `dohfwd-edge` with 4 096 questions in flight (a silent
 #      upstream holds them), beside `dohfwd serve` (and BASELINE) under the
 #      same load.
@@ -18,7 +19,10 @@
 # default cache size) and HITS_N (3 x REQUESTS) for the cache-on load, which
 # also reports each server's CPU per request (steadier than req/s);
 # BASELINE=path/to/another/dohfwd-edge also measures it
-# `edge` in the same run (before/after figures); PROFILE_DIR=dir writes a
+# `edge` in the same run (before/after figures), BASELINE_MODULE its module,
+# BASELINE_WORKERS=dir another checkout's edge/workers (its glue under
+# workerd, with BASELINE_MODULE); WD_WARM, WD_ROUNDS, WD_N: the workerd
+# one-stream runs (below); PROFILE_DIR=dir writes a
 # CPU profile of the edge process there (go tool pprof dohfwd-edge edge.pprof).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,28 +104,31 @@ fi
 waitport "$cserveport"
 waitport "$cedgeport"
 
-# workerd with the glue and the same module; TCP to nsd.
-if [ -x edge/workers/node_modules/.bin/workerd ]; then
-	mkdir "$work/workers"
-	cp edge/workers/workerd.capnp edge/workers/*.mjs "$work/workers/"
-	cp "$wasm" "$work/workers/dohfwd.wasm"
-	config 0 >"$work/workers/dohfwd.yaml" # encoded for the module, as make wasm-workers does
-	"$work/dohfwd-edge" -encode-config -config "$work/workers/dohfwd.yaml" >"$work/workers/dohfwd.config.json"
-	(cd "$work/workers" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$wdport" >"$work/workerd.log" 2>&1) &
+# workerd with the glue and the same module; TCP to nsd. Two per glue:
+# the cache off (every question goes upstream, a miss) and on (hits).
+# start_workerd NAME GLUEDIR MODULE CACHE_ENTRIES starts one in
+# $work/NAME and prints its port.
+start_workerd() {
+	local dir="$work/$1" port
+	port=$(freeport)
+	mkdir "$dir"
+	cp "$2"/workerd.capnp "$2"/*.mjs "$dir/"
+	cp "$3" "$dir/dohfwd.wasm"
+	config 0 "$dnsport" "$4" >"$dir/dohfwd.yaml" # encoded for the module, as make wasm-workers does
+	"$work/dohfwd-edge" -encode-config -config "$dir/dohfwd.yaml" >"$dir/dohfwd.config.json"
+	(cd "$dir" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$port" >"$dir/workerd.log" 2>&1) &
 	pids+=($!)
-	waitport "$wdport"
+	waitport "$port" >&2
+	echo "$port"
+}
+if [ -x edge/workers/node_modules/.bin/workerd ]; then
+	wdport=$(start_workerd workers edge/workers "$wasm" 0)
+	wdhit=$(start_workerd workers-hit edge/workers "$wasm" "$CACHE_ENTRIES")
 	# BASELINE_WORKERS=dir (another checkout's edge/workers) runs its glue
 	# with BASELINE_MODULE beside it, for a before/after Workers figure.
 	if [ -n "${BASELINE_WORKERS:-}" ]; then
-		wdbase=$(freeport)
-		mkdir "$work/workers-base"
-		cp "$BASELINE_WORKERS"/workerd.capnp "$BASELINE_WORKERS"/*.mjs "$work/workers-base/"
-		cp "${BASELINE_MODULE:-$wasm}" "$work/workers-base/dohfwd.wasm"
-		config 0 >"$work/workers-base/dohfwd.yaml"
-		"$work/dohfwd-edge" -encode-config -config "$work/workers-base/dohfwd.yaml" >"$work/workers-base/dohfwd.config.json"
-		(cd "$work/workers-base" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$wdbase" >"$work/workerd-base.log" 2>&1) &
-		pids+=($!)
-		waitport "$wdbase"
+		wdbase=$(start_workerd workers-base "$BASELINE_WORKERS" "${BASELINE_MODULE:-$wasm}" 0)
+		wdbasehit=$(start_workerd workers-base-hit "$BASELINE_WORKERS" "${BASELINE_MODULE:-$wasm}" "$CACHE_ENTRIES")
 	fi
 else
 	wdport=""
@@ -204,16 +211,40 @@ if [ -n "${PROFILE_DIR:-}" ]; then
 	echo "profile: go tool pprof $PROFILE_DIR/dohfwd-edge $PROFILE_DIR/edge.pprof"
 fi
 
+# workerd, one stream: WD_WARM requests first (default 2000: an isolate's
+# first thousands run much of the module as Liftoff code while V8
+# compiles it), then WD_ROUNDS rounds (default 3) of WD_N (1000) requests
+# per target, the targets in turn, the order reversed every other round
+# (ABBA). Each figure is the median over the rounds: of each run's mean
+# (us/request, as h2load reports it) and of each run's median (from
+# h2load's per-request log; the mean carries the stalls of a shared
+# machine). Misses (cache off: each question goes upstream over a new TCP
+# connection) and hits (cache on, the same name).
+wd_run() { # URL -> "mean median ok req/s" of one run
+	local out
+	rm -f "$work/wd.tsv"
+	out=$(h2load --h1 -n "${WD_N:-1000}" -c 1 -m 1 --log-file "$work/wd.tsv" "$1" 2>&1)
+	echo "$(echo "$out" | mean | to_us) $(awk '{print $3}' "$work/wd.tsv" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') $(echo "$out" | ok) $(echo "$out" | rps_of)"
+}
+median_of() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 if [ -n "$wdport" ]; then
-	warm_out=$(h2load --h1 -n 50 -c 1 -m 1 "http://127.0.0.1:$wdport$path" 2>&1 || true)
-	w_out=$(h2load --h1 -n 1000 -c 1 -m 1 "http://127.0.0.1:$wdport$path" 2>&1)
-	w_lat=$(echo "$w_out" | mean | to_us)
-	printf '  workerd (TCP upstream, HTTP/1.1, no TLS): %8.0f us/request, %s req/s (%s ok)\n' "$w_lat" "$(echo "$w_out" | rps_of)" "$(echo "$w_out" | ok)"
+	wdt=("miss:$wdport" "hit:$wdhit")
+	[ -n "${wdbase:-}" ] && wdt+=("basemiss:$wdbase" "basehit:$wdbasehit")
+	for t in "${wdt[@]}"; do h2load --h1 -n "${WD_WARM:-2000}" -c 1 -m 1 "http://127.0.0.1:${t#*:}$path" >/dev/null 2>&1 || true; done
+	for r in $(seq 1 "${WD_ROUNDS:-3}"); do
+		order=("${wdt[@]}")
+		if [ $((r % 2)) = 0 ]; then order=(); for ((i = ${#wdt[@]} - 1; i >= 0; i--)); do order+=("${wdt[$i]}"); done; fi
+		for t in "${order[@]}"; do wd_run "http://127.0.0.1:${t#*:}$path" >>"$work/wd.${t%%:*}"; done
+	done
+	wd() { awk "{print \$$2}" "$work/wd.$1" | median_of; } # target column: 1 mean, 2 median, 3 ok, 4 req/s
+	wd_ok() { awk '{n += $3} END {print n}' "$work/wd.$1"; }
+	w_lat=$(wd miss 1)
+	printf '  workerd (TCP upstream, HTTP/1.1, no TLS): %8.0f us/request, %s req/s (%s ok)\n' "$w_lat" "$(wd miss 4)" "$(wd_ok miss)"
 	printf '  workerd / dohfwd serve latency:  x%.2f\n' "$(echo "$w_lat / $s_lat" | bc -l)"
+	printf '  workerd median:                    %8.0f us/request; hits (cache on) %.0f us median, %.0f us mean (%s ok)\n' "$(wd miss 2)" "$(wd hit 2)" "$(wd hit 1)" "$(wd_ok hit)"
 	if [ -n "${wdbase:-}" ]; then
-		h2load --h1 -n 50 -c 1 -m 1 "http://127.0.0.1:$wdbase$path" >/dev/null 2>&1 || true
-		wb_out=$(h2load --h1 -n 1000 -c 1 -m 1 "http://127.0.0.1:$wdbase$path" 2>&1)
-		printf '  workerd baseline:                  %8.0f us/request (%s ok)\n' "$(echo "$wb_out" | mean | to_us)" "$(echo "$wb_out" | ok)"
+		printf '  workerd baseline:                  %8.0f us/request (%s ok)\n' "$(wd basemiss 1)" "$(wd_ok basemiss)"
+		printf '  workerd baseline median:           %8.0f us/request; hits (cache on) %.0f us median, %.0f us mean (%s ok)\n' "$(wd basemiss 2)" "$(wd basehit 2)" "$(wd basehit 1)" "$(wd_ok basehit)"
 	fi
 fi
 # Memory with 4 096 questions in flight: a UDP port that never answers
