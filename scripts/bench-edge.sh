@@ -107,7 +107,9 @@ waitport "$cedgeport"
 # workerd with the glue and the same module; TCP to nsd. Two per glue:
 # the cache off (every question goes upstream, a miss) and on (hits).
 # start_workerd NAME GLUEDIR MODULE CACHE_ENTRIES starts one in
-# $work/NAME and prints its port.
+# $work/NAME and sets wd_port to its port. (Not called in a command
+# substitution: its subshell would keep the process out of pids, and
+# cleanup would leave it running.)
 start_workerd() {
 	local dir="$work/$1" port
 	port=$(freeport)
@@ -118,17 +120,21 @@ start_workerd() {
 	"$work/dohfwd-edge" -encode-config -config "$dir/dohfwd.yaml" >"$dir/dohfwd.config.json"
 	(cd "$dir" && exec "$OLDPWD/edge/workers/node_modules/.bin/workerd" serve workerd.capnp --socket-addr "http=127.0.0.1:$port" >"$dir/workerd.log" 2>&1) &
 	pids+=($!)
-	waitport "$port" >&2
-	echo "$port"
+	waitport "$port"
+	wd_port=$port
 }
 if [ -x edge/workers/node_modules/.bin/workerd ]; then
-	wdport=$(start_workerd workers edge/workers "$wasm" 0)
-	wdhit=$(start_workerd workers-hit edge/workers "$wasm" "$CACHE_ENTRIES")
+	start_workerd workers edge/workers "$wasm" 0
+	wdport=$wd_port
+	start_workerd workers-hit edge/workers "$wasm" "$CACHE_ENTRIES"
+	wdhit=$wd_port
 	# BASELINE_WORKERS=dir (another checkout's edge/workers) runs its glue
 	# with BASELINE_MODULE beside it, for a before/after Workers figure.
 	if [ -n "${BASELINE_WORKERS:-}" ]; then
-		wdbase=$(start_workerd workers-base "$BASELINE_WORKERS" "${BASELINE_MODULE:-$wasm}" 0)
-		wdbasehit=$(start_workerd workers-base-hit "$BASELINE_WORKERS" "${BASELINE_MODULE:-$wasm}" "$CACHE_ENTRIES")
+		start_workerd workers-base "$BASELINE_WORKERS" "${BASELINE_MODULE:-$wasm}" 0
+		wdbase=$wd_port
+		start_workerd workers-base-hit "$BASELINE_WORKERS" "${BASELINE_MODULE:-$wasm}" "$CACHE_ENTRIES"
+		wdbasehit=$wd_port
 	fi
 else
 	wdport=""
