@@ -61,8 +61,9 @@
 // needs none of a poll's work: no goroutine, no ID to keep. The optional
 // export dohfwd_ask takes the same EventQuery record and returns its
 // QueryAnswer at once, or 0 having done nothing; the host then sends it
-// with dohfwd_poll as before. The wazero host calls it when no poll is
-// under way and no event waits.
+// with dohfwd_poll as before. Both hosts call it when no poll is under
+// way and no event waits (the Workers glue for its plain questions, so
+// a hit is answered before any await).
 //
 // The Workers glue sends both kinds: a plain RFC 8484 request, when the
 // module's Status.Front allows it, as its question (the glue decodes the
