@@ -79,10 +79,11 @@ class Instance {
   // ask answers a question (EventQuery's code and data) at once with
   // dohfwd_ask (abi.ExportAsk) when the module has it in memory (a cache
   // hit, a local name): no poll, no call ID, no timer, no promise, and the
-  // response before any await. It asks only when no poll is due or under
-  // way and no event waits, as the contract wants; null when not asked or
-  // not answered (the module then started nothing: the question goes by a
-  // poll). A trap fails the instance (broken).
+  // response before any await. It asks only between polls: none under
+  // way or scheduled and no event waiting, as the contract wants (a
+  // deadline that passed meanwhile is the timer's poll, as before); null
+  // when not asked or not answered (the module then started nothing: the
+  // question goes by a poll). A trap fails the instance (broken).
   ask(code, data) {
     if (!this.canAsk || this.broken || this.polling || this.scheduled || this.events.length !== 0) return null;
     if (this.askMisses >= AskMissRun && ++this.askSkips % AskMissProbe !== 0) return null;
