@@ -4,7 +4,8 @@
 //
 //	dohfwd-edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
 //
-// It is a binary of its own so that dohfwd, the server most deployments
+// It runs on half the CPUs unless GOMAXPROCS is set, as dohfwd serve
+// (package procs). It is a binary of its own so that dohfwd, the server most deployments
 // run (and the container image), does not link wazero.
 package main
 
@@ -15,12 +16,14 @@ import (
 
 	"github.com/dohfwd/dohfwd/edge/host"
 	"github.com/dohfwd/dohfwd/internal/buildinfo"
+	"github.com/dohfwd/dohfwd/internal/procs"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = ""
 
 func main() {
+	procs.SetServing() // as dohfwd serve: half the CPUs unless GOMAXPROCS is set
 	if err := host.Main(context.Background(), os.Args[1:], os.Stderr, buildinfo.Version(version)); err != nil {
 		fmt.Fprintln(os.Stderr, "dohfwd-edge:", err)
 		os.Exit(1)

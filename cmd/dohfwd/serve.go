@@ -8,6 +8,7 @@ import (
 	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/internal/procs"
 	"github.com/dohfwd/dohfwd/metrics"
 )
 
@@ -26,7 +27,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	setServeProcs()
+	procs.SetServing()
 	if err := serve(ctx, cfg, stderr); err != nil {
 		fmt.Fprintln(stderr, "dohfwd:", err)
 		return 1

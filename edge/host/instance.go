@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,7 @@ type Instance struct {
 	receiving                    atomic.Int32            // reads the host waits on, for tests
 	askedNow                     atomic.Uint64           // questions dohfwd_ask answered, for tests
 	askCalls                     atomic.Uint64           // calls of dohfwd_ask, for tests
+	polls                        atomic.Uint64           // calls of dohfwd_poll, for tests
 	askMisses                    atomic.Uint32           // dohfwd_ask calls in a row that answered nothing (askNow)
 	askSkips                     atomic.Uint32           // questions askNow let by while askMisses ran high
 	asking                       atomic.Bool             // a dohfwd_ask holds calling (askNow)
@@ -173,6 +175,7 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 		return nil, fmt.Errorf("edge: module config: %s", msg)
 	}
 	in.timer = time.AfterFunc(time.Hour, in.onTimer)
+	in.due.Store(true) // the first poll: no event, but its deadline
 	in.kick()
 	return in, nil
 }
@@ -259,7 +262,21 @@ func (in *Instance) pending() bool {
 
 // kick polls the module until no event is pending, unless another
 // goroutine is calling it: that one polls again for what came meanwhile.
+//
+// It yields first, so that the goroutines already runnable (other
+// requests' workers, socket waiters woken by the same readiness) queue
+// their events for this poll rather than each polling for its own: a
+// call into the module cannot be preempted, so with one P (GOMAXPROCS=1)
+// nothing else ran while a poll did, and every poll carried one event.
+// Measured on the distinct-names load at GOMAXPROCS=1: 1.8 polls per
+// question and 1 event per poll before, 0.22 and 7 with the yield, at
+// 0.6-0.8x the CPU per request. A yield with nothing else runnable is
+// about 0.1 µs; a poll, tens.
 func (in *Instance) kick() {
+	runtime.Gosched()
+	if !in.pending() && !in.due.Load() {
+		return // another goroutine's poll took the events
+	}
 	for in.calling.TryLock() {
 		if in.closed {
 			in.calling.Unlock()
@@ -318,6 +335,7 @@ func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
 	if err := in.put(ctx, in.eventsIn); err != nil {
 		return time.Time{}, err
 	}
+	in.polls.Add(1)
 	n, err := in.call(ctx, in.poll, api.EncodeI64(time.Now().UnixNano()), uint64(len(in.eventsIn)))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("edge: poll: %w", err)
@@ -445,6 +463,12 @@ func (in *Instance) resolve(ctx context.Context, q *abi.Query, dst []byte, ask b
 // for.
 func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Response, asked, ok bool, err error) {
 	if in.askMisses.Load() >= askMissRun && (wait || in.askSkips.Add(1)%askMissProbe != 0) {
+		return resp, false, false, nil
+	}
+	if !wait && in.pending() {
+		// The question will be queued behind these events and polled
+		// with them (resolve): taking the instance now only to let go
+		// would poll them first, one question at a time (see kick).
 		return resp, false, false, nil
 	}
 	if !in.calling.TryLock() {
@@ -582,7 +606,8 @@ func (in *Instance) err() error {
 // do runs f between two polls.
 func (in *Instance) do(ctx context.Context, f func(ctx context.Context) error) error {
 	in.calling.Lock()
-	defer in.kick() // events that came while f ran
+	defer in.kick()          // events that came while f ran ...
+	defer in.due.Store(true) // ... and a poll for f's changes (a reload's)
 	defer in.calling.Unlock()
 	if in.closed || !in.memory.enter() {
 		return cmpErr(in.err(), errClosed)

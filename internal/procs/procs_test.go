@@ -1,10 +1,10 @@
-package main
+package procs
 
 import "testing"
 
-// TestServeProcs: dohfwd serves on half the CPUs (at least one) unless
+// TestServing: a server runs on half the CPUs (at least one) unless
 // GOMAXPROCS is set, which then stands as the runtime applied it.
-func TestServeProcs(t *testing.T) {
+func TestServing(t *testing.T) {
 	for _, c := range []struct {
 		cpus int
 		env  string
@@ -19,8 +19,8 @@ func TestServeProcs(t *testing.T) {
 		{8, "8", 8},
 		{1, "1", 1},
 	} {
-		if got := serveProcs(c.cpus, c.env); got != c.want {
-			t.Errorf("serveProcs(%d, %q) = %d, want %d", c.cpus, c.env, got, c.want)
+		if got := Serving(c.cpus, c.env); got != c.want {
+			t.Errorf("Serving(%d, %q) = %d, want %d", c.cpus, c.env, got, c.want)
 		}
 	}
 }
