@@ -5,8 +5,9 @@
 //	dohfwd-edge [--config FILE] [--module FILE] [--instances N] [--cache-dir DIR]
 //
 // It runs on half the CPUs unless GOMAXPROCS is set, as dohfwd serve
-// (package procs). It is a binary of its own so that dohfwd, the server most deployments
-// run (and the container image), does not link wazero.
+// does (package procs). It is a binary of its own so that dohfwd, the
+// server most deployments run (and the container image), does not link
+// wazero.
 package main
 
 import (
