@@ -29,7 +29,7 @@ func (c *clockCalls) Before(context.Context, api.Module, api.FunctionDefinition,
 	c.n.Add(1)
 }
 func (c *clockCalls) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
-func (c *clockCalls) Abort(context.Context, api.Module, api.FunctionDefinition, error)   {}
+func (c *clockCalls) Abort(context.Context, api.Module, api.FunctionDefinition, error)    {}
 
 // A cache hit answered by dohfwd_ask reads the clock once (the lookup's
 // reading is its answer's time, engine's hitEndsAtLookup): as
