@@ -119,6 +119,7 @@ func (qn *question) immediate(r *found) bool {
 	if _, ok := qn.cached(keyFor(&qn.client, asked), r); !ok {
 		return false
 	}
+	r.ends = hitEndsAtLookup // the lookup was the question's only reading
 	qn.e.counters.cacheHits.Add(1)
 	return true
 }

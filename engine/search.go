@@ -38,7 +38,8 @@ type found struct {
 	at       time.Time
 	reply    []byte
 	// ends says at is the question's last clock reading: the end of
-	// its own last transaction, or a follower's wake-up. After it only
+	// its own last transaction, a follower's wake-up, or as WebAssembly
+	// an immediate cache hit's lookup (hitEndsAtLookup). After it only
 	// the engine's own work on the reply (its entry, the cache, the
 	// client's reply) happens, so it is Response.Answered without
 	// reading the clock again (two host calls as WebAssembly).
