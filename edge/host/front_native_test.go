@@ -352,6 +352,18 @@ func TestWazeroTraceReachesTheModule(t *testing.T) {
 	}
 }
 
+// startCachingEdge starts one instance with a cache of 100 entries in
+// front of an upstream that answers every question with rr, and a context
+// that bounds the test's asks to 30 s.
+func startCachingEdge(t *testing.T, rr string) (*edge, *upstreamtest.Server, context.Context) {
+	t.Helper()
+	up := upstreamtest.Start(t, upstreamtest.Answer(rr))
+	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\n"), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return e, up, ctx
+}
+
 // While dohfwd_ask answers nothing (names all new, or a cache that is
 // off) the host asks only one question in askMissProbe, since each such
 // ask is a call into the module that the poll repeats; once a probe is
@@ -359,10 +371,7 @@ func TestWazeroTraceReachesTheModule(t *testing.T) {
 // question is answered all the same.
 func TestWazeroAskBacksOffWhileItAnswersNothing(t *testing.T) {
 	t.Parallel()
-	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
-	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\n"), 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	e, up, ctx := startCachingEdge(t, "@ 60 IN A 192.0.2.1")
 	const misses, hits = 40, 20
 	for i := range misses {
 		m, err := ask(ctx, e.pool, fmt.Sprintf("new%d.example.org", i))
@@ -394,10 +403,7 @@ func TestWazeroAskBacksOffWhileItAnswersNothing(t *testing.T) {
 // worker (false).
 func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
 	t.Parallel()
-	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.7"))
-	e := startEdge(t, withConfig(edgeConfig(up), "cache: {max_entries: 100}\n"), 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	e, _, ctx := startCachingEdge(t, "@ 60 IN A 192.0.2.7")
 	if _, err := ask(ctx, e.pool, "wait.example.org"); err != nil { // cached now
 		t.Fatal(err)
 	}
