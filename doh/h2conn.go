@@ -26,7 +26,9 @@ import (
 //     (cache, local names). Only a question that must go upstream goes to
 //     a goroutine of its own (a kept worker, see workers), and only at the
 //     end of the read batch, so a RST_STREAM that came with it stops it
-//     before it reaches the engine.
+//     before it reaches the engine. There the resolver may begin each
+//     (MissStarter: the engine sends the first upstream query), so a
+//     batch's queries leave back to back before any worker runs.
 //   - Frames go to one write buffer per connection; whoever finds no write
 //     in progress writes everything buffered in one Write (group commit).
 //     A worker with an answer first lets the other ready goroutines run
