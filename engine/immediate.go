@@ -82,8 +82,10 @@ func (m *Miss) Ready() bool { return m.routes != nil }
 
 // ResolveWireMiss is ResolveWire for the query ResolveWireImmediate read
 // into m and could not answer: it does not parse or route the query
-// again. It empties m. A Miss that is not Ready gets an empty reply
-// (Rcode -1), as a query that does not read.
+// again. When StartMiss began the question, it goes on with the
+// transaction StartMiss sent, and the question's time counts from then.
+// It empties m. A Miss that is not Ready gets an empty reply (Rcode -1),
+// as a query that does not read.
 func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp Response) {
 	if m.routes == nil {
 		return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
