@@ -12,11 +12,12 @@ import (
 	"github.com/miekg/dns"
 )
 
-// leavingClient is the engine, its first question begun (StartMiss) and
-// its client gone right after, before a worker picks the question up.
+// leavingClient is the engine; once armed, the next question it begins
+// (StartMiss) has its client gone right after, before a worker picks the
+// question up.
 type leavingClient struct {
 	*engine.Engine
-	left   atomic.Bool
+	armed  atomic.Bool
 	starts atomic.Int32 // questions StartMiss began
 	misses atomic.Int32 // ResolveWireMiss calls
 }
@@ -27,7 +28,7 @@ func (l *leavingClient) StartMiss(ctx context.Context, m *engine.Miss) {
 		return
 	}
 	l.starts.Add(1)
-	if cc, ok := ctx.(*engine.CancelContext); ok && l.left.CompareAndSwap(false, true) {
+	if cc, ok := ctx.(*engine.CancelContext); ok && l.armed.CompareAndSwap(true, false) {
 		cc.Cancel()
 	}
 }
@@ -53,15 +54,22 @@ func TestH2StartedMissEndedAfterClientLeft(t *testing.T) {
 	l := &leavingClient{Engine: e}
 	base, c := startTLS(t, NewHandler(l, Options{}), Limits{})
 	url := base + DefaultPath + "?dns=" + b64(pack(t, query(t, "www.example.test.", dns.TypeA, 0)))
-
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// The connection first (TLS, HTTP/2 settings), so the leaving
+	// question's request reaches the server at once.
+	warm := base + DefaultPath + "?dns=" + b64(pack(t, query(t, "web.example.test.", dns.TypeA, 0)))
+	if resp, body := do(t, c, newRequest(t, "GET", warm, nil)); len(unpackAnswer(t, resp, body).Answer) != 1 {
+		t.Fatal("warm-up question not answered")
+	}
+	l.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if resp, err := c.Do(newRequest(t, "GET", url, nil).WithContext(ctx)); err == nil {
 		resp.Body.Close()
 		t.Fatalf("the question whose client left got status %d, want no answer", resp.StatusCode)
 	}
-	if l.starts.Load() != 1 || l.misses.Load() != 1 {
-		t.Fatalf("%d begun, %d ended by ResolveWireMiss; want the begun question ended", l.starts.Load(), l.misses.Load())
+	if l.armed.Load() || l.starts.Load() != 2 || l.misses.Load() != 2 {
+		t.Fatalf("armed %v, %d begun, %d ended by ResolveWireMiss; want the leaving question begun and ended",
+			l.armed.Load(), l.starts.Load(), l.misses.Load())
 	}
 	resp, body := do(t, c, newRequest(t, "GET", url, nil))
 	if m := unpackAnswer(t, resp, body); len(m.Answer) != 2 {
