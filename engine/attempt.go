@@ -99,26 +99,11 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 				slot.ReleaseTransaction()
 			}
 		}
-		if tx.ended.IsZero() { // no socket: exchange read no clock
-			tx.ended = time.Now()
+		if qn.attemptEnded(name, bufs, pick, now, res, r, en) {
+			return
 		}
-		rtt := tx.ended.Sub(now)
-
-		qn.spent++
-		c.asked[pick] = true
-		c.n++
-		demoted := e.settle(tx.server, res.outcome, questionAttempt, cfg.DemotionPeriod).demote
-		qn.attempted(name, tx, pick, res.outcome, res.rcode, res.class, now, rtt, demoted)
 		tcpTo = nil
 		switch res.outcome {
-		case OutcomeAnswer:
-			r.result, r.at, r.ends = ResultAnswer, tx.ended, true
-			*en = qn.replyEntry(bufs, res.reply)
-			return
-		case OutcomeNXDomain:
-			r.result, r.at, r.ends = ResultNXDomain, tx.ended, true
-			*en = qn.replyEntry(bufs, res.reply)
-			return
 		case OutcomeCancelled:
 			*r = qn.ended()
 			return
@@ -130,6 +115,34 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 			tcpTo = tx.server
 		}
 	}
+}
+
+// attemptEnded accounts for the attempt that began at now to server pick
+// of the ask in bufs and ended with res: its spending, its server's
+// charge, its event. It reports true when the outcome ends the ask (an
+// answer or NXDOMAIN), written into r and *en as ask returns them.
+func (qn *question) attemptEnded(name string, bufs *askBuffers, pick int, now time.Time, res *exchangeResult, r *found, en **entry) bool {
+	e, c, tx := qn.e, &bufs.cand, &bufs.tx
+	if tx.ended.IsZero() { // no socket: exchange read no clock
+		tx.ended = time.Now()
+	}
+	rtt := tx.ended.Sub(now)
+
+	qn.spent++
+	c.asked[pick] = true
+	c.n++
+	demoted := e.settle(tx.server, res.outcome, questionAttempt, qn.cfg.DemotionPeriod).demote
+	qn.attempted(name, tx, pick, res.outcome, res.rcode, res.class, now, rtt, demoted)
+	switch res.outcome {
+	case OutcomeAnswer:
+		r.result, r.at, r.ends = ResultAnswer, tx.ended, true
+	case OutcomeNXDomain:
+		r.result, r.at, r.ends = ResultNXDomain, tx.ended, true
+	default:
+		return false
+	}
+	*en = qn.replyEntry(bufs, res.reply)
+	return true
 }
 
 // replyEntry returns the entry for reply, the answer an ask in bufs

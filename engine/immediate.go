@@ -90,17 +90,8 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	if m.routes == nil {
 		return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
 	}
-	start := m.start // StartMiss's, when it began the question
-	if start.IsZero() {
-		start = time.Now()
-	}
-	var qn question // fields set one by one: see ResolveWireImmediate
-	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, m.routes.cfg, m.routes
-	qn.client, qn.scope = m.client, m.scope
-	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
-	qn.led, qn.first = m.led, m.first
-	*m = Miss{}
-	qn.setBudget(start)
+	var qn question
+	qn.fromMiss(e, ctx, m)
 	var f found
 	qn.resolve(&f)
 	if qn.first != nil {
@@ -109,6 +100,21 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	qn.respond(&resp, dst, &f)
 	qn.release()
 	return resp
+}
+
+// fromMiss makes qn the question m holds, asked under ctx, and empties
+// m. Its fields are set one by one: see ResolveWireImmediate.
+func (qn *question) fromMiss(e *Engine, ctx context.Context, m *Miss) {
+	start := m.start // StartMiss's, when it began the question
+	if start.IsZero() {
+		start = time.Now()
+	}
+	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, m.routes.cfg, m.routes
+	qn.client, qn.scope = m.client, m.scope
+	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
+	qn.led, qn.first = m.led, m.first
+	*m = Miss{}
+	qn.setBudget(start)
 }
 
 // immediate is resolve without the network: a local answer or a live

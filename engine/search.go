@@ -250,26 +250,8 @@ func (qn *question) cached(key cacheKey, r *found) (stale *entry, ok bool) {
 // answer before the followers wake. r is the caller's zero value (see
 // resolve).
 func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool, r *found) {
-	rt := qn.routes
 	fl.abandoned, fl.leaderID = true, qn.id // until a result is set: a panic below must not strand the followers
-	defer func() {
-		var held *entry // not to be shared as it is (replyEntry)
-		if qn.held != nil {
-			held = &qn.held.entry
-		}
-		ws := rt.flights.land(key, fl, held)
-		// Landed, the flight takes no more followers.
-		if len(ws) > 0 {
-			rt.flights.answer(fl, ws)
-		}
-		if len(fl.served) > 0 {
-			if qn.shared == nil {
-				qn.shared = new(sharedTraces)
-			}
-			qn.shared.serve(fl.served)
-		}
-		fl.release()
-	}()
+	defer qn.land(key, fl)
 	// The previous flight may have cached its answer between this
 	// question's miss and its join. (A prefetch asks while the entry is
 	// still live: that is its point.)
@@ -281,15 +263,43 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool, r
 			return
 		}
 	}
-	en := qn.askUpstream(name, searched, r)
+	qn.setFlight(key, fl, qn.askUpstream(name, searched, r), r)
+}
+
+// setFlight sets the flight fl the question led for key to its result r, with
+// the entry en for an answer or NXDOMAIN, which goes into the cache.
+func (qn *question) setFlight(key cacheKey, fl *flight, en *entry, r *found) {
 	fl.entry, fl.result, fl.reason, fl.abandoned = en, r.result, r.reason, abandons(r)
 	fl.spent, fl.upstream = int32(qn.spent), qn.upstream
 	if en == nil {
 		fl.tried = qn.tried // the leader adds no more once landed
 	}
-	if en != nil && rt.cache != nil {
-		rt.cache.put(key, en)
+	if c := qn.routes.cache; en != nil && c != nil {
+		c.put(key, en)
 	}
+}
+
+// land ends the flight fl the question led for key: later questions
+// start a new one (or find the cache), its followers wake and its
+// waiters are answered, and the question notes whom it served.
+func (qn *question) land(key cacheKey, fl *flight) {
+	rt := qn.routes
+	var held *entry // not to be shared as it is (replyEntry)
+	if qn.held != nil {
+		held = &qn.held.entry
+	}
+	ws := rt.flights.land(key, fl, held)
+	// Landed, the flight takes no more followers.
+	if len(ws) > 0 {
+		rt.flights.answer(fl, ws)
+	}
+	if len(fl.served) > 0 {
+		if qn.shared == nil {
+			qn.shared = new(sharedTraces)
+		}
+		qn.shared.serve(fl.served)
+	}
+	fl.release()
 }
 
 // follow waits for fl and returns its result for this question, or false
@@ -370,6 +380,13 @@ func (qn *question) askUpstream(name string, searched bool, r *found) *entry {
 	var res exchangeResult
 	var en *entry
 	qn.ask(name, &res, r, &en)
+	return qn.answerEntry(searched, &res, en, r)
+}
+
+// answerEntry makes the entry of the candidate r, asked upstream, for
+// an answer or NXDOMAIN: en, the reply's, filled from its walk in res
+// (see askUpstream); nil for any other result.
+func (qn *question) answerEntry(searched bool, res *exchangeResult, en *entry, r *found) *entry {
 	if r.result != ResultAnswer && r.result != ResultNXDomain {
 		return nil
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/dohfwd/dohfwd/dnswire"
@@ -52,13 +53,22 @@ type started struct {
 // under the same ctx, even when ctx has ended meanwhile: that ends the
 // transaction (cancelled, not charged, its socket closed) and hands the
 // flight on to its followers.
+//
+// A flight JoinWire began for m (it found none to join) is led by the
+// question as it is: JoinWire looked in the cache and the flights just
+// before.
 func (e *Engine) StartMiss(ctx context.Context, m *Miss) {
 	rt, cq, sc := m.routes, &m.client, m.scope
-	if rt == nil || m.led != nil || m.first != nil || e.first != UDP || len(sc.servers) == 0 ||
+	if rt == nil || m.first != nil || e.first != UDP || len(sc.servers) == 0 ||
 		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
 		return
 	}
 	start := time.Now()
+	if m.led != nil {
+		m.start = start
+		m.first = e.startAttempt(ctx, rt, cq, sc, start)
+		return
+	}
 	key := keyFor(cq, cq.name)
 	if rt.cache != nil {
 		if en, _ := rt.cache.get(key, start); en != nil {
@@ -144,11 +154,21 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 // and gives back its slots. The result is written into res, which must
 // be zero. It returns the attempt's start and server.
 func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int) {
-	e, s, tx := qn.e, &bufs.first, &bufs.tx
+	s, tx := &bufs.first, &bufs.tx
 	if s.ended {
 		res.outcome, res.rcode, res.class = s.outcome, s.rcode, s.class
 	} else {
-		e.receiveUDP(qn.ctx, tx, s.x.ps.sock, nil, tx.query[2:], res)
+		qn.e.receiveUDP(qn.ctx, tx, s.x.ps.sock, nil, tx.query[2:], res)
+	}
+	return qn.endStarted(bufs, res)
+}
+
+// endStarted ends the transaction StartMiss began in bufs, its reply
+// read into res: its socket back in the pool when clean (else closed),
+// its slots given back. It returns the attempt's start and server.
+func (qn *question) endStarted(bufs *askBuffers, res *exchangeResult) (time.Time, int) {
+	e, s, tx := qn.e, &bufs.first, &bufs.tx
+	if !s.ended {
 		e.endExchange(qn.ctx, tx, &s.x, res)
 		e.inFlight.release()
 		if s.slot != nil {
@@ -158,6 +178,72 @@ func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int)
 	at, pick := s.at, s.pick
 	*s = started{}
 	return at, pick
+}
+
+// StartedWait is the wait of the transaction StartMiss began for m and
+// sent: its socket, the buffer its reply is read into and its deadline.
+// ok is false when none waits (StartMiss began none, or it ended at
+// once). A front end that learns of the socket's reply without waiting
+// on it (the edge module, from its host's read event) hands it to
+// FinishStarted.
+func (m *Miss) StartedWait() (sock Socket, buf []byte, deadline time.Time, ok bool) {
+	bufs := m.first
+	if bufs == nil || bufs.first.ended {
+		return nil, nil, time.Time{}, false
+	}
+	return bufs.first.x.ps.sock, bufs.recv[:], bufs.tx.deadline, true
+}
+
+// FinishStarted ends the question StartMiss began in m with reply, the
+// first datagram its transaction's socket received (from from; read into
+// StartedWait's buffer, or anywhere else), when that ends the question on
+// its own: it matches the query and its server (ID, question, peer) and
+// is an answer or NXDOMAIN. It then does what ResolveWireMiss would have
+// done from that reply on, on the caller's goroutine: the socket back in
+// the pool, the slots given back, the server's charge, the attempt's
+// event, the counters, the flight landed (followers and waiters
+// answered), the cache, and the client's reply appended to dst, returned
+// with ok true; m is emptied.
+//
+// Otherwise (a reply that does not match or does not end the question,
+// ctx ended, a reload since m was read) it reports false having done
+// nothing: m must go to ResolveWireMiss as ever, and the socket's next
+// Receive must return reply again, for the rules to apply to it there.
+func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from netip.AddrPort, dst []byte) (resp Response, ok bool) {
+	bufs := m.first
+	if bufs == nil || bufs.first.ended || ctx.Err() != nil || e.routes.Load() != m.routes {
+		return resp, false
+	}
+	tx := &bufs.tx
+	if from != tx.server.addr || len(reply) > len(bufs.recv) {
+		return resp, false
+	}
+	if len(reply) > 0 && &reply[0] != &bufs.recv[0] {
+		reply = bufs.recv[:copy(bufs.recv[:], reply)]
+	}
+	var res exchangeResult
+	if !replyEnds(reply, tx.query[2:], UDP, &res) || res.outcome != OutcomeAnswer && res.outcome != OutcomeNXDomain {
+		return resp, false
+	}
+	res.clean = usedCleanly(res.outcome) // the first datagram: no strays
+	// As ResolveWireMiss, resolve, lookup, lead, askUpstream and ask
+	// would go on for the started question, whose name is the one asked.
+	var qn question
+	qn.fromMiss(e, ctx, m)
+	fl, name := qn.led, qn.client.name
+	qn.led, qn.first = nil, nil
+	key := keyFor(&qn.client, name)
+	fl.abandoned, fl.leaderID = true, qn.id
+	now, pick := qn.endStarted(bufs, &res)
+	var f found
+	var en *entry
+	qn.attemptEnded(name, bufs, pick, now, &res, &f, &en)
+	qn.putUnlessHeld(bufs)
+	qn.setFlight(key, fl, qn.answerEntry(false, &res, en, &f), &f)
+	qn.land(key, fl)
+	qn.respond(&resp, dst, &f)
+	qn.release()
+	return resp, true
 }
 
 // dropFirst ends the first attempt StartMiss began for a question that

@@ -310,7 +310,7 @@ func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, x
 			continue
 		}
 		if e.matched(buf[:n], query, UDP, r) {
-			r.clean = !strays && (r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain || r.outcome == OutcomeTruncated)
+			r.clean = !strays && usedCleanly(r.outcome)
 			return
 		}
 		strays = true
@@ -358,8 +358,23 @@ func connectOr(err error, otherwise Outcome) Outcome {
 // the next reply's overwrites. Only the header and question are compared
 // and the records walked: the reply is not unpacked.
 func (e *Engine) matched(m, query []byte, t Transport, r *exchangeResult) bool {
-	if !replyMatches(m, query) {
+	if !replyEnds(m, query, t, r) {
 		e.counters.mismatchedReplies.Add(1)
+		return false
+	}
+	return true
+}
+
+// usedCleanly reports whether a UDP reply with outcome o leaves its
+// socket fit for another transaction (when nothing else came on it).
+func usedCleanly(o Outcome) bool {
+	return o == OutcomeAnswer || o == OutcomeNXDomain || o == OutcomeTruncated
+}
+
+// replyEnds is matched without its counter: whether m ends the
+// transaction, its result then written into r.
+func replyEnds(m, query []byte, t Transport, r *exchangeResult) bool {
+	if !replyMatches(m, query) {
 		return false
 	}
 	w := &r.walked
@@ -370,7 +385,6 @@ func (e *Engine) matched(m, query []byte, t Transport, r *exchangeResult) bool {
 			r.outcome, r.rcode = OutcomeTruncated, int(m[3]&0x0F)
 			return true
 		}
-		e.counters.mismatchedReplies.Add(1)
 		return false
 	}
 	r.rcode = w.rcode
