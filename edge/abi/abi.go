@@ -473,6 +473,12 @@ type Status struct {
 	// Queries counts the EventQuery questions by how the module answered
 	// them.
 	Queries QueryCounts `json:"queries"`
+	// Parked counts the times a goroutine of the module parked in the
+	// module's own waits (a worker for its next question or request, a
+	// socket for its host's event): two a question that Waited, none
+	// one that Finished. Waits inside the engine (a follower's on its
+	// flight) are not counted.
+	Parked uint64 `json:"parked"`
 	// Front is what a host without a DoH front end of its own needs to
 	// answer plain RFC 8484 requests with EventQuery; zero before
 	// dohfwd_init.
@@ -527,6 +533,12 @@ type QueryCounts struct {
 	// a goroutine of their own: the engine answered them when that
 	// question's answer came (engine.JoinWire).
 	Joined uint64 `json:"joined"`
+	// Finished went upstream without a goroutine of their own: their
+	// first query was sent in the poll that delivered them, and the poll
+	// that delivered its reply answered them (engine.StartMiss,
+	// engine.FinishStarted). Any other end of that wait sends them to a
+	// worker goroutine, counted Waited.
+	Finished uint64 `json:"finished"`
 }
 
 // Request is a DoH request as the host hands it over.

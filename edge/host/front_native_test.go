@@ -34,6 +34,17 @@ func (e *edge) queryCounts(t *testing.T) abi.QueryCounts {
 	return all[0].Queries
 }
 
+// parked reads how many times the one instance's goroutines parked in
+// the module's own waits (abi.Status.Parked).
+func (e *edge) parked(t *testing.T) uint64 {
+	t.Helper()
+	all, err := e.pool.snapshots(context.Background())
+	if err != nil || len(all) != 1 {
+		t.Fatalf("status: %v %v", all, err)
+	}
+	return all[0].Parked
+}
+
 // withConfig is edgeConfig with extra top-level YAML, replacing the
 // sections it names.
 func withConfig(base []byte, extra string) []byte {
@@ -90,8 +101,9 @@ func (e *edge) setAsk(t *testing.T, on bool) {
 
 // A cache hit costs the module no goroutine and no poll: the host asks
 // for it with dohfwd_ask and the engine answers it from memory at once
-// (ResolveWireImmediate, counted AtOnce); only the miss before it went to
-// a worker (its dohfwd_ask answered nothing, and it went by a poll). The
+// (ResolveWireImmediate, counted AtOnce); only the miss before it went by
+// a poll (its dohfwd_ask answered nothing), started there and finished in
+// the poll of its reply, on no worker either (counted Finished). The
 // front end asks at once on the connection's goroutine, as it asks the
 // native engine (Pool.ResolveWireImmediate): the hit is answered there,
 // and the miss is asked of the module once, not again from the goroutine
@@ -107,8 +119,8 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	if st := resp.Header.Get("Server-Timing"); !strings.HasPrefix(st, "source;desc=upstream, attempts;desc=1") {
 		t.Errorf("first answer: Server-Timing %q, want the upstream's", st)
 	}
-	if c := e.queryCounts(t); c != (abi.QueryCounts{Waited: 1}) {
-		t.Fatalf("after the miss: %+v, want one question on a worker", c)
+	if c := e.queryCounts(t); c != (abi.QueryCounts{Finished: 1}) {
+		t.Fatalf("after the miss: %+v, want one question finished in a poll", c)
 	}
 	if n := e.askedNow(); n != 0 {
 		t.Fatalf("after the miss: %d answered by dohfwd_ask, want 0", n)
@@ -121,7 +133,7 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	if st := resp.Header.Get("Server-Timing"); st != "source;desc=cache, attempts;desc=0, upstream;dur=0" {
 		t.Errorf("second answer: Server-Timing %q, want the cache's", st)
 	}
-	if c := e.queryCounts(t); c != (abi.QueryCounts{AtOnce: 1, Waited: 1}) {
+	if c := e.queryCounts(t); c != (abi.QueryCounts{AtOnce: 1, Finished: 1}) {
 		t.Fatalf("after the hit: %+v, want it answered at once, on no worker", c)
 	}
 	if n := e.askedNow(); n != 1 {

@@ -137,11 +137,11 @@ func TestWazeroDeadServerDemotedOnceForAll(t *testing.T) {
 
 // Coalescing across requests: 100 concurrent identical questions, while
 // the upstream holds its reply, make one upstream query. The followers
-// take no goroutine in the module: the first question goes to a worker
-// and leads; the 99 others are attached to its flight (engine.JoinWire)
-// and answered when it lands, counted Joined, not Waited. Those handed
-// in by the same poll as the first join the flight it began there,
-// before its worker runs.
+// take no goroutine in the module: the first question leads, its query
+// sent in its poll and its reply finished in the reply's (Finished); the
+// 99 others are attached to its flight (engine.JoinWire) and answered
+// when it lands, counted Joined, not Waited. Those handed in by the same
+// poll as the first join the flight it began there.
 func TestWazeroIdenticalQuestionsShareOneQuery(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Start(t, upstreamtest.Delay(500*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.3")))
@@ -154,7 +154,10 @@ func TestWazeroIdenticalQuestionsShareOneQuery(t *testing.T) {
 	if n := len(up.Queries()); n != 1 {
 		t.Fatalf("the upstream read %d queries for 100 identical questions; want 1", n)
 	}
-	if c := e.queryCounts(t); c != (abi.QueryCounts{Waited: 1, Joined: 99}) {
-		t.Fatalf("questions the module answered: %+v; want the leader on a worker and 99 joined to its flight", c)
+	if c := e.queryCounts(t); c != (abi.QueryCounts{Finished: 1, Joined: 99}) {
+		t.Fatalf("questions the module answered: %+v; want the leader finished in a poll and 99 joined to its flight", c)
+	}
+	if n := e.parked(t); n != 0 {
+		t.Fatalf("the module's goroutines parked %d times, want 0", n)
 	}
 }

@@ -155,7 +155,7 @@ func exportStatus() uint32 {
 	requests.Lock()
 	counts := queryCounts
 	requests.Unlock()
-	b, _ := json.Marshal(abi.Status{Status: eng.Status(), AttemptLatency: latency.Snapshot(), Queries: counts, Front: front})
+	b, _ := json.Marshal(abi.Status{Status: eng.Status(), AttemptLatency: latency.Snapshot(), Queries: counts, Parked: parks.Load(), Front: front})
 	return setResult(b)
 }
 

@@ -40,6 +40,9 @@ type waits struct {
 	// (zero: none known); expire scans only once it has passed.
 	next    time.Time
 	waiting int // sockets with a wait in progress
+	// ready are the owned sockets (hostSocket.await) whose wait ended
+	// since the poll last finished their questions.
+	ready []*hostSocket
 }
 
 func newWaits() *waits { return &waits{socks: map[uint32]*hostSocket{}} }
@@ -69,6 +72,13 @@ type hostSocket struct {
 	// nothing waited on the socket: its next Send or Receive returns it.
 	connectFailed uint32
 	done          chan result // the end of a wait; buffered, one at a time
+	// owner, when set, is the question whose wait (await) ends with no
+	// goroutine parked: its end is kept in pending and the socket listed
+	// in w.ready for the poll to finish the question (finishStarted).
+	// A pending end not taken by the poll is the next Receive's.
+	owner      *question
+	pending    result
+	hasPending bool
 }
 
 // result ends a wait: n bytes from from, or code (an engine.ErrorClass),
@@ -121,9 +131,78 @@ func (s *hostSocket) end(r result) {
 	if !s.waiting {
 		return
 	}
-	s.waiting, s.buf = false, nil
+	s.waiting = false
 	s.w.waiting--
+	if s.owner != nil {
+		// The reply stays in s.buf, the owner's, for finishStarted.
+		s.pending, s.hasPending = r, true
+		s.w.ready = append(s.w.ready, s)
+		return
+	}
+	s.buf = nil
 	s.done <- r
+}
+
+// await starts a wait on s that no goroutine parks on: the transaction
+// the engine started for qn (engine.Miss.StartedWait) waits for its reply
+// into b until deadline, and the event that ends the wait (the read, the
+// deadline passed, the socket closed by a cancel) lists s for the poll's
+// finishStarted. It reports false having started nothing when s cannot
+// wait (closed, its connect failed, a wait in progress).
+func (s *hostSocket) await(qn *question, b []byte, deadline time.Time) bool {
+	s.w.mu.Lock()
+	if s.closed || s.connectFailed != 0 || s.waiting || s.hasPending {
+		s.w.mu.Unlock()
+		return false
+	}
+	s.owner = qn
+	s.wait(b, deadline)
+	s.w.mu.Unlock()
+	if c := sockRecv(s.fd, uint32(len(b)), unixNanos(deadline)); c != 0 {
+		s.w.mu.Lock()
+		s.end(result{code: c})
+		s.w.mu.Unlock()
+	}
+	return true
+}
+
+// ended is a wait of an owned socket (await) that ended: its question,
+// its end and the buffer the reply was read into.
+type ended struct {
+	s   *hostSocket
+	qn  *question
+	r   result
+	buf []byte
+}
+
+// takeEnded returns the owned waits that ended since the last call,
+// appended to dst, each socket's owner and pending end taken: a
+// question finishStarted cannot finish gives its end back (giveBack).
+func (w *waits) takeEnded(dst []ended) []ended {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, s := range w.ready {
+		dst = append(dst, ended{s: s, qn: s.owner, r: s.pending, buf: s.buf})
+		s.owner, s.pending, s.hasPending, s.buf = nil, result{}, false, nil
+		w.ready[i] = nil
+	}
+	w.ready = w.ready[:0]
+	return dst
+}
+
+// giveBack makes e's end the next Receive's on its socket: the wait's
+// reply, or its failure, for the engine's rules to meet as ever.
+func (w *waits) giveBack(e *ended) {
+	w.mu.Lock()
+	e.s.pending, e.s.hasPending, e.s.buf = e.r, true, e.buf
+	w.mu.Unlock()
+}
+
+// anyEnded reports whether an owned wait ended since takeEnded.
+func (w *waits) anyEnded() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.ready) > 0
 }
 
 func (s *hostSocket) Send(b []byte) error {
@@ -149,7 +228,17 @@ func (s *hostSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort,
 		s.w.mu.Unlock()
 		return 0, s.peer, socketError("connect", s.connectFailed)
 	}
+	if s.hasPending { // an await's end its question did not finish
+		r, from := s.pending, s.buf
+		s.pending, s.hasPending, s.buf = result{}, false, nil
+		s.w.mu.Unlock()
+		if r.code == 0 && len(b) > 0 && len(from) > 0 && &b[0] != &from[0] {
+			r.n = copy(b, from[:r.n])
+		}
+		return r.ended(s.peer)
+	}
 	s.wait(b, deadline)
+	parks.Add(1)
 	s.w.mu.Unlock()
 	if c := sockRecv(s.fd, uint32(len(b)), unixNanos(deadline)); c != 0 {
 		s.w.mu.Lock()
@@ -157,11 +246,16 @@ func (s *hostSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort,
 		s.w.mu.Unlock()
 	}
 	r := <-s.done
+	return r.ended(s.peer)
+}
+
+// ended is Receive's return for a wait that ended with r.
+func (r *result) ended(peer netip.AddrPort) (int, netip.AddrPort, error) {
 	if r.connect {
-		return 0, s.peer, socketError("connect", r.code)
+		return 0, peer, socketError("connect", r.code)
 	}
 	if r.code != 0 {
-		return 0, s.peer, socketError("receive", r.code)
+		return 0, peer, socketError("receive", r.code)
 	}
 	return r.n, r.from, nil
 }

@@ -62,8 +62,10 @@ func exportPoll(now int64, n uint32) uint32 {
 		}
 	}
 	t := time.Unix(0, now)
+	finishStarted()
 	idle := runUntilIdle()
-	for network.expire(t) {
+	for network.expire(t) || network.anyEnded() {
+		finishStarted()
 		idle = runUntilIdle()
 	}
 
@@ -162,10 +164,16 @@ func (p *workerPool) work(j job) {
 			p.idle.Add(-1)
 			return
 		}
+		parks.Add(1)
 		j = <-p.jobs
 		p.idle.Add(-1)
 	}
 }
+
+// parks counts the module's goroutines' parks in its own waits: a
+// worker's for its next job, a socket's for its host's event
+// (abi.Status.Parked).
+var parks atomic.Uint64
 
 // runnable reads the scheduler's count of goroutines ready to run.
 var runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}

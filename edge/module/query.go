@@ -49,17 +49,20 @@ var queryCounts abi.QueryCounts
 // ask answers an EventQuery: from memory in this poll when the engine can
 // (a cache hit or a local name takes no goroutine); else, when an
 // identical question is already upstream, by the engine once that one's
-// answer comes (no goroutine either: engine.JoinWire); else on a worker
-// goroutine. An answer that waited joins a later poll's result (or this
-// one's, if it needs no network). The host's EventCancel ends it as a
-// request's.
+// answer comes (no goroutine either: engine.JoinWire); else, for a plain
+// miss, its first query sent in this poll (engine.StartMiss) and its
+// reply's read event finished in the poll that brings it, when that reply
+// ends the question (finishStarted: no goroutine either); else on a
+// worker goroutine. An answer that waited joins a later poll's result (or
+// this one's, if it needs no network). The host's EventCancel ends it as
+// a request's.
 func ask(e *abi.Event) {
 	q, err := abi.ParseQuery(e)
 	if err != nil || dohfwd == nil {
 		// A host bug or no dohfwd_init: the engine's answer to a query
 		// it cannot read (an empty reply, which the front end turns
 		// into SERVFAIL).
-		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, false)
+		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, &queryCounts.AtOnce)
 		return
 	}
 	qn := questions.Get().(*question)
@@ -71,7 +74,7 @@ func ask(e *abi.Event) {
 		trace = &qn.trace
 	}
 	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
-		answerQuery(qn.id, &r, true)
+		answerQuery(qn.id, &r, &queryCounts.AtOnce)
 		qn.done(r.Wire)
 		return
 	}
@@ -88,8 +91,46 @@ func ask(e *abi.Event) {
 	if dohfwd.Resolver.JoinWire(qn.ctx, &qn.miss, qn.reply[:0], qn.delivered) {
 		return
 	}
+	// The miss was read by the engine itself (the DDR names answer at
+	// once), so the engine's own StartMiss is the resolver's.
+	eng.StartMiss(qn.ctx, &qn.miss)
+	if sock, b, deadline, ok := qn.miss.StartedWait(); ok {
+		if s, ok := sock.(*hostSocket); ok && s.await(qn, b, deadline) {
+			return
+		}
+	}
 	workers.Run(job{qn: qn})
 }
+
+// finishStarted ends the questions whose started transaction's wait
+// ended (hostSocket.await): on the poll's goroutine when the reply ends
+// the question on its own (engine.FinishStarted); else on a worker,
+// which goes on through ResolveWireMiss as ever, its socket's next
+// Receive returning what ended the wait (a reply that did not end the
+// question, the deadline, a close for a cancel).
+func finishStarted() {
+	endedScratch = network.takeEnded(endedScratch[:0])
+	for i := range endedScratch {
+		e := &endedScratch[i]
+		qn := e.qn
+		if e.r.code == 0 && !e.r.connect {
+			if r, ok := eng.FinishStarted(qn.ctx, &qn.miss, e.buf[:e.r.n], e.r.from, qn.reply[:0]); ok {
+				requests.Lock()
+				delete(requests.cancel, qn.id)
+				requests.Unlock()
+				answerQuery(qn.id, &r, &queryCounts.Finished)
+				qn.done(r.Wire)
+				continue
+			}
+		}
+		network.giveBack(e)
+		workers.Run(job{qn: qn})
+	}
+	clear(endedScratch) // no question or socket kept past its end
+}
+
+// endedScratch is finishStarted's list (no goroutine runs beside a poll).
+var endedScratch []ended
 
 // deliver is the answer to a question the engine attached to an identical
 // question's flight (engine.JoinWire).
@@ -114,18 +155,15 @@ func (qn *question) resolve() {
 	requests.Lock()
 	delete(requests.cancel, qn.id)
 	requests.Unlock()
-	answerQuery(qn.id, &r, false)
+	answerQuery(qn.id, &r, &queryCounts.Waited)
 	qn.done(r.Wire)
 }
 
-// answerQuery adds the answer to question id to the next poll result.
-func answerQuery(id uint32, r *engine.Response, atOnce bool) {
+// answerQuery adds the answer to question id to the next poll result,
+// counted in count (one of queryCounts').
+func answerQuery(id uint32, r *engine.Response, count *uint64) {
 	requests.Lock()
-	if atOnce {
-		queryCounts.AtOnce++
-	} else {
-		queryCounts.Waited++
-	}
+	*count++
 	requests.scratch = abi.AppendQueryAnswer(requests.scratch[:0], r)
 	requests.answers = abi.AppendAnswer(requests.answers, id, requests.scratch)
 	requests.Unlock()
