@@ -63,10 +63,10 @@ func exportPoll(now int64, n uint32) uint32 {
 	}
 	t := time.Unix(0, now)
 	finishStarted()
-	idle := runUntilIdle()
+	idle := runUntilIdle(t)
 	for network.expire(t) || network.anyEnded() {
 		finishStarted()
-		idle = runUntilIdle()
+		idle = runUntilIdle(t)
 	}
 
 	requests.Lock()
@@ -178,19 +178,41 @@ var parks atomic.Uint64
 // runnable reads the scheduler's count of goroutines ready to run.
 var runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
 
+// schedGap is how long a poll with no goroutine ready may go without
+// a round of the scheduler (runUntilIdle), whose other work, due timers
+// and the GC's workers, then waits at most this long (less than the
+// polls' own gap, busyPollGap). A question finished in its poll
+// (finishStarted) readies no goroutine, and the round, a Gosched and a
+// look at the timers, cost about a tenth of such a question (perf).
+const schedGap = time.Millisecond
+
+// lastRound is when runUntilIdle last ran the scheduler (the poll's
+// clock).
+var lastRound time.Time
+
 // runUntilIdle lets every other goroutine run until each waits (on a
 // socket, a channel, a timer not yet due), and reports whether that
 // happened within maxRounds. runtime.Gosched puts this goroutine at the
 // back of the run queue, behind every goroutine that is ready (the
 // scheduler runs due timers first); when it runs again with none ready,
-// all of them wait.
-func runUntilIdle() bool {
+// all of them wait. With none ready to begin with it does nothing,
+// unless the scheduler's last round was schedGap or more before now.
+func runUntilIdle(now time.Time) bool {
+	if since := now.Sub(lastRound); since >= 0 && since < schedGap && idleNow() {
+		return true // (a clock set back runs the round)
+	}
+	lastRound = now
 	for range maxRounds {
 		runtime.Gosched()
-		metrics.Read(runnable)
-		if runnable[0].Value.Kind() == metrics.KindUint64 && runnable[0].Value.Uint64() == 0 {
+		if idleNow() {
 			return true
 		}
 	}
 	return false
+}
+
+// idleNow reports whether no goroutine is ready to run.
+func idleNow() bool {
+	metrics.Read(runnable)
+	return runnable[0].Value.Kind() == metrics.KindUint64 && runnable[0].Value.Uint64() == 0
 }
