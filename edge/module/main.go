@@ -15,7 +15,9 @@
 // engine and answers any number of them at once, as the native server
 // does: each is a goroutine, and no import waits, so the module's
 // goroutines run while the host is inside dohfwd_poll and wait for its
-// events in between. A whole HTTP request (the Workers glue's) goes
+// events in between. A plain miss takes no goroutine at all when its
+// reply ends it: it is begun in the poll that brings it and finished in
+// the poll that brings its reply (query.go). A whole HTTP request (the Workers glue's) goes
 // through the DoH handler (serve); a DNS question (the wazero host's,
 // which runs the DoH front end natively) only through the engine
 // (query.go).
