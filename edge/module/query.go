@@ -115,10 +115,12 @@ func finishStarted() {
 		qn := e.qn
 		if e.r.code == 0 && !e.r.connect {
 			if r, ok := eng.FinishStarted(qn.ctx, &qn.miss, e.buf[:e.r.n], e.r.from, qn.reply[:0]); ok {
-				requests.Lock()
+				requests.Lock() // once for both: the map and the answer
 				delete(requests.cancel, qn.id)
+				queryCounts.Finished++
+				requests.scratch = abi.AppendQueryAnswer(requests.scratch[:0], &r)
+				requests.answers = abi.AppendAnswer(requests.answers, qn.id, requests.scratch)
 				requests.Unlock()
-				answerQuery(qn.id, &r, &queryCounts.Finished)
 				qn.done(r.Wire)
 				continue
 			}
