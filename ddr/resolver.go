@@ -23,6 +23,7 @@ type Resolver struct {
 	// question is a getitab walk (no itab cache there).
 	immediate immediateNext
 	join      joiner
+	starter   starter
 	table     atomic.Pointer[Table]
 }
 
@@ -31,7 +32,8 @@ type Resolver struct {
 func Wrap(next Next) *Resolver {
 	immediate, _ := next.(immediateNext)
 	j, _ := next.(joiner)
-	return &Resolver{next: next, immediate: immediate, join: j}
+	s, _ := next.(starter)
+	return &Resolver{next: next, immediate: immediate, join: j, starter: s}
 }
 
 // Designate sets what _dns.resolver.arpa answers.
@@ -112,6 +114,20 @@ func (r *Resolver) JoinWire(ctx context.Context, miss *engine.Miss, dst []byte, 
 		return false
 	}
 	return r.join.JoinWire(ctx, miss, dst, deliver)
+}
+
+// starter is a Next that can begin a miss on its reader's goroutine
+// (*engine.Engine).
+type starter interface {
+	StartMiss(ctx context.Context, miss *engine.Miss)
+}
+
+// StartMiss passes a miss to the next resolver's StartMiss, when it has
+// one: only its ResolveWireImmediate fills a miss.
+func (r *Resolver) StartMiss(ctx context.Context, miss *engine.Miss) {
+	if r.starter != nil && miss.Ready() {
+		r.starter.StartMiss(ctx, miss)
+	}
 }
 
 // inZone reports whether the question of the wire query query is in

@@ -158,6 +158,17 @@ type ImmediateResolver interface {
 	ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response
 }
 
+// MissStarter is an [ImmediateResolver] that can begin a miss on the
+// goroutine that read it, before the miss is handed to a goroutine of its
+// own: the HTTP/2 server calls StartMiss for each miss of a read batch,
+// one after the other, then ResolveWireMiss for each on a worker. Once
+// StartMiss began the miss (miss.Started), ResolveWireMiss must be called
+// for it even after its client went away. *engine.Engine and
+// *ddr.Resolver satisfy it.
+type MissStarter interface {
+	StartMiss(ctx context.Context, miss *engine.Miss)
+}
+
 // Handler is the DoH handler: RFC 8484 at its path, JSON at JSONPath (and
 // at its path for a GET with Accept: application/dns-json and no dns
 // parameter), the setup pages at / (for a browser) and SetupProfilePath
@@ -168,6 +179,7 @@ type ImmediateResolver interface {
 type Handler struct {
 	resolver  Resolver
 	immediate ImmediateResolver // resolver, when it can also answer at once
+	starter   MissStarter       // resolver, when it can also begin a miss
 	path      string
 	trusted   []netip.Prefix
 	observe   func(Exchange)
@@ -189,6 +201,9 @@ func NewHandler(r Resolver, o Options) *Handler {
 	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
 		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext}
 	h.immediate, _ = r.(ImmediateResolver)
+	if h.immediate != nil {
+		h.starter, _ = r.(MissStarter)
+	}
 	if h.path == "" {
 		h.path = DefaultPath
 	}
@@ -379,17 +394,7 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 			return false
 		}
 	} else {
-		if h.admit != nil || h.traceContext {
-			var client netip.Addr
-			var tr *engine.Trace
-			if h.admit != nil {
-				client = c.x.ClientIP
-			}
-			if h.traceContext {
-				tr = &c.x.Trace
-			}
-			ctx = c.qctx.Set(ctx, client, tr)
-		}
+		ctx = h.questionContext(ctx, c)
 		if c.miss.Ready() {
 			r = h.immediate.ResolveWireMiss(ctx, &c.miss, c.out[:0])
 		} else {
@@ -415,6 +420,38 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 	}
 	return true
 }
+
+// questionContext is the context c's question is resolved under: ctx,
+// naming the client (when Admit is set) and carrying the trace (when
+// TraceContext is on).
+func (h *Handler) questionContext(ctx context.Context, c *call) context.Context {
+	if h.admit == nil && !h.traceContext {
+		return ctx
+	}
+	var client netip.Addr
+	var tr *engine.Trace
+	if h.admit != nil {
+		client = c.x.ClientIP
+	}
+	if h.traceContext {
+		tr = &c.x.Trace
+	}
+	return c.qctx.Set(ctx, client, tr)
+}
+
+// startMiss begins the miss answer(ctx, c, false) left in c, when the
+// resolver can (MissStarter), on the caller's goroutine. answer(ctx, c,
+// true) must then follow, under the same ctx, even when the client has
+// gone meanwhile (mustAnswer).
+func (h *Handler) startMiss(ctx context.Context, c *call) {
+	if h.starter != nil && c.miss.Ready() {
+		h.starter.StartMiss(h.questionContext(ctx, c), &c.miss)
+	}
+}
+
+// mustAnswer reports whether the resolver began c's question (startMiss)
+// and must be asked to end it, though its client has gone.
+func (c *call) mustAnswer() bool { return c.miss.Started() }
 
 // refuse answers a client over its limits: 429 with Retry-After in whole
 // seconds, at least 1. The resolver is not asked.

@@ -26,7 +26,9 @@ import (
 //     (cache, local names). Only a question that must go upstream goes to
 //     a goroutine of its own (a kept worker, see workers), and only at the
 //     end of the read batch, so a RST_STREAM that came with it stops it
-//     before it reaches the engine.
+//     before it reaches the engine. There the resolver may begin each
+//     (MissStarter: the engine sends the first upstream query), so a
+//     batch's queries leave back to back before any worker runs.
 //   - Frames go to one write buffer per connection; whoever finds no write
 //     in progress writes everything buffered in one Write (group commit).
 //     A worker with an answer first lets the other ready goroutines run
@@ -285,13 +287,23 @@ func (c *h2conn) moreBuffered() bool {
 // network start, everything written goes out, and the read deadline is
 // set for what the connection is waiting for.
 func (c *h2conn) endBatch() {
+	// The questions' upstream queries go out back to back (startMiss),
+	// then the questions go to workers.
 	for i, st := range c.pending {
-		c.pending[i] = nil
-		st.waiting = false
 		if st.reset {
+			c.pending[i] = nil
+			st.waiting = false
 			c.finish(st)
 			continue
 		}
+		c.h.startMiss(&st.ctx, &st.call)
+	}
+	for i, st := range c.pending {
+		if st == nil {
+			continue
+		}
+		c.pending[i] = nil
+		st.waiting = false
 		// Not a child of c.ctx: close cancels every stream it abandons.
 		st.running = true
 		c.resolving++
@@ -462,7 +474,8 @@ func (c *h2conn) start(st *stream) error {
 // resolve asks the resolver for a question that must wait on the network,
 // on a goroutine of its own.
 func (c *h2conn) resolve(ctx context.Context, st *stream) {
-	ok := ctx.Err() == nil && c.h.answer(ctx, &st.call, true)
+	// A question the resolver began is ended by it, its client gone or not.
+	ok := (ctx.Err() == nil || st.mustAnswer()) && c.h.answer(ctx, &st.call, true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.running = false

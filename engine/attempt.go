@@ -25,22 +25,28 @@ const maxStackServers = 16
 // result.
 func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) {
 	e, cfg := qn.e, qn.cfg
-	bufs, err := packQuery(&qn.client, name, cfg.ForwardECS)
-	if err != nil {
-		// Nothing can be sent for a name that does not pack; no server
-		// is at fault.
-		r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
-		return
+	bufs := qn.first // the first attempt, when StartMiss began it
+	begun := bufs != nil
+	qn.first = nil
+	if !begun {
+		var err error
+		if bufs, err = packQuery(&qn.client, name, cfg.ForwardECS); err != nil {
+			// Nothing can be sent for a name that does not pack; no
+			// server is at fault.
+			r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
+			return
+		}
+		// The scratch is in the pooled buffers, not arrays on the
+		// stack, which Go zeroes at each ask: as WebAssembly zeroing
+		// 128 bytes is seven calls to the host's memmove. until and
+		// order are written before they are read; asked is cleared
+		// here.
+		bufs.asked = [maxStackServers]bool{}
+		bufs.cand.reset(qn.scope.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
 	}
 	defer qn.putUnlessHeld(bufs)
 
-	// The scratch is in the pooled buffers, not arrays on the stack,
-	// which Go zeroes at each ask: as WebAssembly zeroing 128 bytes is
-	// seven calls to the host's memmove. until and order are written
-	// before they are read; asked is cleared here.
-	bufs.asked = [maxStackServers]bool{}
-	c := &bufs.cand // in place: as WebAssembly a candidate returned by value is a zeroing and a copy
-	c.reset(qn.scope.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
+	c := &bufs.cand     // in place: as WebAssembly a candidate returned by value is a zeroing and a copy
 	var tcpTo *upstream // set after a truncated UDP reply
 	// One transaction for every attempt, in the pooled buffers, its
 	// fields set one by one at each (deadline and setBy in deadline):
@@ -48,43 +54,50 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 	// to the host's memmove.
 	tx := &bufs.tx
 	for {
-		// Budget exhaustion is checked first: it is not a ceiling refusal.
-		if qn.spent >= cfg.Attempts {
-			r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
-			return
-		}
-		tx.query, tx.bufs, tx.ended = bufs.query, bufs, time.Time{}
-		now := time.Now() // the deadline's, the demotion marks' and the RTT's start
-		if !qn.deadline(tx, now) {
-			*r = qn.ended()
-			return // no time left: nothing is sent
-		}
-		pick := c.next(now.Sub(e.epoch), tcpTo)
-		tx.server, tx.transport = c.servers[pick], e.first
-		if tcpTo != nil {
-			tx.transport = TCP
-		}
-		tx.source = qn.scope.source(tx.server.addr)
-		if !e.inFlight.acquire() {
-			if !qn.background {
-				e.counters.refused.Add(1)
+		var now time.Time // the deadline's, the demotion marks' and the RTT's start
+		var pick int
+		if begun {
+			begun = false
+			now, pick = qn.goOn(bufs, res)
+		} else {
+			// Budget exhaustion is checked first: it is not a ceiling refusal.
+			if qn.spent >= cfg.Attempts {
+				r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
+				return
 			}
-			r.result, r.reason = ResultUnavailable, ReasonInFlightCeiling
-			return
-		}
-		slot, ok := qn.acquireClient()
-		if !ok {
+			tx.query, tx.bufs, tx.ended = bufs.query, bufs, time.Time{}
+			now = time.Now()
+			if !qn.deadline(tx, now) {
+				*r = qn.ended()
+				return // no time left: nothing is sent
+			}
+			pick = c.next(now.Sub(e.epoch), tcpTo)
+			tx.server, tx.transport = c.servers[pick], e.first
+			if tcpTo != nil {
+				tx.transport = TCP
+			}
+			tx.source = qn.scope.source(tx.server.addr)
+			if !e.inFlight.acquire() {
+				if !qn.background {
+					e.counters.refused.Add(1)
+				}
+				r.result, r.reason = ResultUnavailable, ReasonInFlightCeiling
+				return
+			}
+			slot, ok := qn.acquireClient()
+			if !ok {
+				e.inFlight.release()
+				r.result, r.reason = ResultUnavailable, ReasonClientInFlight
+				return
+			}
+			if qn.spent > 0 {
+				*res = exchangeResult{} // the last attempt's, to be written again
+			}
+			e.exchange(qn.ctx, tx, res)
 			e.inFlight.release()
-			r.result, r.reason = ResultUnavailable, ReasonClientInFlight
-			return
-		}
-		if qn.spent > 0 {
-			*res = exchangeResult{} // the last attempt's, to be written again
-		}
-		e.exchange(qn.ctx, tx, res)
-		e.inFlight.release()
-		if slot != nil {
-			slot.ReleaseTransaction()
+			if slot != nil {
+				slot.ReleaseTransaction()
+			}
 		}
 		if tx.ended.IsZero() { // no socket: exchange read no clock
 			tx.ended = time.Now()

@@ -374,9 +374,11 @@ type question struct {
 	budgetEnd time.Time
 	budgetBy  budget
 
-	// led is the flight JoinWire began for the question to lead (its
-	// name as asked), taken by lookup.
-	led *flight
+	// led is the flight JoinWire or StartMiss began for the question to
+	// lead (its name as asked), taken by lookup; first, the buffers of
+	// the first attempt StartMiss began, taken by ask.
+	led   *flight
+	first *askBuffers
 }
 
 func (qn *question) setBudget(start time.Time) {

@@ -69,8 +69,12 @@ type Miss struct {
 	client clientQuery
 	scope  *scope
 	routes *routes
-	// led is the flight JoinWire began for the question to lead.
-	led *flight
+	// led is the flight JoinWire or StartMiss began for the question to
+	// lead; first, the ask's buffers holding the first attempt StartMiss
+	// began (started), and start when StartMiss began the question.
+	led   *flight
+	first *askBuffers
+	start time.Time
 }
 
 // Ready reports whether m holds a query for ResolveWireMiss.
@@ -78,22 +82,30 @@ func (m *Miss) Ready() bool { return m.routes != nil }
 
 // ResolveWireMiss is ResolveWire for the query ResolveWireImmediate read
 // into m and could not answer: it does not parse or route the query
-// again. It empties m. A Miss that is not Ready gets an empty reply
-// (Rcode -1), as a query that does not read.
+// again. When StartMiss began the question, it goes on with the
+// transaction StartMiss sent, and the question's time counts from then.
+// It empties m. A Miss that is not Ready gets an empty reply (Rcode -1),
+// as a query that does not read.
 func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp Response) {
 	if m.routes == nil {
 		return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
 	}
-	start := time.Now()
+	start := m.start // StartMiss's, when it began the question
+	if start.IsZero() {
+		start = time.Now()
+	}
 	var qn question // fields set one by one: see ResolveWireImmediate
 	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, m.routes.cfg, m.routes
 	qn.client, qn.scope = m.client, m.scope
 	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
-	qn.led = m.led
+	qn.led, qn.first = m.led, m.first
 	*m = Miss{}
 	qn.setBudget(start)
 	var f found
 	qn.resolve(&f)
+	if qn.first != nil {
+		qn.dropFirst() // not reached: resolve always asks the name it began
+	}
 	qn.respond(&resp, dst, &f)
 	qn.release()
 	return resp

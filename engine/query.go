@@ -29,6 +29,9 @@ type askBuffers struct {
 	until [maxStackServers]time.Duration
 	order [maxStackServers]int
 	asked [maxStackServers]bool
+	// first is the attempt StartMiss began in tx, until ask goes on
+	// with it.
+	first started
 	// entry is the ask's answer while the question holds these buffers
 	// (question.held): its msg is the reply where it was received.
 	entry entry

@@ -273,7 +273,9 @@ func (qn *question) lead(name string, key cacheKey, fl *flight, searched bool, r
 	// The previous flight may have cached its answer between this
 	// question's miss and its join. (A prefetch asks while the entry is
 	// still live: that is its point.)
-	if !qn.background {
+	// A question StartMiss began has sent its query, having looked in
+	// the cache just before.
+	if !qn.background && qn.first == nil {
 		if _, ok := qn.cached(key, r); ok {
 			fl.entry, fl.result, fl.abandoned = r.en, r.en.result, false
 			return

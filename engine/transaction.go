@@ -162,43 +162,66 @@ type idBuffer struct {
 // it only when the transaction ended cleanly; any failure closes it. The
 // result is written into r, which must be zero.
 func (e *Engine) exchange(ctx context.Context, tx *transaction, r *exchangeResult) {
-	binary.BigEndian.PutUint16(tx.query[2:], tx.bufs.ids.newID())
-	msg := tx.query[2:]
-	binary.BigEndian.PutUint16(tx.query, uint16(len(msg)))
-
-	var pool *socketPool
-	if e.reuse && tx.transport == UDP {
-		pool = tx.server.pools.get(tx.source)
+	var x exchanging
+	if !e.openExchange(ctx, tx, &x, r) {
+		return
 	}
-	var ps pooledSocket
+	e.transact(ctx, tx, x.ps.sock, x.ps.x, tx.query[2:], r)
+	e.endExchange(ctx, tx, &x, r)
+}
+
+// exchanging is a transaction's socket while it runs: where it came from
+// and what watches it for the client's cancel.
+type exchanging struct {
+	pool *socketPool // the pool it goes back to, if any
+	ps   pooledSocket
+	stop func() bool // closeOnCancel's
+}
+
+// openExchange gives tx its random ID and its socket, pooled or fresh,
+// watched for ctx's cancel. It reports false when no socket opened: r
+// then holds the failure and tx.ended is zero.
+func (e *Engine) openExchange(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult) bool {
+	binary.BigEndian.PutUint16(tx.query[2:], tx.bufs.ids.newID())
+	binary.BigEndian.PutUint16(tx.query, uint16(len(tx.query)-2))
+
+	if e.reuse && tx.transport == UDP {
+		x.pool = tx.server.pools.get(tx.source)
+	}
 	ok := false
-	if pool != nil {
-		ps, ok = pool.take(tx.deadline)
+	if x.pool != nil {
+		x.ps, ok = x.pool.take(tx.deadline)
 	}
 	if !ok {
 		sock, err := e.open(ctx, tx)
 		if err != nil {
 			if tx.transport == TCP {
 				e.socketFailure(ctx, tx, err, OutcomeConnectError, r)
-				return
+				return false
 			}
 			e.socketFailure(ctx, tx, err, OutcomeSendError, r)
-			return
+			return false
 		}
-		ps = pooledSocket{sock: sock, born: time.Now()}
+		x.ps = pooledSocket{sock: sock, born: time.Now()}
 		if tx.transport == UDP {
-			ps.x, _ = sock.(DatagramExchanger)
+			x.ps.x, _ = sock.(DatagramExchanger)
 		}
 	}
-	sock := ps.sock
-	stop := closeOnCancel(ctx, sock)
-	e.transact(ctx, tx, sock, ps.x, msg, r)
+	x.stop = closeOnCancel(ctx, x.ps.sock)
+	return true
+}
+
+// endExchange ends the watch of tx's socket and returns it to its pool
+// when the transaction ended cleanly, else closes it. It reads the clock
+// for tx.ended.
+func (e *Engine) endExchange(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult) {
+	sock := x.ps.sock
 	// A socket closed under the transaction by its client's leaving is
 	// not reused either.
-	stopped := stopClosing(ctx, sock, stop)
+	stopped := stopClosing(ctx, sock, x.stop)
 	tx.ended = time.Now()
-	if pool != nil && r.clean && stopped {
-		pool.put(ps, tx.ended)
+	if x.pool != nil && r.clean && stopped {
+		x.pool.put(x.ps, tx.ended)
 	} else {
 		sock.Close()
 	}
