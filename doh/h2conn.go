@@ -296,7 +296,15 @@ func (c *h2conn) endBatch() {
 			c.finish(st)
 			continue
 		}
-		c.h.startMiss(&st.ctx, &st.call)
+		st.waiting, st.running = false, true
+		c.resolving++
+		if c.h.startMiss(&st.ctx, &st.call, st) {
+			// The upstream loop resolves it when its transaction ends.
+			c.pending[i] = nil
+			continue
+		}
+		st.waiting, st.running = true, false
+		c.resolving--
 	}
 	for i, st := range c.pending {
 		if st == nil {
@@ -473,7 +481,32 @@ func (c *h2conn) start(st *stream) error {
 
 // resolve asks the resolver for a question that must wait on the network,
 // on a goroutine of its own.
-func (c *h2conn) resolve(ctx context.Context, st *stream) {
+func (c *h2conn) resolve(ctx context.Context, st *stream) { c.resolveOn(ctx, st, false) }
+
+// ResolveHere implements engine.MissContinuation: the stream's question
+// finished on the upstream loop, its response flushed with the loop's
+// round.
+func (st *stream) ResolveHere() engine.Flusher {
+	c := st.conn
+	c.resolveOn(&st.ctx, st, true)
+	return c
+}
+
+// ResolveElsewhere implements engine.MissContinuation: a worker goes on.
+func (st *stream) ResolveElsewhere() {
+	c := st.conn
+	c.srv.workers.Run(job{c, &st.ctx, st})
+}
+
+// Flush implements engine.Flusher: what the loop's round appended leaves.
+func (c *h2conn) Flush() {
+	c.mu.Lock()
+	c.flushLocked()
+	c.mu.Unlock()
+}
+
+// resolveOn resolves st; inLoop leaves the flush to the upstream loop.
+func (c *h2conn) resolveOn(ctx context.Context, st *stream, inLoop bool) {
 	// A question the resolver began is ended by it, its client gone or not.
 	ok := (ctx.Err() == nil || st.mustAnswer()) && c.h.answer(ctx, &st.call, true)
 	c.mu.Lock()
@@ -491,7 +524,9 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 		now = time.Now()
 	}
 	c.respond(st, now) // st may be freed from here on
-	c.flushAfterOthers()
+	if !inLoop {
+		c.flushAfterOthers()
+	}
 	c.afterAsync()
 }
 
