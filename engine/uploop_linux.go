@@ -161,8 +161,16 @@ func (l *upLoop) run() {
 	}
 }
 
-// wake takes every ready socket, round after round, until none is ready:
-// false makes the runtime park the loop until the epoll set is readable.
+// wake takes every ready socket: false makes the runtime park the loop
+// until the epoll set is readable again. A round that found fewer sockets
+// than the events buffer holds took all there were: no empty epoll_wait
+// to confirm it. A datagram that comes during the round wakes the epoll
+// set's descriptor, which the runtime's poller records (the readiness is
+// reset only when Read begins), so the park returns at once. The one
+// datagram left unseen is a second one queued on a socket whose first was
+// read: a stray after the reply (seen at the next wake, or by the next
+// transaction on the socket: it closes the socket either way) or the
+// reply after a mismatched datagram, which readOne reads at once.
 func (l *upLoop) wake(uintptr) bool {
 	for {
 		n, err := syscall.EpollWait(l.epfd, l.events[:], 0)
@@ -176,6 +184,9 @@ func (l *upLoop) wake(uintptr) bool {
 			return false
 		}
 		l.round(l.events[:n])
+		if n < len(l.events) {
+			return false
+		}
 	}
 }
 
@@ -263,6 +274,7 @@ func (l *upLoop) readOne(s *loopSock) {
 	}
 	s.strays = true
 	*r = exchangeResult{}
+	l.readOne(s) // the reply may be queued behind it
 }
 
 // end ends s's transaction (l.mu held): its continuation is queued for the
@@ -424,7 +436,9 @@ func (l *upLoop) open(peer netip.AddrPort) (*loopSock, error) {
 
 // loopSock is a Socket only to be watched for a cancel and pooled: the
 // loop sends and reads on it.
-func (s *loopSock) Send([]byte) error { return &SocketError{Op: "send", Class: ErrOther, Err: net.ErrClosed} }
+func (s *loopSock) Send([]byte) error {
+	return &SocketError{Op: "send", Class: ErrOther, Err: net.ErrClosed}
+}
 
 func (s *loopSock) Receive([]byte, time.Time) (int, netip.AddrPort, error) {
 	return 0, netip.AddrPort{}, &SocketError{Op: "receive", Class: ErrOther, Err: net.ErrClosed}
