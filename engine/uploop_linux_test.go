@@ -4,6 +4,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,4 +225,52 @@ func TestUpLoopCloseEndsLoop(t *testing.T) {
 		t.Fatalf("got %v after %v, handed on %d; want it ended at Close and handed on", r.Result, time.Since(begun), c.elsewhere.Load())
 	}
 	holdPort(t, silent.Queries()[0].From)
+}
+
+// The spoofing floor holds for the loop's sockets as for the ordinary
+// pool's (TestSocketPoolSpoofingFloor): at least 256 ports in every
+// window of 512 questions once the pool filled, no port favoured, random
+// IDs, and the pool at rest between 256 and 1024 sockets.
+func TestUpLoopSpoofingFloor(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e := nativeEngine(t, 2*time.Second, up.String())
+	const n = 3000
+	for i := range n {
+		c := startOnLoop(t, e, context.Background(), queryFor(fmt.Sprintf("floor%d.example.test.", i), dns.TypeA))
+		if r := c.wait(t); r.Result != engine.ResultAnswer {
+			t.Fatalf("question %d: %v", i, r.Result)
+		}
+	}
+	qs := up.Queries()
+	if len(qs) != n {
+		t.Fatalf("upstream read %d queries, want %d", len(qs), n)
+	}
+	ports, ids := map[uint16]int{}, map[uint16]bool{}
+	for _, q := range qs {
+		ports[q.From.Port()]++
+		ids[q.Msg.Id] = true
+	}
+	if len(ports) < 256 || len(ports) > 600 {
+		t.Errorf("%d distinct source ports over %d questions, want 256..600", len(ports), n)
+	}
+	for p, c := range ports {
+		if c > n/20 {
+			t.Errorf("port %d carried %d of %d questions: the choice is not random", p, c, n)
+		}
+	}
+	if len(ids) < n*9/10 {
+		t.Errorf("%d distinct IDs over %d questions, want >= %d", len(ids), n, n*9/10)
+	}
+	for start := 512; start+512 <= n; start += 256 {
+		w := map[uint16]bool{}
+		for _, q := range qs[start : start+512] {
+			w[q.From.Port()] = true
+		}
+		if len(w) < 160 {
+			t.Errorf("questions %d-%d used %d ports, want >= 160", start, start+512, len(w))
+		}
+	}
+	if idle := e.IdleSockets(); idle < 256 || idle > 1024 {
+		t.Errorf("%d idle sockets at rest, want 256..1024", idle)
+	}
 }
