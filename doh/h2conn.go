@@ -94,6 +94,7 @@ type h2conn struct {
 	maxID       uint32 // highest client stream ID seen
 	wbuf, spare []byte
 	writing     bool
+	flushQueued bool // a worker is to write what the upstream loop appended (Flush)
 	werr        error
 	wdone       *sync.Cond
 	wdeadline   time.Time
@@ -498,12 +499,37 @@ func (st *stream) ResolveElsewhere() {
 	c.srv.workers.Run(job{c, &st.ctx, st})
 }
 
-// Flush implements engine.Flusher: what the loop's round appended leaves.
+// Flush implements engine.Flusher: what the loop's round appended leaves,
+// written by a worker (a write may wait for a client that does not read;
+// the loop serves every connection). A write already under way takes it
+// along.
 func (c *h2conn) Flush() {
 	c.mu.Lock()
+	if c.writing || c.flushQueued || c.werr != nil || len(c.wbuf) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if inlineLoopFlush {
+		c.flushLocked()
+		c.mu.Unlock()
+		return
+	}
+	c.flushQueued = true
+	c.mu.Unlock()
+	c.srv.workers.Run(job{c: c})
+}
+
+// flushAppended writes what the loop's questions appended (Flush).
+func (c *h2conn) flushAppended() {
+	c.mu.Lock()
+	c.flushQueued = false
 	c.flushLocked()
 	c.mu.Unlock()
 }
+
+// inlineLoopFlush (DOHFWD_LOOPFLUSH=inline, diagnostic only) writes on the
+// loop itself: a client that does not read would hold every question.
+var inlineLoopFlush = os.Getenv("DOHFWD_LOOPFLUSH") == "inline"
 
 // resolveOn resolves st; inLoop leaves the flush to the upstream loop.
 func (c *h2conn) resolveOn(ctx context.Context, st *stream, inLoop bool) {

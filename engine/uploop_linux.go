@@ -288,7 +288,7 @@ func (l *upLoop) end(s *loopSock, here bool) {
 
 // poke wakes the loop (l.mu held).
 func (l *upLoop) poke() {
-	if l.poked {
+	if l.poked || l.closed {
 		return
 	}
 	l.poked = true
@@ -459,7 +459,7 @@ func (s *loopSock) Close() error {
 		l.end(s, false)
 		l.poke()
 	}
-	if !s.bad {
+	if !s.bad && !l.closed { // once closed, epfd's number may be another file's
 		syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, s.fd, nil)
 	}
 	delete(l.socks, int32(s.fd))
@@ -487,6 +487,7 @@ func (l *upLoop) close() {
 	l.mu.Unlock()
 	l.file.Close()
 	<-l.ended
+	syscall.Close(l.evfd)
 	l.mu.Lock()
 	done := l.done
 	l.done = nil
@@ -554,7 +555,11 @@ func (e *Engine) loopStart(ctx context.Context, tx *transaction, s *started, the
 		_, err = syscall.Write(ls.fd, tx.query[2:])
 	}
 	if err != nil {
-		e.socketFailure(ctx, tx, errnoError("send", err), OutcomeSendError, &s.res)
+		se := errnoError("send", err)
+		if err == syscall.EAGAIN {
+			se.Class = ErrLocal // the socket's own buffer is full: not the server's fault
+		}
+		e.socketFailure(ctx, tx, se, OutcomeSendError, &s.res)
 		l.end(ls, false)
 		l.poke()
 	}
