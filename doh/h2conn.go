@@ -509,11 +509,6 @@ func (c *h2conn) Flush() {
 		c.mu.Unlock()
 		return
 	}
-	if inlineLoopFlush {
-		c.flushLocked()
-		c.mu.Unlock()
-		return
-	}
 	c.flushQueued = true
 	c.mu.Unlock()
 	c.srv.workers.Run(job{c: c})
@@ -526,10 +521,6 @@ func (c *h2conn) flushAppended() {
 	c.flushLocked()
 	c.mu.Unlock()
 }
-
-// inlineLoopFlush (DOHFWD_LOOPFLUSH=inline, diagnostic only) writes on the
-// loop itself: a client that does not read would hold every question.
-var inlineLoopFlush = os.Getenv("DOHFWD_LOOPFLUSH") == "inline"
 
 // resolveOn resolves st; inLoop leaves the flush to the upstream loop.
 func (c *h2conn) resolveOn(ctx context.Context, st *stream, inLoop bool) {

@@ -170,8 +170,7 @@ func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int)
 	case s.loop:
 		// The loop ended it: its result, and when.
 		*res = s.res
-		e.endExchange(qn.ctx, tx, &s.x, res)
-		tx.ended = s.endedAt
+		e.endLoopExchange(qn.ctx, tx, &s.x, res, s.endedAt)
 		e.inFlight.release()
 		if s.slot != nil {
 			s.slot.ReleaseTransaction()

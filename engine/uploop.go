@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"context"
+	"time"
+)
+
 // MissContinuation is the rest of a miss that StartMiss gave to the
 // upstream loop (see StartMiss): the front end's way to finish its
 // question once the first transaction ended.
@@ -18,4 +23,17 @@ type MissContinuation interface {
 // Flusher writes out what questions finished on the loop appended.
 type Flusher interface {
 	Flush()
+}
+
+// endLoopExchange is endExchange for a transaction the upstream loop ran,
+// which saw it end at ended: no second clock reading.
+func (e *Engine) endLoopExchange(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult, ended time.Time) {
+	sock := x.ps.sock
+	stopped := stopClosing(ctx, sock, x.stop)
+	tx.ended = ended
+	if x.pool != nil && r.clean && stopped {
+		x.pool.put(x.ps, ended)
+	} else {
+		sock.Close()
+	}
 }

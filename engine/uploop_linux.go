@@ -111,11 +111,12 @@ type loopSock struct {
 	closed bool
 	bad    bool // a datagram came while no transaction ran: never reused
 	// The transaction on it, nil while none runs.
-	bufs   *askBuffers
-	ctx    context.Context
-	then   MissContinuation
-	strays bool
-	hi     int // index in the heap
+	bufs     *askBuffers
+	ctx      context.Context
+	then     MissContinuation
+	strays   bool
+	deadline time.Time // the transaction's, kept here for the heap
+	hi       int       // index in the heap
 }
 
 func newUpLoop(e *Engine) (*upLoop, error) {
@@ -307,7 +308,7 @@ func (l *upLoop) timerFired() {
 // for the next (l.mu held).
 func (l *upLoop) expire() {
 	now := time.Now()
-	for len(l.heap) > 0 && !l.heap[0].bufs.tx.deadline.After(now) {
+	for len(l.heap) > 0 && !l.heap[0].deadline.After(now) {
 		s := l.heap[0]
 		l.e.socketFailure(s.ctx, &s.bufs.tx, &SocketError{Op: "receive", Class: ErrTimeout, Err: os.ErrDeadlineExceeded}, OutcomeRecvError, &s.bufs.first.res)
 		l.end(s, false)
@@ -320,7 +321,7 @@ func (l *upLoop) arm() {
 	if len(l.heap) == 0 || l.closed {
 		return
 	}
-	d := l.heap[0].bufs.tx.deadline
+	d := l.heap[0].deadline
 	if !l.timerAt.IsZero() && !l.timerAt.After(d) {
 		return
 	}
@@ -334,7 +335,7 @@ func (l *upLoop) arm() {
 
 // The heap of busy sockets by their transaction's deadline.
 func (l *upLoop) less(i, j int) bool {
-	return l.heap[i].bufs.tx.deadline.Before(l.heap[j].bufs.tx.deadline)
+	return l.heap[i].deadline.Before(l.heap[j].deadline)
 }
 
 func (l *upLoop) swap(i, j int) {
@@ -514,33 +515,39 @@ func (e *Engine) loopStart(ctx context.Context, tx *transaction, s *started, the
 	}
 	binary.BigEndian.PutUint16(tx.query[2:], tx.bufs.ids.newID())
 	binary.BigEndian.PutUint16(tx.query, uint16(len(tx.query)-2))
-	ps, ok := pool.take(tx.deadline)
-	for ok && ps.sock.(*loopSock).bad {
-		ps.sock.Close()
-		ps, ok = pool.take(tx.deadline)
-	}
-	if !ok {
-		ls, err := l.open(tx.server.addr)
-		if err != nil {
-			return false // the ordinary path opens one, or meets the error
+	var ls *loopSock
+	for fresh := false; ; fresh = true {
+		ps, ok := pooledSocket{}, false
+		if !fresh {
+			ps, ok = pool.take(tx.deadline)
 		}
-		ps = pooledSocket{sock: ls, born: time.Now()}
-	}
-	ls := ps.sock.(*loopSock)
-	s.x = exchanging{pool: pool, ps: ps}
-	s.loop, s.res, s.endedAt = true, exchangeResult{}, time.Time{}
-	// Watched before it is registered: once registered, the loop may end
-	// the transaction and its continuation read s at any time.
-	s.x.stop = closeOnCancel(ctx, ls)
-	l.mu.Lock()
-	if l.closed {
+		if !ok {
+			sock, err := l.open(tx.server.addr)
+			if err != nil {
+				return false // the ordinary path opens one, or meets the error
+			}
+			ps = pooledSocket{sock: sock, born: time.Now()}
+		}
+		ls = ps.sock.(*loopSock)
+		s.x = exchanging{pool: pool, ps: ps}
+		s.loop, s.res, s.endedAt = true, exchangeResult{}, time.Time{}
+		// Watched before it is registered: once registered, the loop may
+		// end the transaction and its continuation read s at any time.
+		s.x.stop = closeOnCancel(ctx, ls)
+		l.mu.Lock()
+		if !l.closed && (!ls.bad || ls.closed) {
+			break // l.mu held
+		}
 		l.mu.Unlock()
 		stopClosing(ctx, ls, s.x.stop)
 		ls.Close()
 		s.x, s.loop = exchanging{}, false
-		return false
+		if l.closed {
+			return false // the ordinary path sends
+		}
+		// A stray came to the idle socket: closed, and a fresh one taken.
 	}
-	ls.bufs, ls.ctx, ls.then, ls.strays = tx.bufs, ctx, then, false
+	ls.bufs, ls.ctx, ls.then, ls.strays, ls.deadline = tx.bufs, ctx, then, false, tx.deadline
 	if ls.closed {
 		// Its client left already: the transaction ends cancelled.
 		e.socketFailure(ctx, tx, &SocketError{Op: "send", Class: ErrClosed, Err: net.ErrClosed}, OutcomeSendError, &s.res)

@@ -5,6 +5,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,14 +171,19 @@ func TestUpLoopFailureRcodeClosesSocketAndHandsOn(t *testing.T) {
 // The client leaves: its socket is closed at once, the question ends
 // cancelled elsewhere, not charged to the server.
 func TestUpLoopCancelClosesSocket(t *testing.T) {
-	up := upstreamtest.Start(t, upstreamtest.Delay(time.Second, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
-	e := nativeEngine(t, 2*time.Second, up.String())
+	up := upstreamtest.Start(t, upstreamtest.Delay(4*time.Second, upstreamtest.Answer("@ 60 IN A 192.0.2.1")))
+	e := nativeEngine(t, 5*time.Second, up.String())
 	cc := new(engine.CancelContext)
 	c := startOnLoop(t, e, cc, queryFor("gone.example.test.", dns.TypeA))
 	waitFor(t, "the query upstream", func() bool { return len(up.Queries()) > 0 })
+	cancelled := time.Now()
 	cc.Cancel()
 	if r := c.wait(t); r.Result != engine.ResultCancelled {
 		t.Fatalf("got %v, want cancelled", r.Result)
+	}
+	// At once, not at the deadline (5 s) nor at the reply (4 s).
+	if took := time.Since(cancelled); took > 2*time.Second {
+		t.Fatalf("the question ended %v after its client left, want at once", took)
 	}
 	holdPort(t, up.Queries()[0].From)
 	if n := e.Counters().UpstreamFailed; n != 0 {
@@ -272,5 +279,47 @@ func TestUpLoopSpoofingFloor(t *testing.T) {
 	}
 	if idle := e.IdleSockets(); idle < 256 || idle > 1024 {
 		t.Errorf("%d idle sockets at rest, want 256..1024", idle)
+	}
+}
+
+// A datagram that comes to an idle socket of the loop's (here a duplicate
+// of the reply, after the transaction ended cleanly) makes it unfit: it
+// never carries another query, while the rest of the pool is reused.
+func TestUpLoopStrayOnIdleSocketNeverReused(t *testing.T) {
+	up := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		if q.Msg == nil {
+			return upstreamtest.Action{}
+		}
+		r := upstreamtest.ReplyTo(q.Msg, dns.RcodeSuccess, "@ 60 IN A 192.0.2.1")
+		a := upstreamtest.Action{Replies: []upstreamtest.Reply{{Msg: r}}}
+		if strings.HasPrefix(q.Msg.Question[0].Name, "dup") {
+			a.Replies = append(a.Replies, upstreamtest.Reply{Msg: r, Delay: 50 * time.Millisecond})
+		}
+		return a
+	})
+	e := nativeEngine(t, 2*time.Second, up.String())
+	ask := func(prefix string, n int) {
+		for i := range n {
+			c := startOnLoop(t, e, context.Background(), queryFor(fmt.Sprintf("%s%d.example.test.", prefix, i), dns.TypeA))
+			if r := c.wait(t); r.Result != engine.ResultAnswer {
+				t.Fatalf("%s%d: %v", prefix, i, r.Result)
+			}
+		}
+	}
+	ask("warm", 400) // the pool now reuses
+	before := len(up.Queries())
+	ask("dup", 1)
+	port := up.Queries()[before].From
+	time.Sleep(200 * time.Millisecond) // the duplicate comes to the idle socket
+	ask("after", 1000)
+	reused := map[netip.AddrPort]bool{}
+	for _, q := range up.Queries()[before+1:] {
+		if q.From == port {
+			t.Fatalf("port %v, which saw a stray while idle, carried %s", port, q.Msg.Question[0].Name)
+		}
+		reused[q.From] = true
+	}
+	if len(reused) > 700 {
+		t.Fatalf("%d ports for 1000 questions: the pool was not reused, the test proves nothing", len(reused))
 	}
 }
