@@ -28,7 +28,11 @@ import (
 //     end of the read batch, so a RST_STREAM that came with it stops it
 //     before it reaches the engine. There the resolver may begin each
 //     (MissStarter: the engine sends the first upstream query), so a
-//     batch's queries leave back to back before any worker runs.
+//     batch's queries leave back to back before any worker runs. On
+//     Linux the engine's upstream loop then owns the question: its
+//     answer is finished on the loop (stream.ResolveHere) and the
+//     connection flushed by a worker once per loop round (Flush); any
+//     other end goes to a worker (ResolveElsewhere).
 //   - Frames go to one write buffer per connection; whoever finds no write
 //     in progress writes everything buffered in one Write (group commit).
 //     A worker with an answer first lets the other ready goroutines run
@@ -289,7 +293,8 @@ func (c *h2conn) moreBuffered() bool {
 // set for what the connection is waiting for.
 func (c *h2conn) endBatch() {
 	// The questions' upstream queries go out back to back (startMiss),
-	// then the questions go to workers.
+	// then the questions the engine's upstream loop did not take go to
+	// workers.
 	for i, st := range c.pending {
 		if st.reset {
 			c.pending[i] = nil
