@@ -119,15 +119,16 @@ func (r *Resolver) JoinWire(ctx context.Context, miss *engine.Miss, dst []byte, 
 // starter is a Next that can begin a miss on its reader's goroutine
 // (*engine.Engine).
 type starter interface {
-	StartMiss(ctx context.Context, miss *engine.Miss)
+	StartMiss(ctx context.Context, miss *engine.Miss, then engine.MissContinuation) bool
 }
 
 // StartMiss passes a miss to the next resolver's StartMiss, when it has
 // one: only its ResolveWireImmediate fills a miss.
-func (r *Resolver) StartMiss(ctx context.Context, miss *engine.Miss) {
+func (r *Resolver) StartMiss(ctx context.Context, miss *engine.Miss, then engine.MissContinuation) bool {
 	if r.starter != nil && miss.Ready() {
-		r.starter.StartMiss(ctx, miss)
+		return r.starter.StartMiss(ctx, miss, then)
 	}
+	return false
 }
 
 // inZone reports whether the question of the wire query query is in

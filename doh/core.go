@@ -164,9 +164,11 @@ type ImmediateResolver interface {
 // one after the other, then ResolveWireMiss for each on a worker. Once
 // StartMiss began the miss (miss.Started), ResolveWireMiss must be called
 // for it even after its client went away. *engine.Engine and
-// *ddr.Resolver satisfy it.
+// *ddr.Resolver satisfy it. When StartMiss reports true, the resolver
+// calls then once the first transaction ended, instead (see
+// engine.MissContinuation).
 type MissStarter interface {
-	StartMiss(ctx context.Context, miss *engine.Miss)
+	StartMiss(ctx context.Context, miss *engine.Miss, then engine.MissContinuation) bool
 }
 
 // Handler is the DoH handler: RFC 8484 at its path, JSON at JSONPath (and
@@ -443,10 +445,11 @@ func (h *Handler) questionContext(ctx context.Context, c *call) context.Context 
 // resolver can (MissStarter), on the caller's goroutine. answer(ctx, c,
 // true) must then follow, under the same ctx, even when the client has
 // gone meanwhile (mustAnswer).
-func (h *Handler) startMiss(ctx context.Context, c *call) {
+func (h *Handler) startMiss(ctx context.Context, c *call, then engine.MissContinuation) bool {
 	if h.starter != nil && c.miss.Ready() {
-		h.starter.StartMiss(h.questionContext(ctx, c), &c.miss)
+		return h.starter.StartMiss(h.questionContext(ctx, c), &c.miss, then)
 	}
+	return false
 }
 
 // mustAnswer reports whether the resolver began c's question (startMiss)

@@ -28,7 +28,11 @@ import (
 //     end of the read batch, so a RST_STREAM that came with it stops it
 //     before it reaches the engine. There the resolver may begin each
 //     (MissStarter: the engine sends the first upstream query), so a
-//     batch's queries leave back to back before any worker runs.
+//     batch's queries leave back to back before any worker runs. On
+//     Linux the engine's upstream loop then owns the question: its
+//     answer is finished on the loop (stream.ResolveHere) and the
+//     connection flushed by a worker once per loop round (Flush); any
+//     other end goes to a worker (ResolveElsewhere).
 //   - Frames go to one write buffer per connection; whoever finds no write
 //     in progress writes everything buffered in one Write (group commit).
 //     A worker with an answer first lets the other ready goroutines run
@@ -94,6 +98,7 @@ type h2conn struct {
 	maxID       uint32 // highest client stream ID seen
 	wbuf, spare []byte
 	writing     bool
+	flushQueued bool // a worker is to write what the upstream loop appended (Flush)
 	werr        error
 	wdone       *sync.Cond
 	wdeadline   time.Time
@@ -288,7 +293,8 @@ func (c *h2conn) moreBuffered() bool {
 // set for what the connection is waiting for.
 func (c *h2conn) endBatch() {
 	// The questions' upstream queries go out back to back (startMiss),
-	// then the questions go to workers.
+	// then the questions the engine's upstream loop did not take go to
+	// workers.
 	for i, st := range c.pending {
 		if st.reset {
 			c.pending[i] = nil
@@ -296,7 +302,15 @@ func (c *h2conn) endBatch() {
 			c.finish(st)
 			continue
 		}
-		c.h.startMiss(&st.ctx, &st.call)
+		st.waiting, st.running = false, true
+		c.resolving++
+		if c.h.startMiss(&st.ctx, &st.call, st) {
+			// The upstream loop resolves it when its transaction ends.
+			c.pending[i] = nil
+			continue
+		}
+		st.waiting, st.running = true, false
+		c.resolving--
 	}
 	for i, st := range c.pending {
 		if st == nil {
@@ -473,7 +487,48 @@ func (c *h2conn) start(st *stream) error {
 
 // resolve asks the resolver for a question that must wait on the network,
 // on a goroutine of its own.
-func (c *h2conn) resolve(ctx context.Context, st *stream) {
+func (c *h2conn) resolve(ctx context.Context, st *stream) { c.resolveOn(ctx, st, false) }
+
+// ResolveHere implements engine.MissContinuation: the stream's question
+// finished on the upstream loop, its response flushed with the loop's
+// round.
+func (st *stream) ResolveHere() engine.Flusher {
+	c := st.conn
+	c.resolveOn(&st.ctx, st, true)
+	return c
+}
+
+// ResolveElsewhere implements engine.MissContinuation: a worker goes on.
+func (st *stream) ResolveElsewhere() {
+	c := st.conn
+	c.srv.workers.Run(job{c, &st.ctx, st})
+}
+
+// Flush implements engine.Flusher: what the loop's round appended leaves,
+// written by a worker (a write may wait for a client that does not read;
+// the loop serves every connection). A write already under way takes it
+// along.
+func (c *h2conn) Flush() {
+	c.mu.Lock()
+	if c.writing || c.flushQueued || c.werr != nil || len(c.wbuf) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.flushQueued = true
+	c.mu.Unlock()
+	c.srv.workers.Run(job{c: c})
+}
+
+// flushAppended writes what the loop's questions appended (Flush).
+func (c *h2conn) flushAppended() {
+	c.mu.Lock()
+	c.flushQueued = false
+	c.flushLocked()
+	c.mu.Unlock()
+}
+
+// resolveOn resolves st; inLoop leaves the flush to the upstream loop.
+func (c *h2conn) resolveOn(ctx context.Context, st *stream, inLoop bool) {
 	// A question the resolver began is ended by it, its client gone or not.
 	ok := (ctx.Err() == nil || st.mustAnswer()) && c.h.answer(ctx, &st.call, true)
 	c.mu.Lock()
@@ -491,7 +546,9 @@ func (c *h2conn) resolve(ctx context.Context, st *stream) {
 		now = time.Now()
 	}
 	c.respond(st, now) // st may be freed from here on
-	c.flushAfterOthers()
+	if !inLoop {
+		c.flushAfterOthers()
+	}
 	c.afterAsync()
 }
 

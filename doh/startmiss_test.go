@@ -22,15 +22,17 @@ type leavingClient struct {
 	misses atomic.Int32 // ResolveWireMiss calls
 }
 
-func (l *leavingClient) StartMiss(ctx context.Context, m *engine.Miss) {
-	l.Engine.StartMiss(ctx, m)
-	if !m.Started() {
-		return
+func (l *leavingClient) StartMiss(ctx context.Context, m *engine.Miss, then engine.MissContinuation) bool {
+	// Once the loop took it (true), m is the loop's: not read here.
+	taken := l.Engine.StartMiss(ctx, m, then)
+	if !taken && !m.Started() {
+		return false
 	}
 	l.starts.Add(1)
 	if cc, ok := ctx.(*engine.CancelContext); ok && l.armed.CompareAndSwap(true, false) {
 		cc.Cancel()
 	}
+	return taken
 }
 
 func (l *leavingClient) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) engine.Response {

@@ -32,6 +32,8 @@ type Engine struct {
 	mu        sync.Mutex // guards upstreams and prober during Reconfigure
 	upstreams map[netip.AddrPort]*upstream
 	prober    *prober // running while Config.Probe is on
+
+	up upLoopHolder // the upstream loop (uploop_linux.go)
 }
 
 // Options are the parts an engine is built from.
@@ -108,6 +110,7 @@ func (e *Engine) Reconfigure(cfg Config) error {
 	for ap, u := range e.upstreams {
 		if next[ap] == nil {
 			u.pools.close()
+			u.loopPools.close()
 		}
 	}
 	e.upstreams = next

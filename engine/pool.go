@@ -234,7 +234,7 @@ func (e *Engine) IdleSockets() int {
 	defer e.mu.Unlock()
 	n := 0
 	for _, u := range e.upstreams {
-		n += u.pools.idle()
+		n += u.pools.idle() + u.loopPools.idle()
 	}
 	return n
 }

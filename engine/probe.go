@@ -79,7 +79,9 @@ func (e *Engine) Close() error {
 	e.setProbing(false)
 	for _, u := range e.upstreams {
 		u.pools.close()
+		u.loopPools.close()
 	}
+	e.closeUpLoop()
 	return nil
 }
 

@@ -20,6 +20,8 @@ type upstream struct {
 	// pools are the idle connected UDP sockets to this address, when the
 	// Network lets sockets be reused.
 	pools serverPools
+	// loopPools are its idle sockets in the upstream loop's epoll set.
+	loopPools serverPools
 	// recent holds the outcomes of the latest attempts, 4 bits each
 	// (outcome+1, newest in the low bits; 0 = none), for operators.
 	recent atomic.Uint64

@@ -35,6 +35,13 @@ type started struct {
 	outcome Outcome
 	rcode   int
 	class   ErrorClass
+	// loop says the upstream loop runs the transaction (uploop_linux.go):
+	// res is its result once it ended, at endedAt. nxEnds says an
+	// NXDOMAIN ends the question (no search candidate may follow).
+	loop    bool
+	res     exchangeResult
+	endedAt time.Time
+	nxEnds  bool
 }
 
 // StartMiss begins the question ResolveWireImmediate read into m, when it
@@ -57,22 +64,27 @@ type started struct {
 // A flight JoinWire began for m (it found none to join) is led by the
 // question as it is: JoinWire looked in the cache and the flights just
 // before.
-func (e *Engine) StartMiss(ctx context.Context, m *Miss) {
+//
+// With then, the upstream loop may take the transaction (uploop_linux.go):
+// StartMiss then reports true, and then runs exactly once when the
+// transaction ended, on the loop's goroutine (ResolveHere) when it
+// brought the answer, else handed elsewhere (ResolveElsewhere). The
+// caller must not call ResolveWireMiss for m itself.
+func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.first != nil || e.first != UDP || len(sc.servers) == 0 ||
 		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
-		return
+		return false
 	}
 	start := time.Now()
 	if m.led != nil {
 		m.start = start
-		m.first = e.startAttempt(ctx, rt, cq, sc, start)
-		return
+		return e.startAttempt(ctx, rt, cq, sc, start, m, then)
 	}
 	key := keyFor(cq, cq.name)
 	if rt.cache != nil {
 		if en, _ := rt.cache.get(key, start); en != nil {
-			return // live (landed meanwhile) or stale: ResolveWire's way
+			return false // live (landed meanwhile) or stale: ResolveWire's way
 		}
 	}
 	h := key.hash()
@@ -80,12 +92,12 @@ func (e *Engine) StartMiss(ctx context.Context, m *Miss) {
 	f.mu.Lock()
 	if f.findHashed(key, h) != nil {
 		f.mu.Unlock()
-		return // a follower: it waits on its own goroutine
+		return false // a follower: it waits on its own goroutine
 	}
 	m.led = f.start(key, h, TraceFrom(ctx))
 	f.mu.Unlock()
 	m.start = start
-	m.first = e.startAttempt(ctx, rt, cq, sc, start)
+	return e.startAttempt(ctx, rt, cq, sc, start, m, then)
 }
 
 // Started reports whether StartMiss began m's question: m must then be
@@ -96,11 +108,12 @@ func (m *Miss) Started() bool { return m.led != nil }
 // under rt, at now (see StartMiss): the ask's buffers with its
 // transaction sent, or nil when it begins none (no time left, a refusal
 // by the ceiling or the client's limit, a name that does not pack), which
-// the question's ask then finds for itself as ever.
-func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, sc *scope, now time.Time) *askBuffers {
+// the question's ask then finds for itself as ever. It sets m.first and
+// reports whether the upstream loop took the transaction (then).
+func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, sc *scope, now time.Time, m *Miss, then MissContinuation) bool {
 	bufs, err := packQuery(cq, cq.name, false)
 	if err != nil {
-		return nil
+		return false
 	}
 	// The question's parts that the deadline and the client's slot read.
 	var qn question
@@ -110,7 +123,7 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	tx.query, tx.bufs, tx.ended = bufs.query, bufs, time.Time{}
 	if rt.cfg.Attempts < 1 || !qn.deadline(tx, now) {
 		askBuffersPool.Put(bufs)
-		return nil
+		return false
 	}
 	bufs.asked = [maxStackServers]bool{}
 	c := &bufs.cand
@@ -120,20 +133,25 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	tx.source = sc.source(tx.server.addr)
 	if !e.inFlight.acquire() {
 		askBuffersPool.Put(bufs)
-		return nil
+		return false
 	}
 	slot, ok := qn.acquireClient()
 	if !ok {
 		e.inFlight.release()
 		askBuffersPool.Put(bufs)
-		return nil
+		return false
 	}
 	s := &bufs.first
 	s.at, s.pick, s.slot, s.ended = now, pick, slot, false
+	s.nxEnds = len(sc.search) == 0
+	m.first = bufs
+	if then != nil && e.loopStart(ctx, tx, s, then) {
+		return true
+	}
 	var r exchangeResult
 	if e.openExchange(ctx, tx, &s.x, &r) {
 		if err := s.x.ps.sock.Send(tx.query[2:]); err == nil {
-			return bufs
+			return false
 		} else {
 			e.socketFailure(ctx, tx, err, OutcomeSendError, &r)
 		}
@@ -146,7 +164,7 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 		slot.ReleaseTransaction()
 	}
 	s.slot = nil
-	return bufs
+	return false
 }
 
 // goOn ends the transaction StartMiss began in bufs (see ask): it waits
@@ -155,9 +173,12 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 // be zero. It returns the attempt's start and server.
 func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int) {
 	s, tx := &bufs.first, &bufs.tx
-	if s.ended {
+	switch {
+	case s.ended:
 		res.outcome, res.rcode, res.class = s.outcome, s.rcode, s.class
-	} else {
+	case s.loop:
+		*res = s.res // the loop ended it
+	default:
 		qn.e.receiveUDP(qn.ctx, tx, s.x.ps.sock, nil, tx.query[2:], res)
 	}
 	return qn.endStarted(bufs, res)
@@ -169,7 +190,11 @@ func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int)
 func (qn *question) endStarted(bufs *askBuffers, res *exchangeResult) (time.Time, int) {
 	e, s, tx := qn.e, &bufs.first, &bufs.tx
 	if !s.ended {
-		e.endExchange(qn.ctx, tx, &s.x, res)
+		if s.loop { // the loop saw it end: no second clock reading
+			e.endLoopExchange(qn.ctx, tx, &s.x, res, s.endedAt)
+		} else {
+			e.endExchange(qn.ctx, tx, &s.x, res)
+		}
 		e.inFlight.release()
 		if s.slot != nil {
 			s.slot.ReleaseTransaction()
@@ -252,7 +277,7 @@ func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from 
 func (qn *question) dropFirst() {
 	bufs, e := qn.first, qn.e
 	qn.first = nil
-	if s := &bufs.first; !s.ended {
+	if s := &bufs.first; !s.ended && !s.loop {
 		stopClosing(qn.ctx, s.x.ps.sock, s.x.stop)
 		s.x.ps.sock.Close()
 		e.inFlight.release()

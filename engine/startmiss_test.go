@@ -32,7 +32,7 @@ func startMiss(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) 
 	if _, ok := e.ResolveWireImmediate(raw, nil, nil, m); ok || !m.Ready() {
 		t.Fatalf("%s: answered at once (%v) or no miss; want a miss", q.Question[0].Name, ok)
 	}
-	e.StartMiss(ctx, m)
+	e.StartMiss(ctx, m, nil)
 	if !m.Started() {
 		t.Fatalf("%s: StartMiss did not begin a plain leading miss", q.Question[0].Name)
 	}
@@ -337,7 +337,7 @@ func TestStartedFlightJoinedByIdenticalQuestion(t *testing.T) {
 			if _, ok := e.ResolveWireImmediate(mustPack(t, queryFor("shared.example.", dns.TypeA)), nil, nil, other); ok {
 				t.Fatalf("cache %d: answered at once", cache)
 			}
-			e.StartMiss(context.Background(), other)
+			e.StartMiss(context.Background(), other, nil)
 			if other.Started() {
 				t.Fatalf("cache %d: StartMiss began a question whose flight is in progress", cache)
 			}
@@ -394,7 +394,7 @@ func TestStartMissLeavesOthersToResolveWireMiss(t *testing.T) {
 		if _, ok := r.e.ResolveWireImmediate(mustPack(t, queryFor("host.", dns.TypeA)), nil, nil, m); ok || !m.Ready() {
 			t.Fatal("want a miss")
 		}
-		r.e.StartMiss(context.Background(), m)
+		r.e.StartMiss(context.Background(), m, nil)
 		if m.Started() || len(r.net.Transactions()) != 0 {
 			t.Fatalf("StartMiss began a search candidate's question (started %v, %d transactions)", m.Started(), len(r.net.Transactions()))
 		}

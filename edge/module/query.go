@@ -93,7 +93,7 @@ func ask(e *abi.Event) {
 	}
 	// The miss was read by the engine itself (the DDR names answer at
 	// once), so the engine's own StartMiss is the resolver's.
-	eng.StartMiss(qn.ctx, &qn.miss)
+	eng.StartMiss(qn.ctx, &qn.miss, nil)
 	if sock, b, deadline, ok := qn.miss.StartedWait(); ok {
 		if s, ok := sock.(*hostSocket); ok && s.await(qn, b, deadline) {
 			return
