@@ -248,6 +248,9 @@ func (c *h2conn) serve() {
 // connection under the client before it read the last responses.
 func (c *h2conn) linger() {
 	c.mu.Lock()
+	// Responses the upstream loop appended may still wait for their
+	// Flush's worker: they go out before the write side closes.
+	c.flushLocked()
 	for c.writing {
 		c.wdone.Wait()
 	}
