@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"net/netip"
 	"time"
 
@@ -46,8 +47,9 @@ type started struct {
 
 // StartMiss begins the question ResolveWireImmediate read into m, when it
 // is a plain question that leads its flight: no stale or live entry for
-// it in the cache, not a search candidate, no forwarded ECS, UDP first,
-// and no flight asking it yet. It then begins the flight, takes the
+// it in the cache, not a search candidate, no forwarded ECS, UDP first
+// (or TCP first on a Network whose TCP Open does not wait for the
+// connect: ConnectsLater), and no flight asking it yet. It then begins the flight, takes the
 // in-flight ceiling's slot and the client's (ctx's), picks the first
 // server by the demotion order, takes a socket and sends the first
 // attempt's query, all on the caller's goroutine, and returns.
@@ -72,7 +74,7 @@ type started struct {
 // caller must not call ResolveWireMiss for m itself.
 func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
-	if rt == nil || m.first != nil || e.first != UDP || len(sc.servers) == 0 ||
+	if rt == nil || m.first != nil || e.first == TCP && !e.openNow || len(sc.servers) == 0 ||
 		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
 		return false
 	}
@@ -129,7 +131,7 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	c := &bufs.cand
 	c.reset(sc.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
 	pick := c.next(now.Sub(e.epoch), nil)
-	tx.server, tx.transport = c.servers[pick], UDP
+	tx.server, tx.transport = c.servers[pick], e.first
 	tx.source = sc.source(tx.server.addr)
 	if !e.inFlight.acquire() {
 		askBuffersPool.Put(bufs)
@@ -150,10 +152,16 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	}
 	var r exchangeResult
 	if e.openExchange(ctx, tx, &s.x, &r) {
-		if err := s.x.ps.sock.Send(tx.query[2:]); err == nil {
+		q := tx.query[2:]
+		if tx.transport == TCP {
+			q = tx.query // framed with its length
+		}
+		if err := s.x.ps.sock.Send(q); err == nil {
 			return false
 		} else {
-			e.socketFailure(ctx, tx, err, OutcomeSendError, &r)
+			// As transact: a TCP connect that failed after Open
+			// handed the socket over is the connect's failure.
+			e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError), &r)
 		}
 		e.endExchange(ctx, tx, &s.x, &r) // closes it: r is not clean
 	}
@@ -178,6 +186,8 @@ func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int)
 		res.outcome, res.rcode, res.class = s.outcome, s.rcode, s.class
 	case s.loop:
 		*res = s.res // the loop ended it
+	case tx.transport == TCP:
+		qn.e.receiveTCP(qn.ctx, tx, s.x.ps.sock, tx.query[2:], res)
 	default:
 		qn.e.receiveUDP(qn.ctx, tx, s.x.ps.sock, nil, tx.query[2:], res)
 	}
@@ -210,7 +220,8 @@ func (qn *question) endStarted(bufs *askBuffers, res *exchangeResult) (time.Time
 // ok is false when none waits (StartMiss began none, or it ended at
 // once). A front end that learns of the socket's reply without waiting
 // on it (the edge module, from its host's read event) hands it to
-// FinishStarted.
+// FinishStarted. Over TCP the stream is read into buf from its start, in
+// as many reads as StartedReadsOn asks for.
 func (m *Miss) StartedWait() (sock Socket, buf []byte, deadline time.Time, ok bool) {
 	bufs := m.first
 	if bufs == nil || bufs.first.ended {
@@ -219,11 +230,30 @@ func (m *Miss) StartedWait() (sock Socket, buf []byte, deadline time.Time, ok bo
 	return bufs.first.x.ps.sock, bufs.recv[:], bufs.tx.deadline, true
 }
 
+// StartedReadsOn reports whether the started transaction's TCP stream,
+// of which read holds the bytes received so far (StartedWait's buffer
+// from its start), needs more before FinishStarted can take it: no whole
+// message yet, and room for it in the buffer. The caller then reads on
+// into the buffer past read, until the same deadline. False for UDP,
+// whose datagram comes whole, and for a message longer than the buffer,
+// which FinishStarted leaves to ResolveWireMiss.
+func (m *Miss) StartedReadsOn(read []byte) bool {
+	bufs := m.first
+	if bufs == nil || bufs.first.ended || bufs.tx.transport != TCP {
+		return false
+	}
+	if _, _, whole := nextFrame(read); whole {
+		return false
+	}
+	return len(read) < 2 || 2+int(binary.BigEndian.Uint16(read)) <= len(bufs.recv)
+}
+
 // FinishStarted ends the question StartMiss began in m with reply, the
 // first datagram its transaction's socket received (from from; read into
-// StartedWait's buffer, or anywhere else), when that ends the question on
-// its own: it matches the query and its server (ID, question, peer) and
-// is an answer or NXDOMAIN. It then does what ResolveWireMiss would have
+// StartedWait's buffer, or anywhere else), or over TCP the stream's bytes
+// received so far, when that ends the question on its own: it matches
+// the query and its server (ID, question, peer; over TCP, the stream's
+// first message) and is an answer or NXDOMAIN. It then does what ResolveWireMiss would have
 // done from that reply on, on the caller's goroutine: the socket back in
 // the pool, the slots given back, the server's charge, the attempt's
 // event, the counters, the flight landed (followers and waiters
@@ -231,26 +261,37 @@ func (m *Miss) StartedWait() (sock Socket, buf []byte, deadline time.Time, ok bo
 // with ok true; m is emptied.
 //
 // Otherwise (a reply that does not match or does not end the question,
-// ctx ended, a reload since m was read) it reports false having done
-// nothing: m must go to ResolveWireMiss as ever, and the socket's next
-// Receive must return reply again, for the rules to apply to it there.
+// a stream with no whole message, ctx ended, a reload since m was read)
+// it reports false having done nothing: m must go to ResolveWireMiss as
+// ever, and the socket's next Receives must return reply again, for the
+// rules to apply to it there.
 func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from netip.AddrPort, dst []byte) (resp Response, ok bool) {
 	bufs := m.first
 	if bufs == nil || bufs.first.ended || ctx.Err() != nil || e.routes.Load() != m.routes {
 		return resp, false
 	}
 	tx := &bufs.tx
-	if from != tx.server.addr || len(reply) > len(bufs.recv) {
+	if tx.transport == UDP && from != tx.server.addr || len(reply) > len(bufs.recv) {
 		return resp, false
 	}
 	if len(reply) > 0 && &reply[0] != &bufs.recv[0] {
 		reply = bufs.recv[:copy(bufs.recv[:], reply)]
 	}
+	if tx.transport == TCP {
+		// The stream's first message, as receiveTCP takes it; bytes
+		// after it are not read.
+		var whole bool
+		if reply, _, whole = nextFrame(reply); !whole {
+			return resp, false
+		}
+	}
 	var res exchangeResult
-	if !replyEnds(reply, tx.query[2:], UDP, &res) || res.outcome != OutcomeAnswer && res.outcome != OutcomeNXDomain {
+	if !replyEnds(reply, tx.query[2:], tx.transport, &res) || res.outcome != OutcomeAnswer && res.outcome != OutcomeNXDomain {
 		return resp, false
 	}
-	res.clean = usedCleanly(res.outcome) // the first datagram: no strays
+	if tx.transport == UDP {
+		res.clean = usedCleanly(res.outcome) // the first datagram: no strays
+	}
 	// As ResolveWireMiss, resolve, lookup, lead, askUpstream and ask
 	// would go on for the started question, whose name is the one asked.
 	var qn question

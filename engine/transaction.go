@@ -322,13 +322,12 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 	var chunk [2048]byte
 	for {
 		// Take every whole message already read.
-		for len(pending) >= 2 {
-			l := int(binary.BigEndian.Uint16(pending))
-			if len(pending) < 2+l {
+		for {
+			m, rest, ok := nextFrame(pending)
+			if !ok {
 				break
 			}
-			m := pending[2 : 2+l]
-			pending = pending[2+l:]
+			pending = rest
 			if e.matched(m, query, TCP, r) {
 				return
 			}
@@ -340,6 +339,19 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 		}
 		pending = append(pending, chunk[:n]...)
 	}
+}
+
+// nextFrame splits the first whole message off a TCP stream's bytes (its
+// two-byte length in front): ok is false while it is not all there.
+func nextFrame(stream []byte) (m, rest []byte, ok bool) {
+	if len(stream) < 2 {
+		return nil, stream, false
+	}
+	l := 2 + int(binary.BigEndian.Uint16(stream))
+	if len(stream) < l {
+		return nil, stream, false
+	}
+	return stream[2:l], stream[l:], true
 }
 
 // connectOr is otherwise, or OutcomeConnectError for the failure of a

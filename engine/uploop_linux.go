@@ -506,7 +506,7 @@ func (l *upLoop) close() {
 // is in s.res.
 func (e *Engine) loopStart(ctx context.Context, tx *transaction, s *started, then MissContinuation) bool {
 	l := e.upLoopFor()
-	if l == nil || tx.source.IsValid() {
+	if l == nil || tx.transport != UDP || tx.source.IsValid() {
 		return false
 	}
 	pool := tx.server.loopPools.get(netip.Addr{})

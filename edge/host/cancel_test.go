@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"io"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/dohfwd/dohfwd/assembly"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
@@ -23,26 +25,34 @@ import (
 // the next request.
 //
 // Over UDP the module is blocked in sock_recv on a UDP socket when the
-// client goes; after a truncated reply, on a TCP connection.
+// client goes; after a truncated reply, on a TCP connection; run TCP-only
+// (as on Workers), on the started TCP question's connection, which no
+// goroutine waits on (the poll's).
 func TestWazeroClientCancelNotCharged(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		silent upstreamtest.Handler // for the abandoned question
-		tried  map[string]uint64    // attempts before the cancelled one
-		asked  int                  // queries the server reads for it
+		name    string
+		silent  upstreamtest.Handler // for the abandoned question
+		tried   map[string]uint64    // attempts before the cancelled one
+		asked   int                  // queries the server reads for it
+		tcpOnly bool
 	}{
-		{"udp", upstreamtest.Drop(), nil, 1},
-		{"tcp after truncation", upstreamtest.ByTransport(upstreamtest.Truncated(), upstreamtest.Drop()), map[string]uint64{"truncated": 1}, 2},
+		{"udp", upstreamtest.Drop(), nil, 1, false},
+		{"tcp after truncation", upstreamtest.ByTransport(upstreamtest.Truncated(), upstreamtest.Drop()), map[string]uint64{"truncated": 1}, 2, false},
+		{"tcp only", upstreamtest.Drop(), nil, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clientCancelNotCharged(t, tc.silent, tc.tried, tc.asked)
+			rt := testRuntime(t)
+			if tc.tcpOnly {
+				rt = tcpOnlyRuntime(t)
+			}
+			clientCancelNotCharged(t, rt, tc.silent, tc.tried, tc.asked)
 		})
 	}
 }
 
-func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map[string]uint64, asked int) {
+func clientCancelNotCharged(t *testing.T, rt *Runtime, silent upstreamtest.Handler, tried map[string]uint64, asked int) {
 	// One server: silent for the question the client abandons, answering
 	// every other, so the follow-up question shows whether the server was
 	// demoted and whether the instance was freed.
@@ -52,7 +62,7 @@ func clientCancelNotCharged(t *testing.T, silent upstreamtest.Handler, tried map
 		}
 		return upstreamtest.Answer("@ 60 IN A 192.0.2.1")(q)
 	})
-	e := startEdge(t, edgeConfig(up), 1) // one instance: the next request needs this one
+	e := startEdgeOn(t, rt, edgeConfig(up), 1, assembly.Options{LogTo: io.Discard}, nil) // one instance: the next request needs this one
 
 	wire, err := query("silent.example.org", dns.TypeA).Pack()
 	if err != nil {

@@ -33,6 +33,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	modPath := fs.String("module", filepath.Join("dist", "dohfwd.wasm"), "the WebAssembly `FILE` built by make wasm")
 	instances := fs.Int("instances", DefaultInstances(), "module instances, each with its own engine (more split the cache and demotion marks)")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "compilation cache `DIR` (\"\" compiles in memory)")
+	tcpOnly := fs.Bool("tcp-only", false, "run the module's engine with TCP as its only upstream transport, as on Workers (to test or measure that path natively)")
 	encode := fs.Bool("encode-config", false, "print the configuration as the module takes it (Workers' DOHFWD_CONFIG) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,7 +70,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	rt, err := NewRuntime(ctx, wasm, Options{CacheDir: *cacheDir, Stderr: stderr})
+	rt, err := NewRuntime(ctx, wasm, Options{CacheDir: *cacheDir, Stderr: stderr, TCPOnly: *tcpOnly})
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,9 @@ type hostSocket struct {
 	w    *waits
 	fd   uint32
 	peer netip.AddrPort
+	// stream says s is TCP: a pending end's bytes are a piece of the
+	// stream, which Receive may hand out over several calls.
+	stream bool
 	// Under w.mu: the wait in progress (a connect or a read into buf),
 	// its deadline, and whether the socket is closed.
 	waiting  bool
@@ -105,7 +108,7 @@ func (n hostNetwork) Open(t engine.Transport, server netip.AddrPort, source neti
 	if c := sockOpen(uint32(t), bytesPtr(addr), uint32(len(addr)), bytesPtr(src), uint32(len(src)), unixNanos(deadline), unsafe.Pointer(&fd)); c != 0 {
 		return nil, socketError(op, c)
 	}
-	s := &hostSocket{w: n.w, fd: fd, peer: server, done: make(chan result, 1)}
+	s := &hostSocket{w: n.w, fd: fd, peer: server, stream: t == engine.TCP, done: make(chan result, 1)}
 	n.w.mu.Lock()
 	n.w.socks[fd] = s
 	n.w.mu.Unlock()
@@ -231,10 +234,17 @@ func (s *hostSocket) Receive(b []byte, deadline time.Time) (int, netip.AddrPort,
 	if s.hasPending { // an await's end its question did not finish
 		r, from := s.pending, s.buf
 		s.pending, s.hasPending, s.buf = result{}, false, nil
-		s.w.mu.Unlock()
 		if r.code == 0 && len(b) > 0 && len(from) > 0 && &b[0] != &from[0] {
-			r.n = copy(b, from[:r.n])
+			n := copy(b, from[:r.n])
+			if s.stream && n < r.n {
+				// The stream's bytes given back (the started question's
+				// reads, with none finished) may be more than one
+				// receiveTCP read takes: the rest is the next Receive's.
+				s.pending, s.hasPending, s.buf = result{n: r.n - n, from: r.from}, true, from[n:r.n]
+			}
+			r.n = n
 		}
+		s.w.mu.Unlock()
 		return r.ended(s.peer)
 	}
 	s.wait(b, deadline)

@@ -28,6 +28,10 @@ type question struct {
 	ctx    context.Context        // cancel, naming the client and the trace as the host asked
 	qctx   engine.QuestionContext // ctx when it names the client or carries the trace
 	miss   engine.Miss
+	// read is how much of its started TCP stream the poll has read into
+	// the miss's buffer (engine.Miss.StartedWait) in awaits before the
+	// one under way.
+	read int
 	// delivered is qn.deliver, made once: the engine's callback for a
 	// question it attached to an identical question's flight.
 	delivered func(*engine.Response)
@@ -50,9 +54,10 @@ var queryCounts abi.QueryCounts
 // (a cache hit or a local name takes no goroutine); else, when an
 // identical question is already upstream, by the engine once that one's
 // answer comes (no goroutine either: engine.JoinWire); else, for a plain
-// miss, its first query sent in this poll (engine.StartMiss) and its
-// reply's read event finished in the poll that brings it, when that reply
-// ends the question (finishStarted: no goroutine either); else on a
+// miss, its first query sent in this poll (engine.StartMiss; over TCP on
+// a connection the host is still opening) and its reply's read event
+// finished in the poll that brings it (over TCP, its last piece), when
+// that reply ends the question (finishStarted: no goroutine either); else on a
 // worker goroutine. An answer that waited joins a later poll's result (or
 // this one's, if it needs no network). The host's EventCancel ends it as
 // a request's.
@@ -108,13 +113,30 @@ func ask(e *abi.Event) {
 // which goes on through ResolveWireMiss as ever, its socket's next
 // Receive returning what ended the wait (a reply that did not end the
 // question, the deadline, a close for a cancel).
+//
+// A TCP stream's reply may come in pieces: while it holds no whole
+// message (engine.Miss.StartedReadsOn), the socket awaits the rest into
+// the buffer past what came, until the same deadline; what it then
+// gives back to a worker is the stream from its start.
 func finishStarted() {
 	endedScratch = network.takeEnded(endedScratch[:0])
 	for i := range endedScratch {
 		e := &endedScratch[i]
 		qn := e.qn
 		if e.r.code == 0 && !e.r.connect {
-			if r, ok := eng.FinishStarted(qn.ctx, &qn.miss, e.buf[:e.r.n], e.r.from, qn.reply[:0]); ok {
+			read := e.buf[:e.r.n]
+			if e.s.stream {
+				_, all, deadline, _ := qn.miss.StartedWait()
+				read = all[:qn.read+e.r.n]
+				if e.r.n > 0 && qn.miss.StartedReadsOn(read) {
+					qn.read = len(read)
+					if e.s.await(qn, all[len(read):], deadline) {
+						continue
+					}
+				}
+				e.r.n, e.buf = len(read), all
+			}
+			if r, ok := eng.FinishStarted(qn.ctx, &qn.miss, read, e.r.from, qn.reply[:0]); ok {
 				requests.Lock() // once for both: the map and the answer
 				delete(requests.cancel, qn.id)
 				queryCounts.Finished++
@@ -178,7 +200,7 @@ func (qn *question) done(reply []byte) {
 		qn.reply = reply[:0]
 	}
 	qn.cancel = engine.CancelContext{} // nothing resolves under it now
-	qn.ctx, qn.miss = nil, engine.Miss{}
+	qn.ctx, qn.miss, qn.read = nil, engine.Miss{}, 0
 	if cap(qn.query) <= 4096 {
 		questions.Put(qn)
 	}

@@ -278,8 +278,11 @@ log:
 	}
 
 	// Several requests in flight at once in the one instance of the
-	// isolate: GETs and POSTs side by side.
+	// isolate: GETs and POSTs side by side. Each is a TCP miss the module
+	// finishes in the poll that brings its reply (issue 18), with no
+	// goroutine of its own parked or woken.
 	t.Run("GET and POST over TCP", func(t *testing.T) {
+		before := status(t, base)
 		m, took := ask(t, "GET", base, "www.plain.test")
 		wantA(t, m, "192.0.2.1")
 		t.Logf("GET (first request, instantiates the module): %v", took)
@@ -292,6 +295,13 @@ log:
 			t.Fatalf("upstream read %d queries, want 22", n)
 		}
 		onlyTCP(t, plain)
+		after := status(t, base)
+		if f, w := after.Queries.Finished-before.Queries.Finished, after.Queries.Waited-before.Queries.Waited; f != 22 || w != 0 {
+			t.Fatalf("questions the module answered %+v -> %+v: want the 22 misses finished in a poll, none on a worker", before.Queries, after.Queries)
+		}
+		if n := after.Parked - before.Parked; n != 0 {
+			t.Fatalf("the module's goroutines parked %d times for 22 TCP misses, want 0", n)
+		}
 	})
 
 	// Identical questions from many clients at once: a follower of a
@@ -441,7 +451,7 @@ log:
 			}
 		}
 		after := status(t, base).Queries
-		if n := after.AtOnce + after.Waited - before.AtOnce - before.Waited; n != uint64(fast) {
+		if n := answered(after) - answered(before); n != uint64(fast) {
 			t.Fatalf("the module answered %d questions (EventQuery); want the %d plain requests, and none of the odd ones", n, fast)
 		}
 	})
@@ -538,7 +548,7 @@ log:
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			st = status(t, base)
 			q, b := st.Queries, before.Queries
-			if q.AtOnce+q.Waited == b.AtOnce+b.Waited+2 && st.InFlight == 0 {
+			if answered(q) == answered(b)+2 && st.InFlight == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -550,6 +560,10 @@ log:
 			c.Attempts["timeout"]-b.Attempts["timeout"], c.Cancelled > b.Cancelled)
 	})
 }
+
+// answered is how many questions (EventQuery) the module answered: at
+// once, on a worker, or finished in a poll (joined ones follow another).
+func answered(q abi.QueryCounts) uint64 { return q.AtOnce + q.Waited + q.Finished }
 
 // status reads the module's status through the glue (statusPath).
 func status(t *testing.T, base string) abi.Status {
