@@ -38,15 +38,11 @@ type upLoopHolder struct {
 	off  bool // the Network is not the native one, or the loop failed to start
 }
 
-// upLoopOff turns the loop off (DOHFWD_UPLOOP=0): StartMiss then sends
-// on the ordinary pooled sockets (twophase).
-var upLoopOff = os.Getenv("DOHFWD_UPLOOP") == "0"
-
 // upLoopFor returns the engine's loop, or nil when it has none.
 func (e *Engine) upLoopFor() *upLoop {
 	h := &e.up
 	h.once.Do(func() {
-		if _, ok := e.network.(NativeNetwork); !ok || !e.reuse || upLoopOff {
+		if _, ok := e.network.(NativeNetwork); !ok || !e.reuse {
 			h.off = true
 			return
 		}
