@@ -24,26 +24,36 @@ import (
 // started is the first attempt StartMiss began for a question: its
 // transaction is in the ask's buffers (askBuffers.tx), its candidate's
 // state in askBuffers.cand.
+//
+// Its end may be learned before ResolveWireMiss goes on with it (goOn):
+// at the start (ended), by the upstream loop (uploop_linux.go), or by a
+// front end that read the reply itself (FinishStarted). It is then
+// written into res, and goOn takes it from there rather than waiting: a
+// started miss ends one way, through ResolveWireMiss, whoever saw its
+// transaction end.
 type started struct {
 	at   time.Time  // the attempt's start: its deadline's, marks' and RTT's clock
 	pick int        // its server, in the candidate's list
 	slot ClientSlot // the client's slot, when one was taken
 	x    exchanging
 	// ended says the transaction ended at the start (no socket opened,
-	// or the send failed): outcome, rcode and class say how, the ceiling
-	// and client slots are given back and the socket closed.
-	ended   bool
-	outcome Outcome
-	rcode   int
-	class   ErrorClass
-	// loop says the upstream loop runs the transaction (uploop_linux.go):
-	// res is its result once it ended, at endedAt. nxEnds says an
-	// NXDOMAIN ends the question (no search candidate may follow).
-	loop    bool
+	// or the send failed): res says how, the ceiling and client slots
+	// are given back and the socket closed.
+	ended bool
+	// outside says the transaction's end is learned outside goOn: res
+	// once it ended, at endedAt. The upstream loop sets it when it takes
+	// the transaction (it owns the socket until then), FinishStarted
+	// when it read the reply.
+	outside bool
 	res     exchangeResult
 	endedAt time.Time
-	nxEnds  bool
 }
+
+// endsHere reports whether a started transaction's end with outcome o
+// ends its question, so that ResolveWireMiss goes on with it without
+// waiting for anything (no further attempt; a started question has no
+// search candidate to follow an NXDOMAIN: StartMiss takes none).
+func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomain }
 
 // StartMiss begins the question ResolveWireImmediate read into m, when it
 // is a plain question that leads its flight: no stale or live entry for
@@ -69,9 +79,11 @@ type started struct {
 //
 // With then, the upstream loop may take the transaction (uploop_linux.go):
 // StartMiss then reports true, and then runs exactly once when the
-// transaction ended, on the loop's goroutine (ResolveHere) when it
-// brought the answer, else handed elsewhere (ResolveElsewhere). The
-// caller must not call ResolveWireMiss for m itself.
+// transaction ended, its end written into the started attempt: on the
+// loop's goroutine (ResolveHere) when that end ends the question
+// (endsHere), else handed elsewhere (ResolveElsewhere). Either way
+// ResolveWireMiss goes on from that end. The caller must not call
+// ResolveWireMiss for m itself.
 func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.first != nil || e.first == TCP && !e.openNow || len(sc.servers) == 0 ||
@@ -145,13 +157,12 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	}
 	s := &bufs.first
 	s.at, s.pick, s.slot, s.ended = now, pick, slot, false
-	s.nxEnds = len(sc.search) == 0
 	m.first = bufs
 	if then != nil && e.loopStart(ctx, tx, s, then) {
 		return true
 	}
-	var r exchangeResult
-	if e.openExchange(ctx, tx, &s.x, &r) {
+	r := &s.res
+	if e.openExchange(ctx, tx, &s.x, r) {
 		q := tx.query[2:]
 		if tx.transport == TCP {
 			q = tx.query // framed with its length
@@ -161,12 +172,12 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 		} else {
 			// As transact: a TCP connect that failed after Open
 			// handed the socket over is the connect's failure.
-			e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError), &r)
+			e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError), r)
 		}
-		e.endExchange(ctx, tx, &s.x, &r) // closes it: r is not clean
+		e.endExchange(ctx, tx, &s.x, r) // closes it: r is not clean
 	}
 	s.x = exchanging{}
-	s.ended, s.outcome, s.rcode, s.class = true, r.outcome, r.rcode, r.class
+	s.ended = true
 	e.inFlight.release()
 	if slot != nil {
 		slot.ReleaseTransaction()
@@ -175,33 +186,25 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	return false
 }
 
-// goOn ends the transaction StartMiss began in bufs (see ask): it waits
-// for the reply on its socket until its deadline, as exchange would have,
-// and gives back its slots. The result is written into res, which must
-// be zero. It returns the attempt's start and server.
+// goOn ends the transaction StartMiss began in bufs (see ask): it takes
+// its end when it is known (started), else waits for the reply on its
+// socket until its deadline, as exchange would have; then its socket goes
+// back in the pool when clean (else closed) and its slots are given back.
+// The result is written into res, which must be zero. It returns the
+// attempt's start and server.
 func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int) {
-	s, tx := &bufs.first, &bufs.tx
-	switch {
-	case s.ended:
-		res.outcome, res.rcode, res.class = s.outcome, s.rcode, s.class
-	case s.loop:
-		*res = s.res // the loop ended it
-	case tx.transport == TCP:
-		qn.e.receiveTCP(qn.ctx, tx, s.x.ps.sock, tx.query[2:], res)
-	default:
-		qn.e.receiveUDP(qn.ctx, tx, s.x.ps.sock, nil, tx.query[2:], res)
-	}
-	return qn.endStarted(bufs, res)
-}
-
-// endStarted ends the transaction StartMiss began in bufs, its reply
-// read into res: its socket back in the pool when clean (else closed),
-// its slots given back. It returns the attempt's start and server.
-func (qn *question) endStarted(bufs *askBuffers, res *exchangeResult) (time.Time, int) {
 	e, s, tx := qn.e, &bufs.first, &bufs.tx
+	switch {
+	case s.ended || s.outside:
+		*res = s.res
+	case tx.transport == TCP:
+		e.receiveTCP(qn.ctx, tx, s.x.ps.sock, tx.query[2:], res)
+	default:
+		e.receiveUDP(qn.ctx, tx, s.x.ps.sock, nil, tx.query[2:], res)
+	}
 	if !s.ended {
-		if s.loop { // the loop saw it end: no second clock reading
-			e.endLoopExchange(qn.ctx, tx, &s.x, res, s.endedAt)
+		if s.outside { // seen to end at endedAt: no second clock reading
+			e.endExchangeAt(qn.ctx, tx, &s.x, res, s.endedAt)
 		} else {
 			e.endExchange(qn.ctx, tx, &s.x, res)
 		}
@@ -253,12 +256,13 @@ func (m *Miss) StartedReadsOn(read []byte) bool {
 // StartedWait's buffer, or anywhere else), or over TCP the stream's bytes
 // received so far, when that ends the question on its own: it matches
 // the query and its server (ID, question, peer; over TCP, the stream's
-// first message) and is an answer or NXDOMAIN. It then does what ResolveWireMiss would have
-// done from that reply on, on the caller's goroutine: the socket back in
-// the pool, the slots given back, the server's charge, the attempt's
-// event, the counters, the flight landed (followers and waiters
-// answered), the cache, and the client's reply appended to dst, returned
-// with ok true; m is emptied.
+// first message) and is an answer or NXDOMAIN. The reply is then the
+// transaction's end, and ResolveWireMiss goes on with it on the caller's
+// goroutine, as it goes on with one the upstream loop read (see started):
+// the socket back in the pool, the slots given back, the server's charge,
+// the attempt's event, the counters, the flight landed (followers and
+// waiters answered), the cache, and the client's reply appended to dst,
+// returned with ok true; m is emptied.
 //
 // Otherwise (a reply that does not match or does not end the question,
 // a stream with no whole message, ctx ended, a reload since m was read)
@@ -285,31 +289,16 @@ func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from 
 			return resp, false
 		}
 	}
-	var res exchangeResult
-	if !replyEnds(reply, tx.query[2:], tx.transport, &res) || res.outcome != OutcomeAnswer && res.outcome != OutcomeNXDomain {
+	s := &bufs.first
+	if !replyEnds(reply, tx.query[2:], tx.transport, &s.res) || !endsHere(s.res.outcome) {
+		s.res = exchangeResult{}
 		return resp, false
 	}
 	if tx.transport == UDP {
-		res.clean = usedCleanly(res.outcome) // the first datagram: no strays
+		s.res.clean = usedCleanly(s.res.outcome) // the first datagram: no strays
 	}
-	// As ResolveWireMiss, resolve, lookup, lead, askUpstream and ask
-	// would go on for the started question, whose name is the one asked.
-	var qn question
-	qn.fromMiss(e, ctx, m)
-	fl, name := qn.led, qn.client.name
-	qn.led, qn.first = nil, nil
-	key := keyFor(&qn.client, name)
-	fl.abandoned, fl.leaderID = true, qn.id
-	now, pick := qn.endStarted(bufs, &res)
-	var f found
-	var en *entry
-	qn.attemptEnded(name, bufs, pick, now, &res, &f, &en)
-	qn.putUnlessHeld(bufs)
-	qn.setFlight(key, fl, qn.answerEntry(false, &res, en, &f), &f)
-	qn.land(key, fl)
-	qn.respond(&resp, dst, &f)
-	qn.release()
-	return resp, true
+	s.outside, s.endedAt = true, time.Now()
+	return e.ResolveWireMiss(ctx, m, dst), true
 }
 
 // dropFirst ends the first attempt StartMiss began for a question that
@@ -318,7 +307,7 @@ func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from 
 func (qn *question) dropFirst() {
 	bufs, e := qn.first, qn.e
 	qn.first = nil
-	if s := &bufs.first; !s.ended && !s.loop {
+	if s := &bufs.first; !s.ended && !s.outside {
 		stopClosing(qn.ctx, s.x.ps.sock, s.x.stop)
 		s.x.ps.sock.Close()
 		e.inFlight.release()

@@ -215,13 +215,19 @@ func (e *Engine) openExchange(ctx context.Context, tx *transaction, x *exchangin
 // when the transaction ended cleanly, else closes it. It reads the clock
 // for tx.ended.
 func (e *Engine) endExchange(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult) {
+	e.endExchangeAt(ctx, tx, x, r, time.Now())
+}
+
+// endExchangeAt is endExchange for a transaction seen to end at ended
+// (the upstream loop's read, FinishStarted's): no second clock reading.
+func (e *Engine) endExchangeAt(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult, ended time.Time) {
 	sock := x.ps.sock
 	// A socket closed under the transaction by its client's leaving is
 	// not reused either.
 	stopped := stopClosing(ctx, sock, x.stop)
-	tx.ended = time.Now()
+	tx.ended = ended
 	if x.pool != nil && r.clean && stopped {
-		x.pool.put(x.ps, tx.ended)
+		x.pool.put(x.ps, ended)
 	} else {
 		sock.Close()
 	}

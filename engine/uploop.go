@@ -1,17 +1,13 @@
 package engine
 
-import (
-	"context"
-	"time"
-)
-
 // MissContinuation is the rest of a miss that StartMiss gave to the
 // upstream loop (see StartMiss): the front end's way to finish its
 // question once the first transaction ended.
 type MissContinuation interface {
 	// ResolveHere finishes the question on the loop's goroutine: its
-	// transaction brought the answer, so ResolveWireMiss returns without
-	// waiting. It must not wait for anything else. It returns what to
+	// transaction's end, an answer or NXDOMAIN, ends it, so
+	// ResolveWireMiss returns without waiting. It must not wait for
+	// anything else. It returns what to
 	// flush when the loop's round ends (once for all the round's
 	// questions), or nil.
 	ResolveHere() Flusher
@@ -23,17 +19,4 @@ type MissContinuation interface {
 // Flusher writes out what questions finished on the loop appended.
 type Flusher interface {
 	Flush()
-}
-
-// endLoopExchange is endExchange for a transaction the upstream loop ran,
-// which saw it end at ended: no second clock reading.
-func (e *Engine) endLoopExchange(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult, ended time.Time) {
-	sock := x.ps.sock
-	stopped := stopClosing(ctx, sock, x.stop)
-	tx.ended = ended
-	if x.pool != nil && r.clean && stopped {
-		x.pool.put(x.ps, ended)
-	} else {
-		sock.Close()
-	}
 }

@@ -262,11 +262,8 @@ func (l *upLoop) readOne(s *loopSock) {
 		return
 	}
 	if l.e.matched(buf[:n], tx.query[2:], UDP, r) {
-		r.clean = !s.strays && (r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain || r.outcome == OutcomeTruncated)
-		// An answer ends the question: it may be finished here. An
-		// NXDOMAIN may lead to a search candidate, which waits.
-		here := r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain && bufs.first.nxEnds
-		l.end(s, here)
+		r.clean = !s.strays && usedCleanly(r.outcome)
+		l.end(s, endsHere(r.outcome))
 		return
 	}
 	s.strays = true
@@ -526,7 +523,7 @@ func (e *Engine) loopStart(ctx context.Context, tx *transaction, s *started, the
 		}
 		ls = ps.sock.(*loopSock)
 		s.x = exchanging{pool: pool, ps: ps}
-		s.loop, s.res, s.endedAt = true, exchangeResult{}, time.Time{}
+		s.outside, s.res, s.endedAt = true, exchangeResult{}, time.Time{}
 		// Watched before it is registered: once registered, the loop may
 		// end the transaction and its continuation read s at any time.
 		s.x.stop = closeOnCancel(ctx, ls)
@@ -537,7 +534,7 @@ func (e *Engine) loopStart(ctx context.Context, tx *transaction, s *started, the
 		l.mu.Unlock()
 		stopClosing(ctx, ls, s.x.stop)
 		ls.Close()
-		s.x, s.loop = exchanging{}, false
+		s.x, s.outside = exchanging{}, false
 		if l.closed {
 			return false // the ordinary path sends
 		}
