@@ -83,7 +83,9 @@ func (m *Miss) Ready() bool { return m.routes != nil }
 // ResolveWireMiss is ResolveWire for the query ResolveWireImmediate read
 // into m and could not answer: it does not parse or route the query
 // again. When StartMiss began the question, it goes on with the
-// transaction StartMiss sent, and the question's time counts from then.
+// transaction StartMiss sent, and the question's time counts from then;
+// when that transaction's end is known and ends the question (see
+// started), it returns without waiting.
 // It empties m. A Miss that is not Ready gets an empty reply (Rcode -1),
 // as a query that does not read.
 func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp Response) {
@@ -93,7 +95,11 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 	var qn question
 	qn.fromMiss(e, ctx, m)
 	var f found
-	qn.resolve(&f)
+	if bufs := qn.first; bufs != nil && bufs.first.outside && endsHere(bufs.first.res.outcome) {
+		qn.endKnown(&f)
+	} else {
+		qn.resolve(&f)
+	}
 	if qn.first != nil {
 		qn.dropFirst() // not reached: resolve always asks the name it began
 	}

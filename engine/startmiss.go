@@ -218,6 +218,27 @@ func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int)
 	return at, pick
 }
 
+// endKnown is resolve for a started question whose transaction's end is
+// known and ends it (outside, endsHere): what lookup, lead, askUpstream
+// and ask do for it, through the same steps, without their frames and
+// checks, none of which can apply (StartMiss took a name with no search
+// candidate, no forwarded ECS, servers to ask and the flight to lead; the
+// cache is not looked in again; no second attempt). The upstream loop's
+// answers and FinishStarted's end here, on the goroutine that saw them.
+func (qn *question) endKnown(r *found) {
+	bufs, fl, name := qn.first, qn.led, qn.client.name
+	qn.led, qn.first = nil, nil
+	key := keyFor(&qn.client, name)
+	fl.abandoned, fl.leaderID = true, qn.id // as lead
+	var res exchangeResult
+	var en *entry
+	now, pick := qn.goOn(bufs, &res)
+	qn.attemptEnded(name, bufs, pick, now, &res, r, &en)
+	qn.putUnlessHeld(bufs)
+	qn.setFlight(key, fl, qn.answerEntry(false, &res, en, r), r)
+	qn.land(key, fl)
+}
+
 // StartedWait is the wait of the transaction StartMiss began for m and
 // sent: its socket, the buffer its reply is read into and its deadline.
 // ok is false when none waits (StartMiss began none, or it ended at
