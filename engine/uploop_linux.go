@@ -19,8 +19,10 @@ import (
 // poller) and is woken through the runtime's poller by the epoll
 // descriptor's own readiness. On each wake it takes every ready socket
 // with epoll_wait(0), reads each reply with one read (no empty reads),
-// and finishes a question whose first transaction brought its answer in
-// place: ResolveWireMiss on the loop's goroutine, the front end's
+// and writes each transaction's end into its started attempt (see
+// started), as FinishStarted does for a reply a front end read. A
+// question whose end ends it (endsHere) is finished in place:
+// ResolveWireMiss on the loop's goroutine (endKnown), the front end's
 // response appended, the connections flushed once per round. Anything
 // else (a timeout, a send or receive error, a failure rcode, a truncated
 // reply, a cancel) is handed to a goroutine that may wait, which goes on
