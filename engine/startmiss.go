@@ -162,6 +162,7 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 		return true
 	}
 	r := &s.res
+	*r = exchangeResult{}
 	if e.openExchange(ctx, tx, &s.x, r) {
 		q := tx.query[2:]
 		if tx.transport == TCP {
