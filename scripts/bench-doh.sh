@@ -79,6 +79,10 @@
 #        the same time instead (each with its own h2load processes on the
 #        same names), twice a round: the machine's drift and the other
 #        work on it weigh on both alike;
+#        BASE_INFO=1 (with BASE_REV) runs each info-against-warn round
+#        on base too, after dohfwd's in odd rounds and before it in even
+#        ones, with its own info server:
+#        both ratios per round, from one run;
 #        CLIENT_EDNS=1 sends every query with an EDNS0 OPT record, as
 #        browsers do (scripts/bench-lib.sh): dnsdist then passes an OPT
 #        upstream too, as dohfwd always does, so nsd's work is alike.
@@ -99,6 +103,7 @@ PEER_ROUNDS=${PEER_ROUNDS:-}
 PIN=${PIN:-}
 LEVEL_HUP=${LEVEL_HUP:-}
 LEVEL_SIDE=${LEVEL_SIDE:-}
+BASE_INFO=${BASE_INFO:-}
 SYS_STATS=${SYS_STATS:-}
 # gen and serve prefix the load generator's and the servers' commands.
 gen=() serve=()
@@ -250,6 +255,15 @@ if [ -n "$BASE_REV" ]; then
 	start base-cache base "$CACHE_ENTRIES"
 	start base-nocache base 0
 fi
+base_info=""
+if [ -n "$BASE_INFO" ]; then
+	[ -n "$BASE_REV" ] || die "BASE_INFO needs BASE_REV"
+	base_info=base-nocache
+	if [ -z "$LEVEL_HUP" ]; then
+		base_info=base-info
+		start base-info base 0 info
+	fi
+fi
 if [ -n "$OPS_OFF" ]; then
 	start opsoff-cache opsoff "$CACHE_ENTRIES"
 	start opsoff-nocache opsoff 0
@@ -347,6 +361,29 @@ side_measured() {
 	read -r rb okb <"$work/side.b"
 	echo "${ra:-0} $(echo "if (${oka:-0} > 0) ($a1 - $a0) * 1000000 / $cpu_hz / $oka else 0" | bc -l)" \
 		"${rb:-0} $(echo "if (${okb:-0} > 0) ($b1 - $b0) * 1000000 / $cpu_hz / $okb else 0" | bc -l)"
+}
+# info_warn INFO WARN [FIRST_WARN] -> "I1_RPS I1_CPU I2_RPS I2_CPU W1_RPS
+# W1_CPU W2_RPS W2_CPU": one round of info against warn: warn, info, info,
+# warn (FIRST_WARN, "REQ/S CPU", stands for the first warn load when it
+# was just measured), or with LEVEL_SIDE both at once, twice.
+info_warn() {
+	local i=$1 w=$2 i1r i1c i2r i2c w1r w1c w2r w2c
+	if [ -n "$LEVEL_SIDE" ]; then
+		read -r i1r i1c w1r w1c <<<"$(side_measured "$i" "$w")"
+		read -r i2r i2c w2r w2c <<<"$(side_measured "$i" "$w")"
+	else
+		if [ -n "${3:-}" ]; then
+			read -r w1r w1c <<<"$3"
+		else
+			read -r w1r _ w1c <<<"$(measured "$w" distinct)"
+		fi
+		set_level "$i" info
+		read -r i1r _ i1c <<<"$(measured "$i" distinct)"
+		read -r i2r _ i2c <<<"$(measured "$i" distinct)"
+		set_level "$i" "$LOG_LEVEL"
+		read -r w2r _ w2c <<<"$(measured "$w" distinct)"
+	fi
+	echo "$i1r $i1c $i2r $i2c $w1r $w1c $w2r $w2c"
 }
 # cpu_ns PID...: CPU time of the processes' threads so far, in
 # nanoseconds (schedstat: finer than the clock ticks of /proc/PID/stat).
@@ -501,26 +538,27 @@ for cache in cache nocache; do
 			# (LEVEL_SIDE: info and warn at once, twice). ROUNDS repeats
 			# it (the first round's first warn load is the one above);
 			# the figures are the means over all loads.
-			i_rps=0 i_cpu=0 w_rps=0 w_cpu=0 iw_rounds=()
+			i_rps=0 i_cpu=0 w_rps=0 w_cpu=0 iw_rounds=() iw_rps_rounds=() biw_rounds=() biw_rps_rounds=()
 			for round in $(seq 1 "$ROUNDS"); do
-				if [ -n "$LEVEL_SIDE" ]; then # twice both at once
-					read -r i1_rps i1_cpu d_rps d_cpu <<<"$(side_measured "$info" "$d")"
-					read -r i2_rps i2_cpu w2_rps w2_cpu <<<"$(side_measured "$info" "$d")"
-				else
-					if [ "$round" -gt 1 ]; then
-						read -r d_rps _ d_cpu <<<"$(measured "$d" distinct)"
-					fi
-					set_level "$info" info
-					read -r i1_rps _ i1_cpu <<<"$(measured "$info" distinct)"
-					read -r i2_rps _ i2_cpu <<<"$(measured "$info" distinct)"
-					set_level "$info" "$LOG_LEVEL"
-					read -r w2_rps _ w2_cpu <<<"$(measured "$d" distinct)"
+				w1=""
+				[ "$round" -gt 1 ] || w1="$d_rps $d_cpu"
+				if [ -n "$BASE_INFO" ] && [ $((round % 2)) = 0 ]; then # base first
+					read -r bi1_rps bi1_cpu bi2_rps bi2_cpu bw1_rps bw1_cpu bw2_rps bw2_cpu <<<"$(info_warn "$base_info" base-nocache "")"
 				fi
+				read -r i1_rps i1_cpu i2_rps i2_cpu d_rps d_cpu w2_rps w2_cpu <<<"$(info_warn "$info" "$d" "$w1")"
 				i_rps=$(echo "$i_rps + ($i1_rps + $i2_rps) / 2 / $ROUNDS" | bc -l)
 				i_cpu=$(echo "$i_cpu + ($i1_cpu + $i2_cpu) / 2 / $ROUNDS" | bc -l)
 				w_rps=$(echo "$w_rps + ($d_rps + $w2_rps) / 2 / $ROUNDS" | bc -l)
 				w_cpu=$(echo "$w_cpu + ($d_cpu + $w2_cpu) / 2 / $ROUNDS" | bc -l)
 				iw_rounds+=("$(echo "if ($d_cpu + $w2_cpu > 0) ($i1_cpu + $i2_cpu) / ($d_cpu + $w2_cpu) else 0" | bc -l)")
+				iw_rps_rounds+=("$(echo "if ($d_rps + $w2_rps > 0) ($i1_rps + $i2_rps) / ($d_rps + $w2_rps) else 0" | bc -l)")
+				if [ -n "$BASE_INFO" ]; then # the same for base, after (odd rounds) or before
+					if [ $((round % 2)) = 1 ]; then
+						read -r bi1_rps bi1_cpu bi2_rps bi2_cpu bw1_rps bw1_cpu bw2_rps bw2_cpu <<<"$(info_warn "$base_info" base-nocache "")"
+					fi
+					biw_rounds+=("$(echo "if ($bw1_cpu + $bw2_cpu > 0) ($bi1_cpu + $bi2_cpu) / ($bw1_cpu + $bw2_cpu) else 0" | bc -l)")
+					biw_rps_rounds+=("$(echo "if ($bw1_rps + $bw2_rps > 0) ($bi1_rps + $bi2_rps) / ($bw1_rps + $bw2_rps) else 0" | bc -l)")
+				fi
 			done
 			log "done: nocache distinct at log level info (twice) and $LOG_LEVEL (again), $ROUNDS round(s)"
 		fi
@@ -564,9 +602,16 @@ if [ -n "${i_rps:-}" ]; then # only when the cache-off distinct load ran (LOADS)
 	printf 'log level info vs %s (cache off, distinct; mean of 2 runs each, interleaved, %s round(s)%s): r/s %.0f vs %.0f (ratio %.2f), us/req %.1f vs %.1f (ratio %.2f), %s attempt events written\n' \
 		"$LOG_LEVEL" "$ROUNDS" "${LEVEL_HUP:+, one process, level switched by SIGHUP}${LEVEL_SIDE:+, both loaded at once}" "$i_rps" "$w_rps" "$(echo "if ($w_rps > 0) $i_rps / $w_rps else 0" | bc -l)" \
 		"$i_cpu" "$w_cpu" "$(echo "if ($w_cpu > 0) $i_cpu / $w_cpu else 0" | bc -l)" "$(grep -c '"message":"attempt"' "$work/$info.log" || true)"
-	if [ "$ROUNDS" -gt 1 ]; then
-		printf '  us/req ratio per round:'
-		printf ' %.2f' "${iw_rounds[@]}"
+	printf '  us/req ratio per round:'
+	printf ' %.3f' "${iw_rounds[@]}"
+	printf '\n  r/s ratio per round:'
+	printf ' %.3f' "${iw_rps_rounds[@]}"
+	echo
+	if [ -n "$BASE_INFO" ]; then
+		printf '  base (%s), the same in each round (after, before, ...): us/req ratio per round:' "$BASE_REV"
+		printf ' %.3f' "${biw_rounds[@]}"
+		printf '\n  base r/s ratio per round:'
+		printf ' %.3f' "${biw_rps_rounds[@]}"
 		echo
 	fi
 fi
