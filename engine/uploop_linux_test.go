@@ -248,38 +248,7 @@ func TestUpLoopSpoofingFloor(t *testing.T) {
 			t.Fatalf("question %d: %v", i, r.Result)
 		}
 	}
-	qs := up.Queries()
-	if len(qs) != n {
-		t.Fatalf("upstream read %d queries, want %d", len(qs), n)
-	}
-	ports, ids := map[uint16]int{}, map[uint16]bool{}
-	for _, q := range qs {
-		ports[q.From.Port()]++
-		ids[q.Msg.Id] = true
-	}
-	if len(ports) < 256 || len(ports) > 600 {
-		t.Errorf("%d distinct source ports over %d questions, want 256..600", len(ports), n)
-	}
-	for p, c := range ports {
-		if c > n/20 {
-			t.Errorf("port %d carried %d of %d questions: the choice is not random", p, c, n)
-		}
-	}
-	if len(ids) < n*9/10 {
-		t.Errorf("%d distinct IDs over %d questions, want >= %d", len(ids), n, n*9/10)
-	}
-	for start := 512; start+512 <= n; start += 256 {
-		w := map[uint16]bool{}
-		for _, q := range qs[start : start+512] {
-			w[q.From.Port()] = true
-		}
-		if len(w) < 160 {
-			t.Errorf("questions %d-%d used %d ports, want >= 160", start, start+512, len(w))
-		}
-	}
-	if idle := e.IdleSockets(); idle < 256 || idle > 1024 {
-		t.Errorf("%d idle sockets at rest, want 256..1024", idle)
-	}
+	checkSpoofingFloor(t, e, up.Queries(), n)
 }
 
 // A datagram that comes to an idle socket of the loop's (here a duplicate

@@ -95,26 +95,7 @@ func TestWazeroTCPMissFinishedInPollParksNoGoroutine(t *testing.T) {
 			config = withConfig(config, cache)
 		}
 		e := startTCPEdge(t, config)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for i := range 20 {
-			m, err := ask(ctx, e.pool, fmt.Sprintf("one%d.example.org", i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantAnswer(t, m, "192.0.2.1")
-		}
-		cancel()
-		names := make([]string, 64)
-		for i := range names {
-			names[i] = fmt.Sprintf("many%d.example.org", i)
-		}
-		askAll(t, e.pool, names, "192.0.2.1")
-		if c := e.queryCounts(t); c != (abi.QueryCounts{Finished: 84}) {
-			t.Fatalf("cache %q: questions the module answered: %+v; want all 84 finished in a poll, none on a worker", cache, c)
-		}
-		if n := e.parked(t); n != 0 {
-			t.Fatalf("cache %q: the module's goroutines parked %d times for 84 TCP misses, want 0", cache, n)
-		}
+		askMissesInPoll(t, e, cache, "TCP misses")
 		if got := transports(up); len(got) != 84 || got[0] != "tcp" || got[83] != "tcp" {
 			t.Fatalf("cache %q: the upstream read %d queries (%v...), want 84 over TCP", cache, len(got), got[:min(len(got), 3)])
 		}

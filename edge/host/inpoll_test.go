@@ -33,26 +33,7 @@ func TestWazeroMissFinishedInPollParksNoGoroutine(t *testing.T) {
 			config = withConfig(config, cache)
 		}
 		e := startEdge(t, config, 1)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for i := range 20 {
-			m, err := ask(ctx, e.pool, fmt.Sprintf("one%d.example.org", i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantAnswer(t, m, "192.0.2.1")
-		}
-		cancel()
-		names := make([]string, 64)
-		for i := range names {
-			names[i] = fmt.Sprintf("many%d.example.org", i)
-		}
-		askAll(t, e.pool, names, "192.0.2.1")
-		if c := e.queryCounts(t); c != (abi.QueryCounts{Finished: 84}) {
-			t.Fatalf("cache %q: questions the module answered: %+v; want all 84 finished in a poll, none on a worker", cache, c)
-		}
-		if n := e.parked(t); n != 0 {
-			t.Fatalf("cache %q: the module's goroutines parked %d times for 84 misses, want 0", cache, n)
-		}
+		askMissesInPoll(t, e, cache, "misses")
 		if n := len(up.Queries()); n != 84 {
 			t.Fatalf("cache %q: the upstream read %d queries, want 84", cache, n)
 		}
@@ -124,5 +105,33 @@ func TestWazeroStartedMissFallsBackToWorker(t *testing.T) {
 				t.Fatalf("mismatched_replies %d, want 1 (counted once, by the worker)", st.MismatchedReplies)
 			}
 		})
+	}
+}
+
+// askMissesInPoll asks e 84 distinct names the upstream answers with
+// 192.0.2.1, 20 one after another and 64 at once, and asserts that the
+// module finished every one in a poll, none on a worker, and that none
+// of its goroutines parked.
+func askMissesInPoll(t *testing.T, e *edge, cache, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 20 {
+		m, err := ask(ctx, e.pool, fmt.Sprintf("one%d.example.org", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAnswer(t, m, "192.0.2.1")
+	}
+	names := make([]string, 64)
+	for i := range names {
+		names[i] = fmt.Sprintf("many%d.example.org", i)
+	}
+	askAll(t, e.pool, names, "192.0.2.1")
+	if c := e.queryCounts(t); c != (abi.QueryCounts{Finished: 84}) {
+		t.Fatalf("cache %q: questions the module answered: %+v; want all 84 finished in a poll, none on a worker", cache, c)
+	}
+	if n := e.parked(t); n != 0 {
+		t.Fatalf("cache %q: the module's goroutines parked %d times for 84 %s, want 0", cache, n, what)
 	}
 }
