@@ -193,18 +193,7 @@ func TestWazeroTCPStartedMissFallsBackToWorker(t *testing.T) {
 			if tc.first != nil && tc.name == "longer than the buffer" && len(m.Answer) != 401 {
 				t.Fatalf("%d answers, want the 401 sent", len(m.Answer))
 			}
-			if c := e.queryCounts(t); c.Waited != 1 || c.Finished != 0 {
-				t.Fatalf("questions the module answered: %+v; want the question gone on on a worker", c)
-			}
-			if n := e.parked(t); n == 0 {
-				t.Fatal("no goroutine of the module parked, yet a question went on on a worker")
-			}
-			st := e.status(t).Counters
-			for k, n := range tc.attempts {
-				if st.Attempts[k] != n {
-					t.Fatalf("attempts %v; want %v", st.Attempts, tc.attempts)
-				}
-			}
+			st := wantWentToWorker(t, e, tc.attempts)
 			// The wrong message, or the garbage framed as one, is counted.
 			if want := map[bool]uint64{true: 1}[tc.name == "mismatched" || tc.name == "garbage"]; st.MismatchedReplies != want {
 				t.Fatalf("mismatched_replies %d, want %d (counted once, by the worker)", st.MismatchedReplies, want)

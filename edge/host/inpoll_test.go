@@ -9,6 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
@@ -89,18 +90,7 @@ func TestWazeroStartedMissFallsBackToWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantAnswer(t, m, tc.want)
-			if c := e.queryCounts(t); c.Waited != 1 || c.Finished != 0 {
-				t.Fatalf("questions the module answered: %+v; want the question gone on on a worker", c)
-			}
-			if n := e.parked(t); n == 0 {
-				t.Fatal("no goroutine of the module parked, yet a question went on on a worker")
-			}
-			st := e.status(t).Counters
-			for k, n := range tc.attempts {
-				if st.Attempts[k] != n {
-					t.Fatalf("attempts %v; want %v", st.Attempts, tc.attempts)
-				}
-			}
+			st := wantWentToWorker(t, e, tc.attempts)
 			if tc.name == "mismatched" && st.MismatchedReplies != 1 {
 				t.Fatalf("mismatched_replies %d, want 1 (counted once, by the worker)", st.MismatchedReplies)
 			}
@@ -134,4 +124,24 @@ func askMissesInPoll(t *testing.T, e *edge, cache, what string) {
 	if n := e.parked(t); n != 0 {
 		t.Fatalf("cache %q: the module's goroutines parked %d times for 84 %s, want 0", cache, n, what)
 	}
+}
+
+// wantWentToWorker asserts that e's one question went on on a worker
+// (Waited, not Finished, a goroutine of the module parked) with these
+// attempts, and returns e's counters.
+func wantWentToWorker(t *testing.T, e *edge, attempts map[string]uint64) engine.Counters {
+	t.Helper()
+	if c := e.queryCounts(t); c.Waited != 1 || c.Finished != 0 {
+		t.Fatalf("questions the module answered: %+v; want the question gone on on a worker", c)
+	}
+	if n := e.parked(t); n == 0 {
+		t.Fatal("no goroutine of the module parked, yet a question went on on a worker")
+	}
+	st := e.status(t).Counters
+	for k, n := range attempts {
+		if st.Attempts[k] != n {
+			t.Fatalf("attempts %v; want %v", st.Attempts, attempts)
+		}
+	}
+	return st
 }
