@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,18 +63,29 @@ func removeBuilt() {
 	}
 }
 
-// balancer forwards each TCP connection to a live replica, in turn.
+// balancer forwards each TCP connection to a live replica, in turn. A
+// replica leaves it before it is killed, as a fleet's balancer takes out a
+// replica that fails its health check: the port of a dead replica is free
+// for the kernel to hand to any other listener on the machine (a parallel
+// test's), and a validation forwarded there fails.
 type balancer struct {
 	mu      sync.Mutex
 	targets []string
 	next    int
+	routes  logBuffer // where each connection went, for a failed test's log
 }
 
 func startBalancer(t *testing.T, ln net.Listener) *balancer {
 	t.Helper()
 	b := &balancer{}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		if t.Failed() {
+			t.Logf("balancer routes:\n%s", b.routes.String())
+		}
+	})
 	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -92,6 +104,14 @@ func (b *balancer) add(addr string) {
 	b.mu.Unlock()
 }
 
+// remove takes addr out of the targets; connections already forwarded to
+// it go on.
+func (b *balancer) remove(addr string) {
+	b.mu.Lock()
+	b.targets = slices.DeleteFunc(b.targets, func(t string) bool { return t == addr })
+	b.mu.Unlock()
+}
+
 func (b *balancer) forward(c net.Conn) {
 	defer c.Close()
 	b.mu.Lock()
@@ -100,9 +120,11 @@ func (b *balancer) forward(c net.Conn) {
 	b.next++
 	b.mu.Unlock()
 	for i := range targets {
-		up, err := net.DialTimeout("tcp", targets[(start+i)%len(targets)], time.Second)
+		target := targets[(start+i)%len(targets)]
+		up, err := net.DialTimeout("tcp", target, time.Second)
+		fmt.Fprintf(&b.routes, "%s %s -> %s: %v\n", time.Now().Format("15:04:05.000"), c.RemoteAddr(), target, err)
 		if err != nil {
-			continue // a replica that is gone
+			continue // a replica not listening (yet, or any more)
 		}
 		defer up.Close()
 		done := make(chan struct{}, 2)
@@ -139,6 +161,7 @@ type replica struct {
 	cmd    *exec.Cmd
 	logs   *logBuffer
 	addr   string
+	lb     *balancer
 	exited chan struct{}
 }
 
@@ -173,24 +196,30 @@ log:
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{addr: addr, logs: &logBuffer{}, exited: make(chan struct{})}
+	r := &replica{addr: addr, logs: &logBuffer{}, lb: f.lb, exited: make(chan struct{})}
 	r.cmd = exec.Command(dohfwdBinary(t), "serve", "--config", path)
 	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = r.cmd.Wait(); close(r.exited) }()
+	f.lb.add(addr)
+	go func() {
+		_ = r.cmd.Wait()
+		f.lb.remove(addr) // one that died on its own
+		close(r.exited)
+	}()
 	t.Cleanup(func() {
 		r.kill()
 		if t.Failed() {
 			t.Logf("replica %s (pid %d) log:\n%s", r.addr, r.cmd.Process.Pid, r.logs)
 		}
 	})
-	f.lb.add(addr)
 	return r
 }
 
+// kill takes the replica out of the balancer, then SIGKILLs it.
 func (r *replica) kill() {
+	r.lb.remove(r.addr)
 	_ = r.cmd.Process.Kill()
 	<-r.exited
 }
@@ -298,7 +327,7 @@ func TestFleetLockHolderKilledMidOrderAnotherReplicaCompletesAfterTheLease(t *te
 	var killedAt time.Time
 	for _, r := range rs {
 		if r.cmd.Process.Pid == pid {
-			r.kill() // SIGKILL: no unlock, no goodbye
+			r.kill() // SIGKILL: no unlock, no goodbye (the balancer drops it first)
 			killedAt = time.Now()
 			continue
 		}
