@@ -89,7 +89,9 @@ func (h *hitMirror) reconfigure(encoded []byte) error {
 
 // swappedObserver is an engine.Observer whose target a reload replaces
 // (the log level).
-type swappedObserver struct{ o atomic.Pointer[telemetry.Observer] }
+type swappedObserver struct {
+	o atomic.Pointer[telemetry.Observer]
+}
 
 func (s *swappedObserver) Attempt(ev engine.AttemptEvent)   { s.o.Load().Attempt(ev) }
 func (s *swappedObserver) Question(ev engine.QuestionEvent) { s.o.Load().Question(ev) }
