@@ -250,3 +250,27 @@ func TestHitMirrorSuspendedTakesNothing(t *testing.T) {
 		}
 	})
 }
+
+// A mirror's hit allocates nothing (a name asked in lower case, with no
+// observer that logs), as the engine's own hit.
+func TestHitMirrorHitAllocatesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		x := newMirrored(t, cacheConfig(engine.CacheConfig{}), memnet.Respond(memnet.Answer("@ 300 IN A 192.0.2.1")))
+		m, err := engine.NewHitMirror(cacheConfig(engine.CacheConfig{}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.m = m // no observer: the test's event log allocates
+		query := pack(t, queryFor("alloc.example.", dns.TypeA))
+		for x.published == 0 {
+			x.engineAnswer(query)
+		}
+		dst := make([]byte, 0, 512)
+		if _, ok := m.ResolveWireImmediate(query, dst, nil, nil); !ok {
+			t.Fatal("the mirror did not answer")
+		}
+		if n := testing.AllocsPerRun(100, func() { m.ResolveWireImmediate(query, dst, nil, nil) }); n != 0 {
+			t.Fatalf("a mirror hit allocates %v times", n)
+		}
+	})
+}
