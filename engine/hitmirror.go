@@ -51,9 +51,12 @@ type mirrored struct {
 }
 
 // servable reports whether a hit at now is a pure read of the engine's
-// state (PublishHits): live, and before the prefetch window.
+// state (PublishHits): live, and before the prefetch window. The stored
+// time crossed as a wall-clock reading (no monotonic one), so a wall
+// clock stepped back before it leaves the question to the engine, whose
+// own entry ages by its monotonic clock.
 func (m mirrored) servable(now time.Time) bool {
-	return m.en.live(now) && !(m.prefetch && inPrefetchWindow(m.en, now))
+	return !now.Before(m.en.stored) && m.en.live(now) && !(m.prefetch && inPrefetchWindow(m.en, now))
 }
 
 // mirrorQuestionIDs is where a mirror's question IDs start, so that its
