@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // Publishing hot cache entries. At the edge the engine runs as
@@ -139,7 +141,7 @@ func parseHitRecord(rec []byte) (key cacheKey, en *entry, prefetch bool, err err
 		return key, nil, false, fmt.Errorf("hit record: %d bytes, its lengths say %d", len(rec), want)
 	}
 	key = cacheKey{qtype: le.Uint16(rec[4:]), qclass: le.Uint16(rec[6:]), do: flags&hitDO != 0, cd: flags&hitCD != 0}
-	en = entryFor(lens[2] + 11)
+	en = entryFor(lens[2] + dnswire.OPTFixedLen) // as attempt.go: room for the client's OPT
 	en.result = Result(rec[2])
 	en.optClass = le.Uint16(rec[8:])
 	en.minPositive, en.soaTTL, en.soaMinimum = le.Uint32(rec[12:]), le.Uint32(rec[16:]), le.Uint32(rec[20:])
@@ -162,7 +164,7 @@ func parseHitRecord(rec []byte) (key cacheKey, en *entry, prefetch bool, err err
 	if lens[3] > 0 {
 		en.optData = append([]byte(nil), p[:lens[3]]...)
 	}
-	if len(en.msg) < 12 {
+	if len(en.msg) < dnswire.HeaderLen {
 		return key, nil, false, errHitRecordShort
 	}
 	return key, en, flags&hitPrefetch != 0, nil
