@@ -219,6 +219,9 @@ type entry struct {
 	hasSOA, hasFacts                bool
 	prefetched                      atomic.Bool
 	reads                           atomic.Uint32 // up to policyReads (firstRead)
+	// publishedIn is the generation of the routes under which the
+	// entry was published to a hit mirror (publishHit); 0: never.
+	publishedIn atomic.Uint32
 }
 
 // entryFor returns a new entry whose msg is empty with room for n bytes.
@@ -269,6 +272,7 @@ func (en *entry) copied() *entry {
 	c.asks.Store(en.asks.Load())
 	c.prefetched.Store(en.prefetched.Load())
 	c.reads.Store(en.reads.Load())
+	c.publishedIn.Store(en.publishedIn.Load())
 	return c
 }
 

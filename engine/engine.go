@@ -29,6 +29,11 @@ type Engine struct {
 
 	questionIDs atomic.Uint64
 
+	// publish receives the cache entries whose hits became pure reads
+	// (PublishHits); nil, natively, publishes nothing.
+	publish     func(record []byte)
+	generations uint32 // the last routes' generation; under mu
+
 	mu        sync.Mutex // guards upstreams and prober during Reconfigure
 	upstreams map[netip.AddrPort]*upstream
 	prober    *prober // running while Config.Probe is on
@@ -105,6 +110,8 @@ func (e *Engine) Reconfigure(cfg Config) error {
 		return err
 	}
 	r.takeCache(e.routes.Load())
+	e.generations++
+	r.generation = e.generations
 	// A server that leaves takes its idle sockets with it; its busy ones
 	// close as their transactions end.
 	for ap, u := range e.upstreams {

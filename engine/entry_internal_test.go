@@ -149,6 +149,7 @@ func TestCopiedEntryIsEqual(t *testing.T) {
 	en.asks.Store(3)
 	en.prefetched.Store(true)
 	en.reads.Store(2)
+	en.publishedIn.Store(4)
 	v := reflect.ValueOf(en).Elem()
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {

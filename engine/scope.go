@@ -55,6 +55,9 @@ type routes struct {
 	local    *localNames
 	cache    *answerCache // nil: no cache
 	flights  flights
+	// generation numbers the engine's configurations, from 1: an entry
+	// is published to a hit mirror once per generation (publishHit).
+	generation uint32
 }
 
 // route returns the scope for name: the longest routing-domain suffix

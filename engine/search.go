@@ -242,6 +242,9 @@ func (qn *question) cached(key cacheKey, r *found) (stale *entry, ok bool) {
 		}
 		qn.prefetch(key)
 	}
+	if qn.e.publish != nil {
+		qn.publishHit(key, en, now)
+	}
 	r.en, r.at, r.result, r.cacheHit = en, now, ResultLocal, true
 	return nil, true
 }

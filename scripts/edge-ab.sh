@@ -4,6 +4,7 @@
 # Env: CACHE (0) max_entries; LOAD same|distinct|single; SERVE BASE_EDGE BASE_MOD NEW_EDGE NEW_MOD binaries;
 # TCP=1 runs the edges' engines TCP-only (dohfwd-edge -tcp-only, as on Workers: both edges must
 # have the flag, e.g. the same binary with the two modules); serve stays on UDP (it has no such option).
+# NEW_FLAGS: more flags for the new edge only, e.g. NEW_FLAGS=-native-hits=false (every hit in the module).
 # Prints per round: name req/s cpu-us/request mean-latency-us (distinct: no latency; 4 h2load on disjoint quarters, session 7)
 set -euo pipefail
 cd "${REPO:-/work/main}" # for scripts/bench-lib.sh
@@ -27,7 +28,8 @@ start() { local name=$1; shift; local p; p=$(freeport); port[$name]=$p; conf "$p
 start serve "$SERVE" serve
 tcp=(); [ -n "${TCP:-}" ] && tcp=(-tcp-only)
 start base "$BASE_EDGE" --module "$BASE_MOD" --instances 1 "${tcp[@]}"
-start new "$NEW_EDGE" --module "$NEW_MOD" --instances 1 "${tcp[@]}"
+read -ra newflags <<<"${NEW_FLAGS:-}"
+start new "$NEW_EDGE" --module "$NEW_MOD" --instances 1 "${tcp[@]}" "${newflags[@]}"
 write_distinct_paths $((N * R)) >"$work/paths"
 for n in serve base new; do waitport "${port[$n]}"; h2load -n 500 -c 2 -m 4 -H 'accept: application/dns-message' "https://127.0.0.1:${port[$n]}$bench_same_path" >/dev/null 2>&1; done
 tck=$(getconf CLK_TCK)

@@ -71,6 +71,19 @@
 // every other request whole, so that what the glue does not reproduce
 // stays the module's.
 //
+// # Hot cache entries answered by the host
+//
+// A hit costs the module's engine about ten times its native cost, and a
+// host that asks for it (InitPublishHits) answers the hits that are pure
+// reads of the engine's state natively, from a mirror built from the
+// engine package (engine.HitMirror, engine.PublishHits). The module hands
+// it the hot entries as hit records (engine's encoding) in a poll
+// result, under the answer ID PublishedID, which no request has. A
+// record published during dohfwd_ask waits for the next poll, and that
+// ask's QueryAnswer carries QueryAnswerPublished, so the host polls at
+// once. The module publishes nothing without the flag (the Workers glue
+// never sets it), and a reload drops the records not yet handed over.
+//
 // Socket imports return 0 for success or an engine.ErrorClass value (1..7);
 // so do the Code fields of socket events.
 package abi
@@ -175,7 +188,37 @@ const (
 	// InitTCPOnly starts the engine with TCP as the first transport of
 	// every attempt, for hosts without UDP (Cloudflare Workers).
 	InitTCPOnly = 1
+	// InitPublishHits makes the module publish its engine's hot cache
+	// entries to the host (engine.PublishHits): poll results then carry
+	// them under PublishedID, and an ask that published some sets
+	// QueryAnswerPublished.
+	InitPublishHits = 2
 )
+
+// PublishedID is the answer ID under which a poll result carries hit
+// records (InitPublishHits): the host numbers its requests from 1 and
+// skips 0 when the numbering wraps. Its field holds the records, each a
+// field (AppendHitRecord, HitRecords).
+const PublishedID = 0
+
+// AppendHitRecord appends one of the engine's hit records (a record
+// engine.PublishHits handed out) to b, the content of a PublishedID
+// answer.
+func AppendHitRecord(b, record []byte) []byte { return appendField(b, record) }
+
+// HitRecords calls take with each hit record of a PublishedID answer's
+// field, in order; the records alias field.
+func HitRecords(field []byte, take func(record []byte)) error {
+	for len(field) > 0 {
+		rec, rest, err := nextField(field)
+		if err != nil {
+			return err
+		}
+		take(rec)
+		field = rest
+	}
+	return nil
+}
 
 // ForwardedHeaders are the request headers a host passes to the module
 // (with Host): the ones the DoH handling reads. Hosts keep the rest.
@@ -399,7 +442,26 @@ const (
 	QueryAnswerCacheable = 1
 	QueryAnswerCacheHit  = 2
 	QueryAnswerShared    = 4
+	// QueryAnswerPublished, on dohfwd_ask's answer only: hit records
+	// wait for the next poll (InitPublishHits).
+	QueryAnswerPublished = 8
 )
+
+// queryAnswerFlagsAt is the offset of a QueryAnswer's flags byte.
+const queryAnswerFlagsAt = 14
+
+// MarkPublished sets QueryAnswerPublished on the encoded QueryAnswer b.
+func MarkPublished(b []byte) {
+	if len(b) >= QueryAnswerHeaderSize {
+		b[queryAnswerFlagsAt] |= QueryAnswerPublished
+	}
+}
+
+// Published reports whether the encoded QueryAnswer b carries
+// QueryAnswerPublished.
+func Published(b []byte) bool {
+	return len(b) >= QueryAnswerHeaderSize && b[queryAnswerFlagsAt]&QueryAnswerPublished != 0
+}
 
 // AppendQueryAnswer appends the engine's answer r to an EventQuery, as
 // the front end reads it, to b. Answered is not sent: the host takes its
@@ -437,7 +499,7 @@ func ParseQueryAnswer(b []byte) (engine.Response, error) {
 	r.TTL = binary.LittleEndian.Uint32(b[4:])
 	r.Attempts = int(binary.LittleEndian.Uint32(b[8:]))
 	r.Result, r.Reason = engine.Result(b[12]), engine.Reason(b[13])
-	flags := b[14]
+	flags := b[queryAnswerFlagsAt]
 	r.Cacheable, r.CacheHit, r.Shared = flags&QueryAnswerCacheable != 0, flags&QueryAnswerCacheHit != 0, flags&QueryAnswerShared != 0
 	r.Question = binary.LittleEndian.Uint64(b[16:])
 	r.Upstream = time.Duration(binary.LittleEndian.Uint64(b[24:]))

@@ -172,3 +172,47 @@ func TestQueryAnswerRoundTripAndLayout(t *testing.T) {
 		t.Fatal("an answer with a byte after it must not parse")
 	}
 }
+
+// Hit records cross in a poll result as the field of an answer with
+// PublishedID, each record a field of its own; an ask's QueryAnswer says
+// records wait with QueryAnswerPublished in its flags byte (offset 14),
+// which an older host's ParseQueryAnswer reads past.
+func TestHitRecordsLayout(t *testing.T) {
+	recs := [][]byte{[]byte("first record"), {}, []byte("third")}
+	var field []byte
+	for _, r := range recs {
+		field = AppendHitRecord(field, r)
+	}
+	if binary.LittleEndian.Uint32(field) != uint32(len(recs[0])) || !bytes.Equal(field[4:4+len(recs[0])], recs[0]) {
+		t.Fatalf("field % x: want a length-prefixed record first", field)
+	}
+	b := AppendAnswer(AppendPollHeader(nil, 5), 3, []byte("an answer"))
+	b = AppendAnswer(b, PublishedID, field)
+	_, answers, err := ParsePollResult(b, nil)
+	if err != nil || len(answers) != 2 || answers[1].ID != 0 {
+		t.Fatalf("poll result %+v, %v", answers, err)
+	}
+	var got [][]byte
+	if err := HitRecords(answers[1].Response, func(r []byte) { got = append(got, r) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(recs) || !bytes.Equal(got[0], recs[0]) || len(got[1]) != 0 || !bytes.Equal(got[2], recs[2]) {
+		t.Fatalf("records read back %q, want %q", got, recs)
+	}
+	if err := HitRecords(field[:len(field)-1], func([]byte) {}); err == nil {
+		t.Fatal("a cut record must not read")
+	}
+
+	r := engine.Response{Rcode: 0, CacheHit: true, Wire: []byte{1, 2}}
+	a := AppendQueryAnswer(nil, &r)
+	if Published(a) {
+		t.Fatal("an answer without MarkPublished says records wait")
+	}
+	MarkPublished(a)
+	if !Published(a) || a[14] != QueryAnswerCacheHit|QueryAnswerPublished {
+		t.Fatalf("flags byte %#x after MarkPublished", a[14])
+	}
+	if back, err := ParseQueryAnswer(a); err != nil || !back.CacheHit || back.Cacheable || back.Shared {
+		t.Fatalf("a marked answer reads back %+v, %v", back, err)
+	}
+}

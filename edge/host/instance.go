@@ -64,6 +64,8 @@ type Instance struct {
 	sockets map[uint32]*socket // open sockets by fd
 	nextFD  uint32
 	failed  error // the module trapped or the instance was closed
+
+	hits *hitMirror // takes the module's hit records (abi.InitPublishHits); nil: none
 }
 
 // call is one request or question waiting for its answer. Pooled: a
@@ -102,7 +104,7 @@ func (r *Runtime) NewInstance(ctx context.Context, configYAML []byte) (*Instance
 	if err != nil {
 		return nil, err
 	}
-	return r.newInstance(ctx, encoded)
+	return r.newInstance(ctx, encoded, nil)
 }
 
 // encodeYAML reads and checks configYAML and encodes it for the module.
@@ -115,8 +117,8 @@ func encodeYAML(configYAML []byte) ([]byte, error) {
 }
 
 // newInstance is NewInstance with the configuration encoded already
-// (config.Encode).
-func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, error) {
+// (config.Encode), its module's hit records going to hits when not nil.
+func (r *Runtime) newInstance(ctx context.Context, encoded []byte, hits *hitMirror) (*Instance, error) {
 	mc := wazero.NewModuleConfig().
 		WithName(""). // anonymous, so there may be many
 		WithStartFunctions("_initialize").
@@ -127,6 +129,7 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 		network: r.opts.Network,
 		calls:   map[uint32]*call{},
 		sockets: map[uint32]*socket{},
+		hits:    hits,
 	}
 	in.readers = workpool.New(maxIdleReaders, in.readOnce)
 	in.pollCtx = withInstance(context.Background(), in)
@@ -163,6 +166,9 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte) (*Instance, e
 	var flags uint64
 	if r.opts.TCPOnly {
 		flags |= abi.InitTCPOnly
+	}
+	if hits != nil {
+		flags |= abi.InitPublishHits
 	}
 	res, err := initFn.Call(ctx, uint64(len(encoded)), flags)
 	if err != nil {
@@ -351,6 +357,10 @@ func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
 	}
 	var now time.Time // read once for the answers of this poll
 	for _, a := range answers {
+		if a.ID == abi.PublishedID && in.hits != nil {
+			in.hits.take(a.Response)
+			continue
+		}
 		in.mu.Lock()
 		c := in.calls[a.ID]
 		delete(in.calls, a.ID)
@@ -537,6 +547,9 @@ func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, 
 	if err != nil {
 		return engine.Response{}, false, err
 	}
+	if abi.Published(out) {
+		in.due.Store(true) // hit records wait: askNow polls for them
+	}
 	resp, err := abi.ParseQueryAnswer(out)
 	if err != nil {
 		return resp, false, fmt.Errorf("edge: ask result: %w", err)
@@ -570,6 +583,9 @@ func (in *Instance) roundTrip(ctx context.Context, c *call, appendEvent func(b [
 		return err
 	}
 	in.nextID++
+	if in.nextID == abi.PublishedID { // wrapped
+		in.nextID++
+	}
 	id := in.nextID
 	in.calls[id] = c
 	in.events = appendEvent(in.events, id)

@@ -34,6 +34,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	instances := fs.Int("instances", DefaultInstances(), "module instances, each with its own engine (more split the cache and demotion marks)")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "compilation cache `DIR` (\"\" compiles in memory)")
 	tcpOnly := fs.Bool("tcp-only", false, "run the module's engine with TCP as its only upstream transport, as on Workers (to test or measure that path natively)")
+	nativeHits := fs.Bool("native-hits", true, "answer the cache hits the module's engine publishes natively, from a mirror of its hot entries (false: every question goes to the module)")
 	encode := fs.Bool("encode-config", false, "print the configuration as the module takes it (Workers' DOHFWD_CONFIG) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,7 +71,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	rt, err := NewRuntime(ctx, wasm, Options{CacheDir: *cacheDir, Stderr: stderr, TCPOnly: *tcpOnly})
+	rt, err := NewRuntime(ctx, wasm, Options{CacheDir: *cacheDir, Stderr: stderr, TCPOnly: *tcpOnly, NativeHits: *nativeHits})
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	if err != nil {
 		return err
 	}
-	d.Log.Info().Str("module", *modPath).Int("instances", *instances).Str("cache_dir", *cacheDir).Msg("edge module ready")
+	d.Log.Info().Str("module", *modPath).Int("instances", *instances).Bool("native_hits", *nativeHits).Str("cache_dir", *cacheDir).Msg("edge module ready")
 
 	met.CollectAttemptLatency(pool.AttemptLatency)
 	return d.Serve(ctx, assembly.Serving{Backend: pool, Handler: d.Handler, Version: version})

@@ -47,6 +47,8 @@ type Pool struct {
 	notAtOnce   map[*byte]struct{}
 
 	answeredInline atomic.Uint64 // by ResolveWireImmediate, for tests
+
+	hits *hitMirror // the native hits (Options.NativeHits); nil: none
 }
 
 // maxNotAtOnce bounds Pool.notAtOnce: queries whose ResolveWire never
@@ -63,8 +65,13 @@ func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Po
 		return nil, err
 	}
 	p := &Pool{rt: rt, config: encoded}
+	if rt.opts.NativeHits {
+		if p.hits, err = newHitMirror(encoded, rt.opts.Stderr); err != nil {
+			return nil, err
+		}
+	}
 	for range size {
-		in, err := rt.newInstance(ctx, encoded)
+		in, err := rt.newInstance(ctx, encoded, p.hits)
 		if err != nil {
 			p.Close(ctx)
 			return nil, err
@@ -110,6 +117,9 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 // asks ResolveWire from a goroutine of its own. miss is the native
 // engine's and is left alone (never Ready).
 func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
+	if r, ok := p.answerHit(query, dst, trace); ok {
+		return r, true
+	}
 	in := p.pick()
 	if in == nil || len(query) == 0 {
 		return engine.Response{}, false
@@ -166,6 +176,9 @@ func (p *Pool) askedAlready(query []byte) bool {
 // instance fails (a trap: it is replaced) the reply is empty, which the
 // front end answers as SERVFAIL.
 func (p *Pool) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	if r, ok := p.answerHit(query, dst, engine.TraceFrom(ctx)); ok {
+		return r
+	}
 	q := abi.Query{Wire: query, Client: engine.ClientOf(ctx)}
 	if t := engine.TraceFrom(ctx); t != nil {
 		q.Trace, q.HasTrace = *t, true
@@ -212,7 +225,7 @@ func (p *Pool) replace(ctx context.Context, old *Instance) {
 	p.all = append(p.all[:i], p.all[i+1:]...)
 	p.mu.Unlock()
 	old.Close(ctx)
-	fresh, err := p.rt.newInstance(ctx, p.config)
+	fresh, err := p.rt.newInstance(ctx, p.config, p.hits)
 	if err != nil {
 		return
 	}
@@ -284,7 +297,9 @@ func (p *Pool) Status() engine.Status {
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	all, _ := p.Statuses(ctx)
-	return engine.MergeStatuses(all)
+	st := engine.MergeStatuses(all)
+	st.Counters.Add(p.hitCounters())
+	return st
 }
 
 // Counters adds up the instances' counters.
@@ -317,6 +332,12 @@ func (p *Pool) Reload(cfg *config.Config) error {
 	defer cancel()
 	p.configuring.Lock()
 	defer p.configuring.Unlock()
+	if p.hits != nil {
+		// Until the module runs the new configuration, a record may be
+		// of either; reconfigured to what it runs after.
+		p.hits.suspend()
+		defer func() { p.hits.reconfigure(p.config) }()
+	}
 	for _, in := range p.instances() {
 		if err := in.Reload(ctx, encoded); err != nil {
 			return err

@@ -34,6 +34,10 @@ type Options struct {
 	Stderr io.Writer
 	// TCPOnly starts the module's engine without UDP, as on Workers.
 	TCPOnly bool
+	// NativeHits makes a Pool answer the cache hits its module's engine
+	// publishes natively (hits.go; dohfwd-edge's -native-hits); off, every
+	// question goes to the module.
+	NativeHits bool
 }
 
 // Runtime is the module compiled once and ready to instantiate.

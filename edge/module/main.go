@@ -90,6 +90,9 @@ func setup(encoded []byte, flags uint32) error {
 	}
 	dohfwd, eng, handler = d, d.Engine, d.Handler
 	front = frontOf(d, cfg)
+	if flags&abi.InitPublishHits != 0 {
+		eng.PublishHits(publishHit)
+	}
 	return nil
 }
 
@@ -145,6 +148,7 @@ func reload(encoded []byte) error {
 	if err := dohfwd.Reload(cfg); err != nil {
 		return err
 	}
+	dropPublished() // read under the old configuration
 	front = frontOf(dohfwd, cfg)
 	return nil
 }

@@ -20,6 +20,9 @@ var requests = struct {
 	cancel  map[uint32]*engine.CancelContext
 	answers []byte // abi.AppendAnswer records
 	scratch []byte // a response's encoding, copied into answers
+	// published is the hit records (abi.AppendHitRecord) for the
+	// next poll result (abi.InitPublishHits).
+	published []byte
 }{cancel: map[uint32]*engine.CancelContext{}}
 
 // Until the host calls again, only the goroutines' timers that are not a
@@ -84,6 +87,10 @@ func exportPoll(now int64, n uint32) uint32 {
 	out := abi.AppendPollHeader(buf[:0], next.UnixNano())
 	out = append(out, requests.answers...)
 	requests.answers = requests.answers[:0]
+	if len(requests.published) > 0 {
+		out = abi.AppendAnswer(out, abi.PublishedID, requests.published)
+		requests.published = requests.published[:0]
+	}
 	requests.Unlock()
 	buf = out[:cap(out)]
 	return uint32(len(out))

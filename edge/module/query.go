@@ -238,13 +238,35 @@ func exportAsk(n uint32) uint32 {
 	}
 	requests.Lock()
 	queryCounts.AtOnce++
+	published := len(requests.published) > 0
 	requests.Unlock()
 	// Straight into the buffer: the question in it is read already. A
 	// longer answer moves it, as a poll's result does.
 	out := abi.AppendQueryAnswer(buf[:0], &r)
+	if published {
+		abi.MarkPublished(out) // the host polls for them at once
+	}
 	buf = out[:cap(out)]
 	return uint32(len(out))
 }
 
 // askTrace is the trace of dohfwd_ask's question, kept off its stack.
 var askTrace engine.Trace
+
+// publishHit is the engine's PublishHits hook (abi.InitPublishHits): the
+// record joins the next poll result. It runs on the question's goroutine
+// (a poll's, an ask's or a worker's), never under requests' lock.
+func publishHit(record []byte) {
+	requests.Lock()
+	requests.published = abi.AppendHitRecord(requests.published, record)
+	requests.Unlock()
+}
+
+// dropPublished drops the hit records not handed over yet: after a
+// reload they may be of the old configuration, and the engine publishes
+// its entries again under the new one.
+func dropPublished() {
+	requests.Lock()
+	requests.published = requests.published[:0]
+	requests.Unlock()
+}

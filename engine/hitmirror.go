@@ -1,0 +1,228 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+
+	"github.com/dohfwd/dohfwd/dnswire"
+)
+
+// HitMirror answers, natively, the cache hits another engine published
+// (PublishHits): an edge host's copy of the hot entries of the engine in
+// its WebAssembly module. It reads a question as that engine does (the
+// same parse, route and key), and answers it from a published entry as
+// that engine would at the same moment (the same reply, Response, counters
+// and question event), or reports false having done nothing, and the host
+// asks the engine. It has the engine's configuration for routing alone:
+// it never goes upstream, and its cache is only what was published.
+//
+// A published entry is served while its hits are pure reads of the
+// engine's state (see PublishHits): to its TTL, or with prefetch on to the
+// last tenth of it. The engine publishes no removals; the mirror keeps its
+// own bound (the configured cache size) and serves an entry the engine
+// evicted only while it is fresh, as the engine would have.
+type HitMirror struct {
+	e     *Engine // the routes, counters, observer and question IDs respond uses
+	cache atomic.Pointer[mirrorCache]
+	// taking is false while a reload is under way (Suspend): records
+	// then may have been read under either configuration, and are
+	// dropped.
+	taking atomic.Bool
+	mu     sync.Mutex // serialises Reconfigure
+}
+
+// mirrorCache is a mirror's published entries, emptied by each reload.
+type mirrorCache struct {
+	entries *otter.Cache[cacheKey, mirrored]
+	clock   *fedClock
+	any     atomic.Bool // something was published: before that no query is read
+}
+
+// mirrored is a published entry and whether its engine prefetches it.
+type mirrored struct {
+	en       *entry
+	prefetch bool
+}
+
+// servable reports whether a hit at now is a pure read of the engine's
+// state (PublishHits): live, and before the prefetch window. The stored
+// time crossed as a wall-clock reading (no monotonic one), so a wall
+// clock stepped back before it leaves the question to the engine, whose
+// own entry ages by its monotonic clock.
+func (m mirrored) servable(now time.Time) bool {
+	return !now.Before(m.en.stored) && m.en.live(now) && !(m.prefetch && inPrefetchWindow(m.en, now))
+}
+
+// mirrorQuestionIDs is where a mirror's question IDs start, so that its
+// question events are not mistaken for its engine's.
+const mirrorQuestionIDs = 1 << 62
+
+// NewHitMirror returns a mirror for an engine configured with cfg;
+// observer (nil drops them) receives its question events.
+func NewHitMirror(cfg Config, observer Observer) (*HitMirror, error) {
+	if observer == nil {
+		observer = nopObserver{}
+	}
+	m := &HitMirror{e: &Engine{observer: observer, epoch: time.Now(), upstreams: map[netip.AddrPort]*upstream{}}}
+	m.e.questionIDs.Store(mirrorQuestionIDs)
+	if err := m.Reconfigure(cfg); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Suspend stops the mirror answering and taking records until the next
+// Reconfigure: the host calls it before it reloads the engine, whose
+// records may then come under either configuration.
+func (m *HitMirror) Suspend() {
+	m.taking.Store(false)
+	m.cache.Store(nil)
+}
+
+// Reconfigure takes the engine's new configuration (the one a reload
+// gave it, or its old one again when it refused the reload) and empties
+// the mirror: the engine publishes its entries again under it. On error
+// the mirror stays suspended.
+func (m *HitMirror) Reconfigure(cfg Config) error {
+	cfg = cfg.withDefaults()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.Suspend()
+	r, err := buildRoutes(cfg, newUpstream)
+	if err != nil {
+		return fmt.Errorf("hit mirror: %w", err)
+	}
+	m.e.routes.Store(r)
+	if cfg.Cache.MaxEntries > 0 {
+		m.cache.Store(newMirrorCache(cfg.Cache.MaxEntries))
+		m.taking.Store(true)
+	}
+	return nil
+}
+
+func newMirrorCache(size int) *mirrorCache {
+	clock := &fedClock{start: time.Now()}
+	c := otter.Must(&otter.Options[cacheKey, mirrored]{
+		MaximumSize: size,
+		// Kept until it is no longer servable: its TTL, or its prefetch
+		// window's start.
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[cacheKey, mirrored]) time.Duration {
+			en, end := e.Value.en, e.Value.en.ttl
+			if e.Value.prefetch {
+				end = end * 9 / 10
+			}
+			return en.stored.Add(end).Sub(clock.time())
+		}),
+		Clock:    clock,
+		Executor: func(fn func()) { fn() }, // as answerCache: no goroutine
+	})
+	return &mirrorCache{entries: c, clock: clock}
+}
+
+// Publish takes one record PublishHits handed out; a record for a key
+// the mirror holds replaces its entry. Dropped while suspended.
+func (m *HitMirror) Publish(record []byte) error {
+	key, en, prefetch, err := parseHitRecord(record)
+	if err != nil {
+		return err
+	}
+	c := m.cache.Load()
+	if c == nil || !m.taking.Load() {
+		return nil
+	}
+	now := time.Now()
+	if !(mirrored{en, prefetch}).servable(now) {
+		return nil
+	}
+	c.clock.observe(now)
+	c.entries.Set(key, mirrored{en: en, prefetch: prefetch})
+	c.any.Store(true)
+	return nil
+}
+
+// Len is the number of entries the mirror holds.
+func (m *HitMirror) Len() int {
+	if c := m.cache.Load(); c != nil {
+		return c.entries.EstimatedSize()
+	}
+	return 0
+}
+
+// Counters are the mirror's totals: its hits, as its engine counts them.
+func (m *HitMirror) Counters() Counters { return m.e.counters.snapshot() }
+
+// ResolveWireImmediate is the engine's ResolveWireImmediate for a
+// question a published entry answers: the client's reply appended to
+// dst, with the engine's counters and question event; else false, having
+// done nothing. Whatever else the engine may answer at once (a local
+// name, an entry not published, stale or in its prefetch window) it
+// leaves to the engine, as it does search candidates, forwarded ECS and
+// compressed question names. miss is not read or filled.
+func (m *HitMirror) ResolveWireImmediate(query, dst []byte, trace *Trace, _ *Miss) (resp Response, ok bool) {
+	c := m.cache.Load()
+	if c == nil || !c.any.Load() {
+		return
+	}
+	rt := m.e.routes.Load()
+	var qn question // fields one by one, as the engine's
+	qn.e, qn.cfg, qn.routes = m.e, rt.cfg, rt
+	qn.ctx, qn.trace = context.Background(), trace
+	buf := getNameBuffer()
+	if !qn.client.parseInto(query, buf) {
+		putNameBuffer(buf)
+		return
+	}
+	qn.scope = rt.route(qn.client.name)
+	var f found
+	ok = m.hit(c, &qn, &f)
+	if ok {
+		qn.client.own()
+	}
+	putNameBuffer(buf)
+	if !ok {
+		return
+	}
+	qn.id = m.e.questionIDs.Add(1)
+	qn.respond(&resp, dst, &f)
+	return
+}
+
+// hit is the engine's immediate for the mirror: a published entry for
+// the name as asked, routed where the engine would route it, that is
+// still servable. Local names never reach the engine's cache, so they
+// have no entry here either.
+func (m *HitMirror) hit(c *mirrorCache, qn *question, r *found) bool {
+	rt, asked := qn.routes, qn.client.name
+	if len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dnswire.CountLabel(asked) == 1 ||
+		rt.cfg.ForwardECS && qn.client.ecs {
+		return false
+	}
+	key := keyFor(&qn.client, asked)
+	e, found := c.entries.GetEntryQuietly(key)
+	if !found {
+		return false
+	}
+	now := time.Now()
+	// The scope test guards against a record of an older configuration
+	// (the mirror is emptied on reload); the engine's cache key has no
+	// scope, so an entry fetched for a search candidate elsewhere is
+	// left to the engine too.
+	if e.Value.en.scope != qn.scope.name || !e.Value.servable(now) {
+		return false
+	}
+	c.clock.observe(now)
+	if qn.client.borrowed && qn.client.lower && key.name == qn.client.name {
+		qn.client.name, qn.client.borrowed = e.Key.name, false // as answerCache's getKeyed
+	}
+	qn.start = now
+	r.en, r.at, r.result, r.cacheHit = e.Value.en, now, ResultLocal, true
+	r.ends = hitEndsAtLookup
+	m.e.counters.cacheHits.Add(1)
+	return true
+}
