@@ -47,6 +47,7 @@ type Instance struct {
 	cannotStart                  atomic.Bool             // the module does not begin questions in dohfwd_ask (start)
 	begun                        atomic.Uint64           // questions start began, for tests
 	finishedInPlace              atomic.Uint64           // begun questions finished where their poll ran (unlock), for tests
+	finishedOnWorker             atomic.Uint64           // begun questions a reader's poll answered, finished on a worker (unlock), for tests
 
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex

@@ -182,6 +182,7 @@ func (in *Instance) finishBegun(c *call, here bool) {
 		next, then := c.next, c.then
 		c.next = nil // c may be another question's once then returns
 		if !here {
+			in.finishedOnWorker.Add(1)
 			then.ResolveElsewhere()
 			c = next
 			continue
