@@ -72,13 +72,18 @@ func (e *edge) askCalls() uint64 {
 	return e.sum(func(in *Instance) uint64 { return in.askCalls.Load() })
 }
 
-// begun is how many questions the instances began on a reader
-// (Instance.start); finishedInPlace how many of those were finished where
+// begun is how many questions the instances began on a reader at once
+// (Instance.startNow), begunQueued how many they queued for a poll
+// (startQueued); finishedInPlace how many of those were finished where
 // the poll of their answer ran, and finishedOnWorker how many were
 // answered by a poll on a reader (their reply came while the reader still
 // held the instance) and finished on a worker of the front end's.
 func (e *edge) begun() uint64 {
 	return e.sum(func(in *Instance) uint64 { return in.begun.Load() })
+}
+
+func (e *edge) begunQueued() uint64 {
+	return e.sum(func(in *Instance) uint64 { return in.begunQueued.Load() })
 }
 
 func (e *edge) finishedInPlace() uint64 {

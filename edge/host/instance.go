@@ -45,7 +45,9 @@ type Instance struct {
 	asking                       atomic.Bool             // a dohfwd_ask holds calling (askNow, start)
 	due                          atomic.Bool             // the timer fired: a poll is owed, events or not
 	cannotStart                  atomic.Bool             // the module does not begin questions in dohfwd_ask (start)
-	begun                        atomic.Uint64           // questions start began, for tests
+	begun                        atomic.Uint64           // questions start began at once (startNow), for tests
+	begunQueued                  atomic.Uint64           // questions start queued for a poll (startQueued), for tests
+	pollQueued                   atomic.Bool             // a goroutine is on its way to poll for startQueued
 	finishedInPlace              atomic.Uint64           // begun questions finished where their poll ran (unlock), for tests
 	finishedOnWorker             atomic.Uint64           // begun questions a reader's poll answered, finished on a worker (unlock), for tests
 

@@ -23,18 +23,74 @@ import (
 // (ResolveElsewhere, a worker): a poll on a reader's goroutine (which holds
 // its connection's lock), a cancel, the instance's failure.
 
-// start begins c's question in the module on the caller's goroutine, the
-// front end's reader: dohfwd_ask with abi.QueryStart, under a request
-// number of its own, watched for its context's end. It reports whether it
-// began it; then finishes it, exactly once. Otherwise c is as it was, or
-// answered at once (c.answered), and nothing waits for it: the front end
-// goes on with it on a worker (Pool.ResolveWireMiss). The instance busy
-// (a call into the module under way), closed, or a module that does not
-// begin questions in dohfwd_ask: false.
+// start begins c's question in the module for the front end's reader,
+// under a request number of its own, watched for its context's end. It
+// reports whether it began it; then finishes it, exactly once. Otherwise
+// c is as it was, or answered at once (c.answered), and nothing waits for
+// it: the front end goes on with it on a worker (Pool.ResolveWireMiss).
+//
+// An instance with nothing in progress (one stream) is asked at once, on
+// the reader (startNow: one dohfwd_ask, no goroutine woken). Otherwise the
+// question is queued for a poll (startQueued): the reader begins its read
+// batch's misses back to back, and one poll takes them all. Measured on
+// distinct names (1 connection x 10 streams, cache off), a dohfwd_ask for
+// each cost more than the hand-offs it saved: 20 000 asks and 0.19 polls
+// a question, at 1.26x the CPU per request of the worker's way.
 func (in *Instance) start(ctx context.Context, c *call, then engine.MissContinuation) bool {
-	if in.ask == nil || in.cannotStart.Load() || !in.calling.TryLock() {
+	if in.inFlight.Load() == 0 && in.ask != nil && !in.cannotStart.Load() && in.calling.TryLock() {
+		begun := in.startNow(ctx, c, then)
+		if begun || c.answered || !in.cannotStart.Load() {
+			return begun
+		}
+	}
+	return in.startQueued(ctx, c, then)
+}
+
+// startQueued begins c's question by the next poll: its EventQuery queued,
+// and a goroutine of its own to poll, unless one is on its way already
+// (pollQueued), so that one poll takes the misses a reader begins back to
+// back and finishes their answers where it runs. false when the instance
+// failed.
+func (in *Instance) startQueued(ctx context.Context, c *call, then engine.MissContinuation) bool {
+	c.in, c.then, c.question = in, then, true
+	q := abi.Query{Wire: c.query, Client: engine.ClientOf(ctx)}
+	if t := engine.TraceFrom(ctx); t != nil {
+		q.Trace, q.HasTrace = *t, true
+	}
+	// Watched before it is queued, so that no poll delivers its answer
+	// first (unwatch); a cancel before it is in calls is a Close that
+	// finds nothing to end: its answer is then dropped by the front end.
+	c.watch(ctx)
+	in.mu.Lock()
+	if in.failed != nil {
+		in.mu.Unlock()
+		c.unwatch()
+		c.then = nil
 		return false
 	}
+	in.nextID++
+	c.id = in.nextID
+	in.calls[c.id] = c
+	in.events = abi.AppendQueryEvent(in.events, c.id, &q)
+	in.mu.Unlock()
+	in.inFlight.Add(1)
+	in.begunQueued.Add(1)
+	if !in.pollQueued.Swap(true) {
+		go in.pollForQueued()
+	}
+	return true
+}
+
+// pollForQueued is startQueued's poll, on a goroutine that holds no
+// connection's lock, so it finishes the answers in place.
+func (in *Instance) pollForQueued() {
+	in.pollQueued.Store(false) // a question queued after this spawns another
+	in.kick()
+}
+
+// startNow is start's dohfwd_ask with abi.QueryStart; the caller holds
+// in.calling, which startNow lets go.
+func (in *Instance) startNow(ctx context.Context, c *call, then engine.MissContinuation) bool {
 	if in.closed || !in.memory.enter() {
 		in.unlock(false)
 		return false
