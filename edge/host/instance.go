@@ -116,9 +116,16 @@ func putCall(c *call) {
 	if c.kept {
 		return
 	}
-	*c = call{done: c.done, wire: c.wire[:0]}
+	wire := c.wire[:0]
+	if cap(wire) > maxKeptWire {
+		wire = nil // a big answer's buffer is left to the collector
+	}
+	*c = call{done: c.done, wire: wire}
 	calls.Put(c)
 }
+
+// maxKeptWire bounds the answer buffer a pooled call keeps.
+const maxKeptWire = 4096
 
 // errClosed is what a call into a closed instance returns.
 var errClosed = errors.New("edge: instance closed")
