@@ -170,7 +170,14 @@ func TestWazeroInstanceTrapMidBegunMissServfails(t *testing.T) {
 		old.due.Store(true)
 		old.kick()
 	}()
-	m, _ := e.get(t, query("silent.example.org", dns.TypeA))
+	// Bounded, so that an answer lost with the instance fails the test
+	// rather than hang it (the silent server's three attempts take 6 s).
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	wire, _ := query("silent.example.org", dns.TypeA).Pack()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/dns-query?dns="+base64.RawURLEncoding.EncodeToString(wire), nil)
+	req.Header.Set("Accept", "application/dns-message")
+	m, _ := e.do(t, req)
 	if m.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("rcode %s, want SERVFAIL", dns.RcodeToString[m.Rcode])
 	}
