@@ -75,10 +75,27 @@ type Miss struct {
 	led   *flight
 	first *askBuffers
 	start time.Time
+	// held is what a resolver that is not this engine keeps of its miss
+	// (Hold).
+	held any
 }
 
-// Ready reports whether m holds a query for ResolveWireMiss.
-func (m *Miss) Ready() bool { return m.routes != nil }
+// Ready reports whether m holds a query for ResolveWireMiss: one this
+// engine read, or one another resolver holds (Hold).
+func (m *Miss) Ready() bool { return m.routes != nil || m.held != nil }
+
+// Hold makes m the miss of a resolver that is not an Engine but answers
+// as one for a front end (doh.ImmediateResolver, doh.MissStarter: the
+// edge host, whose engine runs in a WebAssembly module): v is what that
+// resolver keeps to go on with the question, which the front end then
+// hands to its StartMiss and ResolveWireMiss as it would an Engine's
+// miss. m is Ready while it holds v (not nil); an Engine never reads v,
+// and its own StartMiss and ResolveWireMiss take such a miss as one that
+// holds no query. The zeroed Miss (a front end's reset) drops v.
+func (m *Miss) Hold(v any) { m.held = v }
+
+// Held is what Hold put in m, or nil.
+func (m *Miss) Held() any { return m.held }
 
 // ResolveWireMiss is ResolveWire for the query ResolveWireImmediate read
 // into m and could not answer: it does not parse or route the query

@@ -403,3 +403,36 @@ func TestStartMissLeavesOthersToResolveWireMiss(t *testing.T) {
 		}
 	})
 }
+
+// A Miss another resolver holds (Miss.Hold: the edge host, whose engine
+// runs in a module) is Ready for the front end, which hands it to that
+// resolver; an Engine given it takes it as a miss that holds no query:
+// StartMiss begins nothing and ResolveWireMiss answers with no reply,
+// neither reading what is held. A front end's zeroed Miss drops it.
+func TestMissHeldByAnotherResolver(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e := startEngine(t, engine.Config{FallbackServers: []string{up.String()}}, engine.NativeNetwork{})
+	t.Cleanup(func() { e.Close() })
+	held := new(int)
+	var m engine.Miss
+	if m.Ready() || m.Held() != nil {
+		t.Fatal("the zero Miss is Ready or holds something")
+	}
+	m.Hold(held)
+	if !m.Ready() || m.Held() != held {
+		t.Fatalf("held: Ready %v, Held %v; want Ready and what was held", m.Ready(), m.Held())
+	}
+	if e.StartMiss(context.Background(), &m, nil) || m.Started() {
+		t.Fatal("the engine began a miss another resolver holds")
+	}
+	if r := e.ResolveWireMiss(context.Background(), &m, nil); r.Rcode != -1 || len(r.Wire) != 0 {
+		t.Fatalf("the engine answered a miss another resolver holds: rcode %d, %d bytes", r.Rcode, len(r.Wire))
+	}
+	if n := len(up.Queries()); n != 0 {
+		t.Fatalf("upstream asked %d times", n)
+	}
+	m = engine.Miss{}
+	if m.Ready() || m.Held() != nil {
+		t.Fatal("a zeroed Miss still holds")
+	}
+}

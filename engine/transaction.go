@@ -59,8 +59,13 @@ type CancelWatcher interface {
 	StopClosing(c io.Closer) bool
 }
 
-// cancelWatcherOf returns the CancelWatcher ctx is, or wraps with the
-// engine's own contexts, or nil.
+// CancelWatcherOf returns the CancelWatcher ctx is, or wraps with the
+// engine's own contexts (QuestionContext), or nil: a resolver that stands
+// in for an Engine (see Miss.Hold) watches a question's context as the
+// engine does, without context.AfterFunc's allocations.
+func CancelWatcherOf(ctx context.Context) CancelWatcher { return cancelWatcherOf(ctx) }
+
+// cancelWatcherOf is CancelWatcherOf.
 func cancelWatcherOf(ctx context.Context) CancelWatcher {
 	for {
 		switch c := ctx.(type) {

@@ -171,6 +171,19 @@ const (
 	// poll result is kept back: a host calls it between polls, and polls
 	// as before for every event that came meanwhile. A host looks it up
 	// and, when a module lacks it, sends every question by dohfwd_poll.
+	//
+	// With QueryStart in the record's flags (read only here), a question
+	// the module cannot answer at once is not left to a poll: the module
+	// begins it in the same call, under the record's ID, exactly as a
+	// poll's EventQuery would (its first query sent, or attached to an
+	// identical question's flight, or on a worker), and returns
+	// AskStarted, with a PollHeaderSize poll header in the buffer: the
+	// deadline by which to poll (now when a goroutine waits to run). The
+	// answer then comes out of a later poll under that ID, and
+	// EventCancel ends it as a poll's question. A module that does not
+	// know the flag returns 0 having started nothing, as ever: the host
+	// then sends the question by dohfwd_poll (and need not set the flag
+	// again). An answer at once is returned as without the flag.
 	ExportAsk = "dohfwd_ask"
 )
 
@@ -267,7 +280,30 @@ const (
 	// QueryTrace: Data starts with the request's trace (TraceSize
 	// bytes), for the engine's events (engine.WithTrace).
 	QueryTrace = 2
+	// QueryStart: for dohfwd_ask alone (ExportAsk), begin the question
+	// under the record's ID when it cannot be answered at once, and
+	// return AskStarted. A poll ignores it (a poll begins every question).
+	QueryStart = 4
 )
+
+// AskStarted is what dohfwd_ask returns for a question with QueryStart
+// that it began instead of answering at once (no QueryAnswer is that
+// long): the buffer then holds a poll header, the deadline by which the
+// host must poll (ParseAskStarted).
+const AskStarted = ^uint32(0)
+
+// AppendAskStarted appends the result of a dohfwd_ask that began its
+// question: the deadline by which to poll (Unix ns), as a poll header.
+func AppendAskStarted(b []byte, deadline int64) []byte { return AppendPollHeader(b, deadline) }
+
+// ParseAskStarted reads the deadline of a dohfwd_ask that returned
+// AskStarted.
+func ParseAskStarted(b []byte) (deadline int64, err error) {
+	if len(b) < PollHeaderSize {
+		return 0, errShort
+	}
+	return int64(binary.LittleEndian.Uint64(b)), nil
+}
 
 // TraceSize is an engine.Trace as an EventQuery carries it: ID (16
 // bytes), Parent (8), Span (8), Flags (1) and HasParent (1: 0 or 1).
@@ -379,6 +415,9 @@ type Query struct {
 	// Trace is the request's trace when HasTrace (trace context on).
 	Trace    engine.Trace
 	HasTrace bool
+	// Start asks dohfwd_ask to begin the question when it cannot answer
+	// it at once (QueryStart).
+	Start bool
 }
 
 // AppendQueryEvent appends an EventQuery with id and q to b: the event
@@ -390,6 +429,9 @@ func AppendQueryEvent(b []byte, id uint32, q *Query) []byte {
 	if q.Client.IsValid() {
 		flags |= QueryClient
 		from = netip.AddrPortFrom(q.Client, 0)
+	}
+	if q.Start {
+		flags |= QueryStart
 	}
 	n := len(q.Wire)
 	if q.HasTrace {
@@ -413,6 +455,7 @@ func ParseQuery(e *Event) (Query, error) {
 	if e.Code&QueryClient != 0 {
 		q.Client = e.From.Addr()
 	}
+	q.Start = e.Code&QueryStart != 0
 	d := e.Data
 	if e.Code&QueryTrace != 0 {
 		if len(d) < TraceSize {

@@ -63,6 +63,27 @@ func TestPollResultRoundTrip(t *testing.T) {
 	}
 }
 
+// dohfwd_ask's started result is a poll header: its deadline, little
+// endian, in PollHeaderSize bytes; AskStarted is no QueryAnswer's length.
+func TestAskStartedRoundTripAndLayout(t *testing.T) {
+	b := AppendAskStarted(nil, 1234567890)
+	if len(b) != PollHeaderSize || binary.LittleEndian.Uint64(b) != 1234567890 {
+		t.Fatalf("started result % x", b)
+	}
+	if d, err := ParseAskStarted(b); err != nil || d != 1234567890 {
+		t.Fatalf("read back %d, %v", d, err)
+	}
+	if _, err := ParseAskStarted(b[:PollHeaderSize-1]); err == nil {
+		t.Fatal("a cut started result must not parse")
+	}
+	if AskStarted <= QueryAnswerHeaderSize+3*(1<<16) {
+		t.Fatalf("AskStarted %d could be a QueryAnswer's length", AskStarted)
+	}
+	if QueryStart&(QueryClient|QueryTrace) != 0 {
+		t.Fatal("QueryStart shares a bit with another flag")
+	}
+}
+
 // An EventQuery reads back as written, with and without its client and
 // trace, and its bytes are where the package comment says: the flags in
 // Code, the client in the address (port 0), the trace's TraceSize bytes
@@ -81,6 +102,8 @@ func TestQueryEventRoundTripAndLayout(t *testing.T) {
 		{Wire: wire, Client: netip.MustParseAddr("192.0.2.9")},
 		{Wire: wire, Client: netip.MustParseAddr("2001:db8::9"), Trace: trace, HasTrace: true},
 		{Wire: wire, Trace: trace, HasTrace: true},
+		{Wire: wire, Start: true},
+		{Wire: wire, Client: netip.MustParseAddr("192.0.2.9"), Trace: trace, HasTrace: true, Start: true},
 	} {
 		b := AppendQueryEvent(nil, 42, &q)
 		e, rest, err := ParseEvent(b)
@@ -96,6 +119,9 @@ func TestQueryEventRoundTripAndLayout(t *testing.T) {
 		}
 		if q.HasTrace {
 			flags |= QueryTrace
+		}
+		if q.Start {
+			flags |= QueryStart
 		}
 		if e.Code != flags || binary.LittleEndian.Uint32(b[8:]) != flags {
 			t.Fatalf("flags %d, want %d", e.Code, flags)
@@ -115,7 +141,7 @@ func TestQueryEventRoundTripAndLayout(t *testing.T) {
 			t.Fatalf("query bytes % x", data)
 		}
 		got, err := ParseQuery(&e)
-		if err != nil || !bytes.Equal(got.Wire, wire) || got.Client != q.Client || got.HasTrace != q.HasTrace || got.Trace != q.Trace {
+		if err != nil || !bytes.Equal(got.Wire, wire) || got.Client != q.Client || got.HasTrace != q.HasTrace || got.Trace != q.Trace || got.Start != q.Start {
 			t.Fatalf("read back %+v (%v), want %+v", got, err, q)
 		}
 	}

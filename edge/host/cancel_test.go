@@ -52,7 +52,8 @@ func TestWazeroClientCancelNotCharged(t *testing.T) {
 	}
 }
 
-func clientCancelNotCharged(t *testing.T, rt *Runtime, silent upstreamtest.Handler, tried map[string]uint64, asked int) {
+// It returns the edge it served the questions with.
+func clientCancelNotCharged(t *testing.T, rt *Runtime, silent upstreamtest.Handler, tried map[string]uint64, asked int) *edge {
 	// One server: silent for the question the client abandons, answering
 	// every other, so the follow-up question shows whether the server was
 	// demoted and whether the instance was freed.
@@ -155,6 +156,7 @@ func clientCancelNotCharged(t *testing.T, rt *Runtime, silent upstreamtest.Handl
 	if n := len(up.Queries()); n != asked+1 {
 		t.Errorf("upstream read %d queries, want %d (no attempt after the cancel)", n, asked+1)
 	}
+	return e
 }
 
 // A joined follower (engine.JoinWire: no goroutine in the module) whose

@@ -72,6 +72,28 @@ func (e *edge) askCalls() uint64 {
 	return e.sum(func(in *Instance) uint64 { return in.askCalls.Load() })
 }
 
+// begun is how many questions the instances began on a reader at once
+// (Instance.startNow), begunQueued how many they queued for a poll
+// (startQueued); finishedInPlace how many of those were finished where
+// the poll of their answer ran, and finishedOnWorker how many were
+// answered by a poll on a reader (their reply came while the reader still
+// held the instance) and finished on a worker of the front end's.
+func (e *edge) begun() uint64 {
+	return e.sum(func(in *Instance) uint64 { return in.begun.Load() })
+}
+
+func (e *edge) begunQueued() uint64 {
+	return e.sum(func(in *Instance) uint64 { return in.begunQueued.Load() })
+}
+
+func (e *edge) finishedInPlace() uint64 {
+	return e.sum(func(in *Instance) uint64 { return in.finishedInPlace.Load() })
+}
+
+func (e *edge) finishedOnWorker() uint64 {
+	return e.sum(func(in *Instance) uint64 { return in.finishedOnWorker.Load() })
+}
+
 // sum adds up count over the pool's instances.
 func (e *edge) sum(count func(*Instance) uint64) uint64 {
 	e.pool.mu.Lock()
@@ -101,13 +123,15 @@ func (e *edge) setAsk(t *testing.T, on bool) {
 
 // A cache hit costs the module no goroutine and no poll: the host asks
 // for it with dohfwd_ask and the engine answers it from memory at once
-// (ResolveWireImmediate, counted AtOnce); only the miss before it went by
-// a poll (its dohfwd_ask answered nothing), started there and finished in
-// the poll of its reply, on no worker either (counted Finished). The
-// front end asks at once on the connection's goroutine, as it asks the
-// native engine (Pool.ResolveWireImmediate): the hit is answered there,
-// and the miss is asked of the module once, not again from the goroutine
-// it then takes. The front end marks it as natively: Server-Timing says
+// (ResolveWireImmediate, counted AtOnce); only the miss before it did
+// not (its dohfwd_ask answered nothing): it was begun by a second
+// dohfwd_ask on the connection's goroutine (Pool.StartMiss,
+// abi.QueryStart) and finished in the poll of its reply, on no worker
+// of the module's (counted Finished) and none of the host's (finished in
+// place, or on the front end's worker when its reply came while the
+// reader still held the instance). The front end asks at once on the connection's goroutine, as
+// it asks the native engine (Pool.ResolveWireImmediate): the hit is
+// answered there. The front end marks it as natively: Server-Timing says
 // cache.
 func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
@@ -125,8 +149,8 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	if n := e.askedNow(); n != 0 {
 		t.Fatalf("after the miss: %d answered by dohfwd_ask, want 0", n)
 	}
-	if n := e.askCalls(); n != 1 {
-		t.Fatalf("after the miss: dohfwd_ask called %d times, want once (on the connection's goroutine)", n)
+	if n, begun, finished := e.askCalls(), e.begun(), e.finishedInPlace()+e.finishedOnWorker(); n != 2 || begun != 1 || finished != 1 {
+		t.Fatalf("after the miss: dohfwd_ask called %d times, %d begun, %d finished as begun; want 2 (at once, then begun), 1, 1", n, begun, finished)
 	}
 	m, resp = e.post(t, query("hit.example.org", dns.TypeA))
 	wantAnswer(t, m, "192.0.2.5")
@@ -139,8 +163,8 @@ func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
 	if n := e.askedNow(); n != 1 {
 		t.Fatalf("after the hit: %d answered by dohfwd_ask, want 1", n)
 	}
-	if n, inline := e.askCalls(), e.pool.answeredInline.Load(); n != 2 || inline != 1 {
-		t.Fatalf("after the hit: dohfwd_ask called %d times, %d answered on the connection's goroutine; want 2 and 1", n, inline)
+	if n, inline := e.askCalls(), e.pool.answeredInline.Load(); n != 3 || inline != 1 {
+		t.Fatalf("after the hit: dohfwd_ask called %d times, %d answered on the connection's goroutine; want 3 and 1", n, inline)
 	}
 	if n := len(up.Queries()); n != 1 {
 		t.Fatalf("upstream asked %d times, want once", n)

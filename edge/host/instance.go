@@ -42,20 +42,30 @@ type Instance struct {
 	polls                        atomic.Uint64           // calls of dohfwd_poll, for tests
 	askMisses                    atomic.Uint32           // dohfwd_ask calls in a row that answered nothing (askNow)
 	askSkips                     atomic.Uint32           // questions askNow let by while askMisses ran high
-	asking                       atomic.Bool             // a dohfwd_ask holds calling (askNow)
+	asking                       atomic.Bool             // a dohfwd_ask holds calling (askNow, start)
 	due                          atomic.Bool             // the timer fired: a poll is owed, events or not
+	cannotStart                  atomic.Bool             // the module does not begin questions in dohfwd_ask (start)
+	begun                        atomic.Uint64           // questions start began at once (startNow), for tests
+	begunQueued                  atomic.Uint64           // questions start queued for a poll (startQueued), for tests
+	pollQueued                   atomic.Bool             // a goroutine is on its way to poll for startQueued
+	finishedInPlace              atomic.Uint64           // begun questions finished where their poll ran (unlock), for tests
+	finishedOnWorker             atomic.Uint64           // begun questions a reader's poll answered, finished on a worker (unlock), for tests
 
 	// calling is held by the goroutine calling into the module; under it:
 	calling  sync.Mutex
 	stack    [2]uint64    // parameters and results of the per-poll calls (call)
 	bufAt    uint32       // the module's buffer: its address (abi.ExportBuffer) ...
 	bufSize  uint32       // ... and how many bytes it is known to hold there
-	timer    *time.Timer  // polls at the module's deadline
+	timer    *time.Timer  // polls at the module's deadline ...
+	timerAt  time.Time    // ... which is then
 	answers  []abi.Answer // reused
 	ask      api.Function // optional (abi.ExportAsk): nil when the module lacks it
 	askIn    []byte       // the question dohfwd_ask is given
 	eventsIn []byte       // the events of the poll under way
 	closed   bool
+	// The begun questions (start) the polls answered, to finish once
+	// the instance is let go (unlock), in order; linked by call.next.
+	finishedFirst, finishedLast *call
 
 	mu      sync.Mutex
 	events  []byte           // encoded events for the next poll
@@ -80,6 +90,22 @@ type call struct {
 	question bool
 	dst      []byte
 	resp     engine.Response
+
+	// A question begun on the front end's reader (Pool.StartMiss, start)
+	// has no goroutine waiting on done: then finishes it once its answer
+	// (resp, its reply in wire; or err) is in (answered).
+	then     engine.MissContinuation
+	id       uint32
+	in       *Instance
+	query    []byte // the front end's query, until it is begun
+	asked    bool   // dohfwd_ask could not answer it at once already
+	answered bool
+	wire     []byte // the answer's reply, copied out of the module (its buffer kept)
+	// watcher or stopWatch watch the question's context (watch).
+	watcher   engine.CancelWatcher
+	stopWatch func() bool
+	kept      bool  // out of the pool for good: a cancel may still Close it
+	next      *call // in the instance's list of begun questions answered
 }
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -89,9 +115,19 @@ func getCall() *call { return calls.Get().(*call) }
 // putCall returns c to the pool; only a call with no answer on its way
 // (answered and read, or taken from the map before any answer came).
 func putCall(c *call) {
-	*c = call{done: c.done}
+	if c.kept {
+		return
+	}
+	wire := c.wire[:0]
+	if cap(wire) > maxKeptWire {
+		wire = nil // a big answer's buffer is left to the collector
+	}
+	*c = call{done: c.done, wire: wire}
 	calls.Put(c)
 }
+
+// maxKeptWire bounds the answer buffer a pooled call keeps.
+const maxKeptWire = 4096
 
 // errClosed is what a call into a closed instance returns.
 var errClosed = errors.New("edge: instance closed")
@@ -278,7 +314,16 @@ func (in *Instance) pending() bool {
 // question and 1 event per poll before, 0.22 and 7 with the yield, at
 // 0.6-0.8x the CPU per request. A yield with nothing else runnable is
 // about 0.1 µs; a poll, tens.
-func (in *Instance) kick() {
+//
+// The questions begun on a reader (start) that its polls answer are
+// finished here, in place (unlock): kick must not run on a goroutine
+// that holds an HTTP/2 connection's lock (kickIfPending(false) is the
+// readers').
+func (in *Instance) kick() { in.kickOn(true) }
+
+// kickOn is kick; here false hands the begun questions its polls answer
+// to workers (see unlock).
+func (in *Instance) kickOn(here bool) {
 	runtime.Gosched()
 	if !in.pending() && !in.due.Load() {
 		return // another goroutine's poll took the events
@@ -288,12 +333,12 @@ func (in *Instance) kick() {
 			in.calling.Unlock()
 			return
 		}
-		if err := in.pollLocked(); err != nil {
-			in.calling.Unlock()
+		err := in.pollLocked()
+		in.unlock(here)
+		if err != nil {
 			in.fail(err)
 			return
 		}
-		in.calling.Unlock()
 		// An event queued after the check above found the lock held.
 		if !in.pending() {
 			return
@@ -312,6 +357,7 @@ func (in *Instance) pollLocked() error {
 			return err
 		}
 		if !in.pending() {
+			in.timerAt = next
 			in.timer.Reset(max(time.Until(next), 0))
 			return nil
 		}
@@ -368,6 +414,13 @@ func (in *Instance) pollOnce(ctx context.Context) (time.Time, error) {
 		if c == nil {
 			continue // cancelled: no one waits
 		}
+		if c.then != nil {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			in.deliverBegun(c, a.Response, now)
+			continue
+		}
 		if !c.question {
 			c.out = append([]byte(nil), a.Response...)
 		} else if c.resp, c.err = abi.ParseQueryAnswer(a.Response); c.err == nil {
@@ -398,6 +451,13 @@ func (in *Instance) fail(err error) {
 	in.mu.Unlock()
 	for _, c := range calls {
 		c.err = err
+		if c.then != nil { // begun: no one waits on done
+			in.inFlight.Add(-1)
+			c.unwatch()
+			c.answered = true
+			c.then.ResolveElsewhere()
+			continue
+		}
 		c.done <- struct{}{}
 	}
 	for _, s := range socks {
@@ -487,16 +547,17 @@ func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Res
 		}
 		in.calling.Lock()
 	}
+	here := !wait // with wait, on an HTTP/2 reader (see unlock)
 	if wait && !in.closed && (in.pending() || in.due.Load()) {
 		if err := in.pollLocked(); err != nil {
-			in.calling.Unlock()
+			in.unlock(here)
 			in.fail(err)
 			return resp, false, false, err
 		}
 	}
 	if in.ask == nil || in.closed || in.pending() || !in.memory.enter() {
-		in.calling.Unlock()
-		in.kickIfPending()
+		in.unlock(here)
+		in.kickIfPending(here)
 		return resp, false, false, nil
 	}
 	in.inFlight.Add(1)
@@ -512,12 +573,12 @@ func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Res
 	}
 	if err != nil {
 		in.closed = true
-		in.calling.Unlock()
+		in.unlock(here)
 		in.fail(err)
 		return resp, true, false, err
 	}
-	in.calling.Unlock()
-	in.kickIfPending()
+	in.unlock(here)
+	in.kickIfPending(here)
 	return resp, true, ok, nil
 }
 
@@ -563,10 +624,10 @@ func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, 
 
 // kickIfPending polls for events queued (or the deadline passed) while
 // the caller held in.calling: their kick found it held and left them to
-// it.
-func (in *Instance) kickIfPending() {
+// it. here as kickOn's.
+func (in *Instance) kickIfPending(here bool) {
 	if in.pending() || in.due.Load() {
-		in.kick()
+		in.kickOn(here)
 	}
 }
 
@@ -582,11 +643,7 @@ func (in *Instance) roundTrip(ctx context.Context, c *call, appendEvent func(b [
 		putCall(c)
 		return err
 	}
-	in.nextID++
-	if in.nextID == abi.PublishedID { // wrapped
-		in.nextID++
-	}
-	id := in.nextID
+	id := in.newID()
 	in.calls[id] = c
 	in.events = appendEvent(in.events, id)
 	in.mu.Unlock()
@@ -611,6 +668,16 @@ func (in *Instance) roundTrip(ctx context.Context, c *call, appendEvent func(b [
 	putCall(c)
 	in.event(&abi.Event{Kind: abi.EventCancel, ID: id})
 	return ctx.Err()
+}
+
+// newID numbers a request or question; the caller holds in.mu. It skips
+// abi.PublishedID when the numbering wraps: that ID carries hit records.
+func (in *Instance) newID() uint32 {
+	in.nextID++
+	if in.nextID == abi.PublishedID {
+		in.nextID++
+	}
+	return in.nextID
 }
 
 func (in *Instance) err() error {

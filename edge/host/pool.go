@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/telemetry"
@@ -22,7 +23,9 @@ import (
 //
 // Pool is the DoH front end's resolver (doh.Resolver: ResolveWire), so
 // the host serves DoH with the native handler and hands the module only
-// questions. It is also the server's Backend (package server): Status,
+// questions; and, as the native engine, a doh.MissStarter: a question the
+// module cannot answer at once is begun on the HTTP/2 reader and finished
+// where the poll that brings its answer runs (see start). It is also the server's Backend (package server): Status,
 // Counters and InFlight add up the instances, and a reload reaches every
 // instance whole (Reload).
 type Pool struct {
@@ -37,23 +40,16 @@ type Pool struct {
 	mu  sync.Mutex
 	all []*Instance
 
-	// notAtOnce holds the queries ResolveWireImmediate asked a module
-	// for and it could not answer at once, by the address of their bytes:
-	// the front end hands the same bytes to ResolveWire next, which then
-	// sends them by a poll without asking the module again. A hint only:
-	// a query is answered the same with or without it (a stale address
-	// another query's bytes reuse costs that query the ask, no more).
-	notAtOnceMu sync.Mutex
-	notAtOnce   map[*byte]struct{}
-
 	answeredInline atomic.Uint64 // by ResolveWireImmediate, for tests
 
 	hits *hitMirror // the native hits (Options.NativeHits); nil: none
 }
 
-// maxNotAtOnce bounds Pool.notAtOnce: queries whose ResolveWire never
-// came (their client went away) are forgotten in one go past it.
-const maxNotAtOnce = 4096
+// The DoH front end's interfaces, as the native engine's.
+var (
+	_ doh.ImmediateResolver = (*Pool)(nil)
+	_ doh.MissStarter       = (*Pool)(nil)
+)
 
 // NewPool starts size instances configured with configYAML.
 func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Pool, error) {
@@ -113,10 +109,13 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 // free, as doh.ImmediateResolver asks: the DoH front end asks it on the
 // connection's own goroutine first, as it asks the native engine, so a
 // hit takes no goroutine of its own and its reply goes out with the
-// connection's other writes. Otherwise it reports false and the front end
-// asks ResolveWire from a goroutine of its own. miss is the native
-// engine's and is left alone (never Ready).
-func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
+// connection's other writes. A hot cache entry the native mirror holds
+// (hits.go) is answered before any instance is asked. Otherwise it
+// reports false, and miss holds the query (engine.Miss.Hold: a pooled
+// call) for StartMiss and ResolveWireMiss, which the front end calls
+// next as for the native engine's miss; the query's bytes stay as they
+// are until then.
+func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool) {
 	if r, ok := p.answerHit(query, dst, trace); ok {
 		return r, true
 	}
@@ -133,38 +132,66 @@ func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, _ *e
 	case err != nil:
 		p.replace(context.Background(), in)
 		return engine.Response{}, false
-	case asked && !ok:
-		p.notAtOnceMu.Lock()
-		if p.notAtOnce == nil || len(p.notAtOnce) >= maxNotAtOnce {
-			p.notAtOnce = map[*byte]struct{}{}
-		}
-		p.notAtOnce[&query[0]] = struct{}{}
-		p.notAtOnceMu.Unlock()
 	case ok:
 		p.answeredInline.Add(1)
+		return r, true
 	}
-	return r, ok
+	if miss != nil {
+		c := getCall()
+		c.query, c.asked, c.in = query, asked, in
+		miss.Hold(c)
+	}
+	return engine.Response{}, false
 }
 
-// ResolveWireMiss is for a miss ResolveWireImmediate filled, which it
-// never does: the front end asks ResolveWire instead.
-func (p *Pool) ResolveWireMiss(_ context.Context, _ *engine.Miss, dst []byte) engine.Response {
-	return unanswered(dst, engine.ResultUnavailable)
-}
-
-// askedAlready reports (and forgets) whether ResolveWireImmediate asked a
-// module for query and it could not answer at once.
-func (p *Pool) askedAlready(query []byte) bool {
-	if len(query) == 0 {
+// StartMiss begins the question ResolveWireImmediate left in m, on the
+// caller's goroutine (the HTTP/2 reader), as doh.MissStarter asks: the
+// module begins it within one dohfwd_ask (abi.QueryStart), and then
+// finishes it, once, where the poll that brings its answer runs
+// (ResolveHere) or, for any other end, on a worker (ResolveElsewhere);
+// either way the front end calls ResolveWireMiss, which copies the
+// answer. It reports false when the instance is busy (a call into it
+// under way: the question then goes a worker's way, ResolveWireMiss,
+// rather than wait here) or cannot begin it; m then stays for
+// ResolveWireMiss, with the answer when the module had it at once.
+func (p *Pool) StartMiss(ctx context.Context, m *engine.Miss, then engine.MissContinuation) bool {
+	c, _ := m.Held().(*call)
+	if c == nil || c.in == nil || ctx.Err() != nil {
 		return false
 	}
-	p.notAtOnceMu.Lock()
-	_, ok := p.notAtOnce[&query[0]]
-	if ok {
-		delete(p.notAtOnce, &query[0])
+	return c.in.start(ctx, c, then)
+}
+
+// ResolveWireMiss answers the question ResolveWireImmediate left in m:
+// the answer StartMiss's question was given, copied to dst (the module is
+// not called: a poll may be under way on this goroutine), or, for a
+// question not begun, ResolveWire's way without asking the module at once
+// again when it was asked already. It empties m.
+func (p *Pool) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) engine.Response {
+	c, _ := m.Held().(*call)
+	*m = engine.Miss{}
+	if c == nil {
+		return unanswered(dst, engine.ResultUnavailable)
 	}
-	p.notAtOnceMu.Unlock()
-	return ok
+	if !c.answered {
+		query, ask := c.query, !c.asked
+		putCall(c)
+		return p.resolveWire(ctx, query, dst, ask)
+	}
+	in, err, r := c.in, c.err, c.resp
+	if err == nil {
+		r.Wire = append(dst, c.wire...)
+	}
+	putCall(c)
+	switch {
+	case err == nil:
+		return r
+	case ctx.Err() != nil:
+		return unanswered(dst, engine.ResultCancelled)
+	case !errors.Is(err, errClosed):
+		p.replace(context.WithoutCancel(ctx), in)
+	}
+	return unanswered(dst, engine.ResultUnavailable)
 }
 
 // ResolveWire answers one checked query with an instance's engine, as
@@ -179,6 +206,11 @@ func (p *Pool) ResolveWire(ctx context.Context, query, dst []byte) engine.Respon
 	if r, ok := p.answerHit(query, dst, engine.TraceFrom(ctx)); ok {
 		return r
 	}
+	return p.resolveWire(ctx, query, dst, true)
+}
+
+// resolveWire is ResolveWire, by a poll alone unless ask.
+func (p *Pool) resolveWire(ctx context.Context, query, dst []byte, ask bool) engine.Response {
 	q := abi.Query{Wire: query, Client: engine.ClientOf(ctx)}
 	if t := engine.TraceFrom(ctx); t != nil {
 		q.Trace, q.HasTrace = *t, true
@@ -187,7 +219,7 @@ func (p *Pool) ResolveWire(ctx context.Context, query, dst []byte) engine.Respon
 	if in == nil {
 		return unanswered(dst, engine.ResultUnavailable)
 	}
-	r, err := in.resolve(ctx, &q, dst, !p.askedAlready(query))
+	r, err := in.resolve(ctx, &q, dst, ask)
 	if err == nil {
 		return r
 	}

@@ -73,14 +73,7 @@ func exportPoll(now int64, n uint32) uint32 {
 	}
 
 	requests.Lock()
-	next := network.deadline()
-	gap := idlePollGap
-	if len(requests.cancel) > 0 || network.busy() {
-		gap = busyPollGap
-	}
-	if next.IsZero() || t.Add(gap).Before(next) {
-		next = t.Add(gap)
-	}
+	next := nextPoll(t)
 	if !idle {
 		next = t
 	}
@@ -94,6 +87,21 @@ func exportPoll(now int64, n uint32) uint32 {
 	requests.Unlock()
 	buf = out[:cap(out)]
 	return uint32(len(out))
+}
+
+// nextPoll is when the host must call again, at the latest, at t: the
+// earliest socket deadline, and never later than the gap while anything
+// is in progress. Under requests' lock.
+func nextPoll(t time.Time) time.Time {
+	next := network.deadline()
+	gap := idlePollGap
+	if len(requests.cancel) > 0 || network.busy() {
+		gap = busyPollGap
+	}
+	if next.IsZero() || t.Add(gap).Before(next) {
+		next = t.Add(gap)
+	}
+	return next
 }
 
 // start runs one request on a worker goroutine; its answer joins the

@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
@@ -70,23 +72,39 @@ func ask(e *abi.Event) {
 		answerQuery(e.ID, &engine.Response{Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}, &queryCounts.AtOnce)
 		return
 	}
-	qn := questions.Get().(*question)
-	qn.id = e.ID
-	qn.query = append(qn.query[:0], q.Wire...)
-	var trace *engine.Trace
-	if q.HasTrace {
-		qn.trace = q.Trace // in qn, so that q stays on the stack
-		trace = &qn.trace
-	}
+	qn, trace := newQuestion(e.ID, &q)
 	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
 		answerQuery(qn.id, &r, &queryCounts.AtOnce)
 		qn.done(r.Wire)
 		return
 	}
+	qn.begin(q.Client, trace)
+}
+
+// newQuestion takes a pooled question for the host's id and q, its query
+// copied (the buffer q reads is reused); trace is its trace, or nil.
+func newQuestion(id uint32, q *abi.Query) (qn *question, trace *engine.Trace) {
+	qn = questions.Get().(*question)
+	qn.id = id
+	qn.query = append(qn.query[:0], q.Wire...)
+	if q.HasTrace {
+		qn.trace = q.Trace // in qn, so that q stays on the stack
+		trace = &qn.trace
+	}
+	return qn, trace
+}
+
+// begin goes on with a question the engine could not answer from memory
+// (its miss read into qn.miss): attached to an identical question's
+// flight, or its first query sent and its reply awaited without a
+// goroutine, or else on a worker. It reports whether it readied a
+// goroutine (a worker), which only a run of the scheduler (a poll) lets
+// go on.
+func (qn *question) begin(client netip.Addr, trace *engine.Trace) (readied bool) {
 	// The front end's context, as natively (doh.Handler.answer): the
 	// client for its share of transactions, the trace for the events.
-	if q.Client.IsValid() || trace != nil {
-		qn.ctx = qn.qctx.Set(&qn.cancel, q.Client, trace)
+	if client.IsValid() || trace != nil {
+		qn.ctx = qn.qctx.Set(&qn.cancel, client, trace)
 	} else {
 		qn.ctx = &qn.cancel
 	}
@@ -94,17 +112,18 @@ func ask(e *abi.Event) {
 	requests.cancel[qn.id] = &qn.cancel
 	requests.Unlock()
 	if dohfwd.Resolver.JoinWire(qn.ctx, &qn.miss, qn.reply[:0], qn.delivered) {
-		return
+		return false
 	}
 	// The miss was read by the engine itself (the DDR names answer at
 	// once), so the engine's own StartMiss is the resolver's.
 	eng.StartMiss(qn.ctx, &qn.miss, nil)
 	if sock, b, deadline, ok := qn.miss.StartedWait(); ok {
 		if s, ok := sock.(*hostSocket); ok && s.await(qn, b, deadline) {
-			return
+			return false
 		}
 	}
 	workers.Run(job{qn: qn})
+	return true
 }
 
 // finishStarted ends the questions whose started transaction's wait
@@ -212,7 +231,8 @@ var askReply = make([]byte, 0, 1232)
 // exportAsk is dohfwd_ask (abi.ExportAsk): the EventQuery in the buffer
 // answered from memory, its QueryAnswer's length returned; or 0 having
 // done nothing, when it needs the network (or does not read: the poll
-// answers it as such).
+// answers it as such); or, with abi.QueryStart, begun under its ID as a
+// poll would (askStart).
 //
 //go:wasmexport dohfwd_ask
 func exportAsk(n uint32) uint32 {
@@ -223,6 +243,9 @@ func exportAsk(n uint32) uint32 {
 	q, err := abi.ParseQuery(&e)
 	if err != nil {
 		return 0
+	}
+	if q.Start {
+		return askStart(&e, &q)
 	}
 	var trace *engine.Trace
 	if q.HasTrace {
@@ -236,18 +259,50 @@ func exportAsk(n uint32) uint32 {
 	if cap(r.Wire) <= 4096 {
 		askReply = r.Wire[:0]
 	}
+	return returnAtOnce(&r)
+}
+
+// returnAtOnce is dohfwd_ask's result for an answer from memory, counted
+// as a poll's would be.
+func returnAtOnce(r *engine.Response) uint32 {
 	requests.Lock()
 	queryCounts.AtOnce++
 	published := len(requests.published) > 0
 	requests.Unlock()
 	// Straight into the buffer: the question in it is read already. A
 	// longer answer moves it, as a poll's result does.
-	out := abi.AppendQueryAnswer(buf[:0], &r)
+	out := abi.AppendQueryAnswer(buf[:0], r)
 	if published {
 		abi.MarkPublished(out) // the host polls for them at once
 	}
 	buf = out[:cap(out)]
 	return uint32(len(out))
+}
+
+// askStart is dohfwd_ask for a question with abi.QueryStart: answered
+// from memory as without it, or else begun under the host's ID exactly as
+// a poll's EventQuery (ask), so that the host's question costs one call,
+// not an ask and a poll. The result is then abi.AskStarted with the
+// deadline by which to poll: now when begin readied a worker (only a
+// poll's run of the scheduler lets it go on), else the poll's own rule.
+func askStart(e *abi.Event, q *abi.Query) uint32 {
+	qn, trace := newQuestion(e.ID, q)
+	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
+		n := returnAtOnce(&r)
+		qn.done(r.Wire)
+		return n
+	}
+	readied := qn.begin(q.Client, trace)
+	now := time.Now()
+	requests.Lock()
+	next := nextPoll(now)
+	requests.Unlock()
+	if readied {
+		next = now
+	}
+	out := abi.AppendAskStarted(buf[:0], next.UnixNano())
+	buf = out[:cap(out)]
+	return abi.AskStarted
 }
 
 // askTrace is the trace of dohfwd_ask's question, kept off its stack.
