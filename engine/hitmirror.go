@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -9,8 +8,6 @@ import (
 	"time"
 
 	"github.com/maypok86/otter/v2"
-
-	"github.com/dohfwd/dohfwd/dnswire"
 )
 
 // HitMirror answers, natively, the cache hits another engine published
@@ -169,41 +166,18 @@ func (m *HitMirror) ResolveWireImmediate(query, dst []byte, trace *Trace, _ *Mis
 	if c == nil || !c.any.Load() {
 		return
 	}
-	rt := m.e.routes.Load()
-	var qn question // fields one by one, as the engine's
-	qn.e, qn.cfg, qn.routes = m.e, rt.cfg, rt
-	qn.ctx, qn.trace = context.Background(), trace
-	buf := getNameBuffer()
-	if !qn.client.parseInto(query, buf) {
-		putNameBuffer(buf)
-		return
-	}
-	qn.scope = rt.route(qn.client.name)
-	var f found
-	ok = m.hit(c, &qn, &f)
-	if ok {
-		qn.client.own()
-	}
-	putNameBuffer(buf)
-	if !ok {
-		return
-	}
-	qn.id = m.e.questionIDs.Add(1)
-	qn.respond(&resp, dst, &f)
-	return
+	return m.e.readImmediate(query, dst, trace, nil, c)
 }
 
 // hit is the engine's immediate for the mirror: a published entry for
 // the name as asked, routed where the engine would route it, that is
 // still servable. Local names never reach the engine's cache, so they
 // have no entry here either.
-func (m *HitMirror) hit(c *mirrorCache, qn *question, r *found) bool {
-	rt, asked := qn.routes, qn.client.name
-	if len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dnswire.CountLabel(asked) == 1 ||
-		rt.cfg.ForwardECS && qn.client.ecs {
+func (c *mirrorCache) hit(qn *question, r *found) bool {
+	if !qn.cacheMayAnswer() {
 		return false
 	}
-	key := keyFor(&qn.client, asked)
+	key := keyFor(&qn.client, qn.client.name)
 	e, found := c.entries.GetEntryQuietly(key)
 	if !found {
 		return false
@@ -223,6 +197,6 @@ func (m *HitMirror) hit(c *mirrorCache, qn *question, r *found) bool {
 	qn.start = now
 	r.en, r.at, r.result, r.cacheHit = e.Value.en, now, ResultLocal, true
 	r.ends = hitEndsAtLookup
-	m.e.counters.cacheHits.Add(1)
+	qn.e.counters.cacheHits.Add(1)
 	return true
 }

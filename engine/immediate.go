@@ -26,6 +26,13 @@ import (
 // WebAssembly a Response literal is a zeroing of its own, several calls
 // to the host's memmove, and a hit's Response is written in place.
 func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Miss) (resp Response, ok bool) {
+	return e.readImmediate(query, dst, trace, miss, nil)
+}
+
+// readImmediate is ResolveWireImmediate, answering from mirror's published
+// entries instead of the engine's own answers when mirror is not nil
+// (HitMirror: its engine holds the routes, counters and observer).
+func (e *Engine) readImmediate(query, dst []byte, trace *Trace, miss *Miss, mirror *mirrorCache) (resp Response, ok bool) {
 	rt := e.routes.Load()
 	// Fields set one by one: as WebAssembly a question literal is a
 	// zeroing and a copy of its 248 bytes, the copy a host memmove call.
@@ -45,7 +52,11 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Mis
 	}
 	qn.scope = rt.route(qn.client.name)
 	var f found
-	ok = qn.immediate(&f)
+	if mirror != nil {
+		ok = mirror.hit(&qn, &f)
+	} else {
+		ok = qn.immediate(&f)
+	}
 	if ok || miss != nil {
 		qn.client.own()
 	}
@@ -152,8 +163,7 @@ func (qn *question) immediate(r *found) bool {
 		r.reply, r.result = m, ResultLocal
 		return true
 	}
-	if rt.cache == nil || len(qn.scope.servers) == 0 || len(qn.scope.search) > 0 && dnswire.CountLabel(asked) == 1 ||
-		rt.cfg.ForwardECS && qn.client.ecs {
+	if rt.cache == nil || !qn.cacheMayAnswer() {
 		return false
 	}
 	qn.start = time.Now() // the cache lookup's clock
@@ -163,4 +173,12 @@ func (qn *question) immediate(r *found) bool {
 	r.ends = hitEndsAtLookup // the lookup was the question's only reading
 	qn.e.counters.cacheHits.Add(1)
 	return true
+}
+
+// cacheMayAnswer reports whether a cache entry for the name as asked may
+// answer qn at once: its scope has servers, the name is not one label to
+// be tried under a search list, and no ECS option is to be forwarded.
+func (qn *question) cacheMayAnswer() bool {
+	return len(qn.scope.servers) > 0 && !(len(qn.scope.search) > 0 && dnswire.CountLabel(qn.client.name) == 1) &&
+		!(qn.routes.cfg.ForwardECS && qn.client.ecs)
 }
