@@ -82,10 +82,12 @@ func (m *HitMirror) Suspend() {
 	m.cache.Store(nil)
 }
 
-// Reconfigure takes the engine's new configuration (the one a reload
-// gave it, or its old one again when it refused the reload) and empties
-// the mirror: the engine publishes its entries again under it. On error
-// the mirror stays suspended.
+// Reconfigure takes the engine's new configuration, the one a reload
+// just gave it, and empties the mirror: the engine publishes its entries
+// again under it (a new routes generation). Reconfigured to a
+// configuration the engine already ran (a refused reload), the mirror
+// stays empty of those entries until they are stored anew. On error the
+// mirror stays suspended.
 func (m *HitMirror) Reconfigure(cfg Config) error {
 	cfg = cfg.withDefaults()
 	m.mu.Lock()

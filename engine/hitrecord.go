@@ -38,6 +38,9 @@ func (e *Engine) PublishHits(publish func(record []byte)) { e.publish = publish 
 func (qn *question) publishHit(key cacheKey, en *entry, now time.Time) {
 	rt := qn.routes
 	minHits := rt.cfg.Cache.PrefetchMinHits
+	if rt != qn.e.routes.Load() {
+		return // a question read before a reload: its entry may be of the old routes
+	}
 	if en.publishedIn.Load() == rt.generation || en.reads.Load() < policyReads || en.staleOnly ||
 		int(en.asks.Load()) < minHits {
 		return

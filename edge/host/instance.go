@@ -113,7 +113,9 @@ var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1
 func getCall() *call { return calls.Get().(*call) }
 
 // putCall returns c to the pool; only a call with no answer on its way
-// (answered and read, or taken from the map before any answer came).
+// (answered and read, or taken from the map before any answer came). A
+// kept call (a cancel raced its delivery) never goes back: a late Close
+// must not cancel the call's next question.
 func putCall(c *call) {
 	if c.kept {
 		return
@@ -724,7 +726,10 @@ func (in *Instance) Status(ctx context.Context) ([]byte, error) {
 // dohfwd_init (abi.ExportReload): its engine, log level and limits take
 // it, or, when its engine refuses it, nothing changes and the error says
 // why.
-func (in *Instance) Reload(ctx context.Context, encoded []byte) error {
+//
+// took, when not nil, runs once the module has taken the configuration,
+// before the instance is let go: no poll or ask has run under it yet.
+func (in *Instance) Reload(ctx context.Context, encoded []byte, took func()) error {
 	return in.do(ctx, func(ctx context.Context) error {
 		if err := in.put(ctx, encoded); err != nil {
 			return err
@@ -736,6 +741,9 @@ func (in *Instance) Reload(ctx context.Context, encoded []byte) error {
 		if n := uint32(res[0]); n != 0 {
 			msg, _ := in.result(ctx, n)
 			return fmt.Errorf("edge: reload: %s", msg)
+		}
+		if took != nil {
+			took()
 		}
 		return nil
 	})

@@ -145,15 +145,17 @@ func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss
 }
 
 // StartMiss begins the question ResolveWireImmediate left in m, on the
-// caller's goroutine (the HTTP/2 reader), as doh.MissStarter asks: the
-// module begins it within one dohfwd_ask (abi.QueryStart), and then
-// finishes it, once, where the poll that brings its answer runs
-// (ResolveHere) or, for any other end, on a worker (ResolveElsewhere);
-// either way the front end calls ResolveWireMiss, which copies the
-// answer. It reports false when the instance is busy (a call into it
-// under way: the question then goes a worker's way, ResolveWireMiss,
-// rather than wait here) or cannot begin it; m then stays for
-// ResolveWireMiss, with the answer when the module had it at once.
+// caller's goroutine (the HTTP/2 reader), as doh.MissStarter asks: on an
+// idle instance the module begins it within one dohfwd_ask
+// (abi.QueryStart); with questions in progress it is queued for one poll
+// with the read batch's other misses. Either way it is finished, once,
+// where the poll that brings its answer runs (ResolveHere) or, for any
+// other end, on a worker (ResolveElsewhere), and the front end calls
+// ResolveWireMiss, which copies the answer. It reports false, leaving m
+// for ResolveWireMiss (with the answer when the module had it at once),
+// when a busy instance's asks still answer (hits likely: the worker's
+// way asks it at once), or the instance failed, closed or could not be
+// entered.
 func (p *Pool) StartMiss(ctx context.Context, m *engine.Miss, then engine.MissContinuation) bool {
 	c, _ := m.Held().(*call)
 	if c == nil || c.in == nil || ctx.Err() != nil {
@@ -163,9 +165,9 @@ func (p *Pool) StartMiss(ctx context.Context, m *engine.Miss, then engine.MissCo
 }
 
 // ResolveWireMiss answers the question ResolveWireImmediate left in m:
-// the answer StartMiss's question was given, copied to dst (the module is
-// not called: a poll may be under way on this goroutine), or, for a
-// question not begun, ResolveWire's way without asking the module at once
+// the answer StartMiss's question was given, copied to dst (it is out of
+// the module already: only a copy is left), or, for a question not
+// begun, ResolveWire's way (a poll) without asking the module at once
 // again when it was asked already. It empties m.
 func (p *Pool) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) engine.Response {
 	c, _ := m.Held().(*call)
@@ -195,7 +197,8 @@ func (p *Pool) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) 
 }
 
 // ResolveWire answers one checked query with an instance's engine, as
-// doh.Resolver asks: the reply appended to dst. It hands the engine what
+// doh.Resolver asks: the reply appended to dst; a hot entry the native
+// mirror holds is answered first, natively (answerHit). It hands the engine what
 // the front end put in ctx, as natively: the client (engine.WithClient,
 // for its share of upstream transactions) and the trace. When ctx ends
 // first the instance's question ends as natively (cancelled, not charged
@@ -364,14 +367,22 @@ func (p *Pool) Reload(cfg *config.Config) error {
 	defer cancel()
 	p.configuring.Lock()
 	defer p.configuring.Unlock()
-	if p.hits != nil {
-		// Until the module runs the new configuration, a record may be
-		// of either; reconfigured to what it runs after.
+	all := p.instances()
+	var took func()
+	switch {
+	case p.hits != nil && len(all) == 1:
+		// The mirror takes the configuration with the module, before any
+		// poll or ask runs under it: no record of either is dropped, and a
+		// refused reload leaves the mirror as it is.
+		took = func() { p.hits.reconfigure(encoded) }
+	case p.hits != nil:
+		// Until every module runs the new configuration, a record may be
+		// of either; reconfigured to what they run after.
 		p.hits.suspend()
 		defer func() { p.hits.reconfigure(p.config) }()
 	}
-	for _, in := range p.instances() {
-		if err := in.Reload(ctx, encoded); err != nil {
+	for _, in := range all {
+		if err := in.Reload(ctx, encoded, took); err != nil {
 			return err
 		}
 	}
