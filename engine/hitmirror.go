@@ -36,9 +36,20 @@ type HitMirror struct {
 
 // mirrorCache is a mirror's published entries, emptied by each reload.
 type mirrorCache struct {
-	entries *otter.Cache[cacheKey, mirrored]
+	entries mirroredEntries
 	clock   *fedClock
 	any     atomic.Bool // something was published: before that no query is read
+}
+
+// mirroredEntries is the mirror's otter cache. An interface, so that only
+// newMirrorCache names the concrete type: the engine's readImmediate
+// calls mirrorCache.hit, and a binary that never makes a HitMirror
+// (dohfwd) would otherwise link otter's code for this entry type, about
+// 400 KB.
+type mirroredEntries interface {
+	GetEntryQuietly(key cacheKey) (otter.Entry[cacheKey, mirrored], bool)
+	Set(key cacheKey, value mirrored) (mirrored, bool)
+	EstimatedSize() int
 }
 
 // mirrored is a published entry and whether its engine prefetches it.
