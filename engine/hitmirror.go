@@ -60,11 +60,10 @@ type mirrored struct {
 
 // servable reports whether a hit at now is a pure read of the engine's
 // state (PublishHits): live, and before the prefetch window. The stored
-// time crossed as a wall-clock reading (no monotonic one), so a wall
-// clock stepped back before it leaves the question to the engine, whose
-// own entry ages by its monotonic clock.
+// time is the mirror's own monotonic reading (parseHitRecord), so it
+// ages as the engine's entry does.
 func (m mirrored) servable(now time.Time) bool {
-	return !now.Before(m.en.stored) && m.en.live(now) && !(m.prefetch && inPrefetchWindow(m.en, now))
+	return m.en.live(now) && !(m.prefetch && inPrefetchWindow(m.en, now))
 }
 
 // mirrorQuestionIDs is where a mirror's question IDs start, so that its
@@ -136,9 +135,13 @@ func newMirrorCache(size int) *mirrorCache {
 }
 
 // Publish takes one record PublishHits handed out; a record for a key
-// the mirror holds replaces its entry. Dropped while suspended.
+// the mirror holds replaces its entry. Dropped while suspended. The
+// entry ages by the mirror's monotonic clock from the age the engine
+// read at publication (parseHitRecord: it is younger than the engine's
+// by the record's delivery delay).
 func (m *HitMirror) Publish(record []byte) error {
-	key, en, prefetch, err := parseHitRecord(record)
+	now := time.Now() // the entry's age counts back from here
+	key, en, prefetch, err := parseHitRecord(record, now)
 	if err != nil {
 		return err
 	}
@@ -146,7 +149,6 @@ func (m *HitMirror) Publish(record []byte) error {
 	if c == nil || !m.taking.Load() {
 		return nil
 	}
-	now := time.Now()
 	if !(mirrored{en, prefetch}).servable(now) {
 		return nil
 	}

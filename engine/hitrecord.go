@@ -53,7 +53,7 @@ func (qn *question) publishHit(key cacheKey, en *entry, now time.Time) {
 	if old == rt.generation || !en.publishedIn.CompareAndSwap(old, rt.generation) {
 		return // another hit publishes it
 	}
-	rec := appendHitRecord(make([]byte, 0, hitRecordHeaderSize+len(key.name)+len(en.scope)+len(en.msg)+len(en.optData)+2*len(en.ttls)), key, en, prefetch)
+	rec := appendHitRecord(make([]byte, 0, hitRecordHeaderSize+len(key.name)+len(en.scope)+len(en.msg)+len(en.optData)+2*len(en.ttls)), key, en, prefetch, now)
 	qn.e.publish(rec)
 }
 
@@ -70,13 +70,14 @@ func inPrefetchWindow(en *entry, now time.Time) bool { return 10*now.Sub(en.stor
 //	3  0
 //	4  qtype, qclass, optClass (uint16 each), the count of TTL offsets (uint16)
 //	12 minPositive, soaTTL, soaMinimum (uint32 each)
-//	24 stored (int64 Unix nanoseconds), ttl (int64 nanoseconds)
+//	24 age (int64 nanoseconds: how long before publication the entry was
+//	   stored, by the engine's monotonic clock), ttl (int64 nanoseconds)
 //	40 the lengths of name, scope, msg and optData (uint16 each)
 //	48 the TTL offsets (uint16 each), then name (lower case, fully
 //	   qualified: the key's), scope, msg, optData
 const hitRecordHeaderSize = 48
 
-const hitRecordVersion = 1
+const hitRecordVersion = 2 // 2: an age, not a wall-clock stored time
 
 // Flags of a hit record.
 const (
@@ -87,8 +88,11 @@ const (
 	hitPrefetch
 )
 
-// appendHitRecord appends the record of en, cached under key, to b.
-func appendHitRecord(b []byte, key cacheKey, en *entry, prefetch bool) []byte {
+// appendHitRecord appends the record of en, cached under key and
+// published at now, to b. The record carries en's age at now, not its
+// stored time: the two clocks' wall readings need not agree, and the
+// engine ages en by its monotonic clock (see parseHitRecord).
+func appendHitRecord(b []byte, key cacheKey, en *entry, prefetch bool, now time.Time) []byte {
 	var flags byte
 	for _, f := range [...]struct {
 		on  bool
@@ -107,7 +111,7 @@ func appendHitRecord(b []byte, key cacheKey, en *entry, prefetch bool) []byte {
 	b = le.AppendUint32(b, en.minPositive)
 	b = le.AppendUint32(b, en.soaTTL)
 	b = le.AppendUint32(b, en.soaMinimum)
-	b = le.AppendUint64(b, uint64(en.stored.UnixNano()))
+	b = le.AppendUint64(b, uint64(now.Sub(en.stored)))
 	b = le.AppendUint64(b, uint64(en.ttl))
 	for _, n := range [...]int{len(key.name), len(en.scope), len(en.msg), len(en.optData)} {
 		b = le.AppendUint16(b, uint16(n))
@@ -124,8 +128,16 @@ func appendHitRecord(b []byte, key cacheKey, en *entry, prefetch bool) []byte {
 var errHitRecordShort = errors.New("hit record: short")
 
 // parseHitRecord reads a record appendHitRecord wrote into a new entry
-// (nothing aliases rec), its key and its prefetch flag.
-func parseHitRecord(rec []byte) (key cacheKey, en *entry, prefetch bool, err error) {
+// (nothing aliases rec), its key and its prefetch flag. The entry is
+// stored at now less the record's age: now is the reader's clock (with
+// its monotonic reading), so the entry ages by that clock from here on,
+// and a step of either side's wall clock changes nothing. What is left
+// is the record's delivery delay (publication to now, a poll: µs to ms),
+// by which the reader's entry is younger than the engine's: it is
+// served, and its TTLs written, as if that much later, so it may live
+// that much past the engine's expiry and write a TTL one second higher
+// when the delay crosses a whole second of its age.
+func parseHitRecord(rec []byte, now time.Time) (key cacheKey, en *entry, prefetch bool, err error) {
 	if len(rec) < hitRecordHeaderSize {
 		return key, nil, false, errHitRecordShort
 	}
@@ -149,7 +161,11 @@ func parseHitRecord(rec []byte) (key cacheKey, en *entry, prefetch bool, err err
 	en.optClass = le.Uint16(rec[8:])
 	en.minPositive, en.soaTTL, en.soaMinimum = le.Uint32(rec[12:]), le.Uint32(rec[16:]), le.Uint32(rec[20:])
 	en.hasSOA, en.hasFacts = flags&hitSOA != 0, flags&hitFacts != 0
-	en.stored = time.Unix(0, int64(le.Uint64(rec[24:])))
+	age := time.Duration(le.Uint64(rec[24:]))
+	if age < 0 {
+		return key, nil, false, fmt.Errorf("hit record: negative age %v", age)
+	}
+	en.stored = now.Add(-age)
 	en.ttl = time.Duration(le.Uint64(rec[32:]))
 	p := rec[hitRecordHeaderSize:]
 	en.ttls = en.ttlSpace[:0]
