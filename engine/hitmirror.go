@@ -25,7 +25,9 @@ import (
 // own bound (the configured cache size) and serves an entry the engine
 // evicted only while it is fresh, as the engine would have.
 type HitMirror struct {
-	e     *Engine // the routes, counters, observer and question IDs respond uses
+	// e is the counters, observer and question IDs readImmediate and
+	// respond use; its routes are not set (see mirrorCache).
+	e     *Engine
 	cache atomic.Pointer[mirrorCache]
 	// taking is false while a reload is under way (Suspend): records
 	// then may have been read under either configuration, and are
@@ -34,9 +36,13 @@ type HitMirror struct {
 	mu     sync.Mutex // serialises Reconfigure
 }
 
-// mirrorCache is a mirror's published entries, emptied by each reload.
+// mirrorCache is a mirror's published entries, emptied by each reload,
+// and the routes of the configuration they were published under: a
+// reader loads both at once (one pointer), so it never pairs the entries
+// of one configuration with the routes of another.
 type mirrorCache struct {
 	entries mirroredEntries
+	routes  *routes
 	clock   *fedClock
 	any     atomic.Bool // something was published: before that no query is read
 }
@@ -107,15 +113,14 @@ func (m *HitMirror) Reconfigure(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("hit mirror: %w", err)
 	}
-	m.e.routes.Store(r)
 	if cfg.Cache.MaxEntries > 0 {
-		m.cache.Store(newMirrorCache(cfg.Cache.MaxEntries))
+		m.cache.Store(newMirrorCache(cfg.Cache.MaxEntries, r))
 		m.taking.Store(true)
 	}
 	return nil
 }
 
-func newMirrorCache(size int) *mirrorCache {
+func newMirrorCache(size int, r *routes) *mirrorCache {
 	clock := &fedClock{start: time.Now()}
 	c := otter.Must(&otter.Options[cacheKey, mirrored]{
 		MaximumSize: size,
@@ -131,7 +136,7 @@ func newMirrorCache(size int) *mirrorCache {
 		Clock:    clock,
 		Executor: func(fn func()) { fn() }, // as answerCache: no goroutine
 	})
-	return &mirrorCache{entries: c, clock: clock}
+	return &mirrorCache{entries: c, routes: r, clock: clock}
 }
 
 // Publish takes one record PublishHits handed out; a record for a key
@@ -181,7 +186,7 @@ func (m *HitMirror) ResolveWireImmediate(query, dst []byte, trace *Trace, _ *Mis
 	if c == nil || !c.any.Load() {
 		return
 	}
-	return m.e.readImmediate(query, dst, trace, nil, c)
+	return m.e.readImmediate(c.routes, query, dst, trace, nil, c)
 }
 
 // hit is the engine's immediate for the mirror: a published entry for

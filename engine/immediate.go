@@ -26,14 +26,13 @@ import (
 // WebAssembly a Response literal is a zeroing of its own, several calls
 // to the host's memmove, and a hit's Response is written in place.
 func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Miss) (resp Response, ok bool) {
-	return e.readImmediate(query, dst, trace, miss, nil)
+	return e.readImmediate(e.routes.Load(), query, dst, trace, miss, nil)
 }
 
-// readImmediate is ResolveWireImmediate, answering from mirror's published
-// entries instead of the engine's own answers when mirror is not nil
-// (HitMirror: its engine holds the routes, counters and observer).
-func (e *Engine) readImmediate(query, dst []byte, trace *Trace, miss *Miss, mirror *mirrorCache) (resp Response, ok bool) {
-	rt := e.routes.Load()
+// readImmediate is ResolveWireImmediate under rt, answering from mirror's
+// published entries instead of the engine's own answers when mirror is
+// not nil (HitMirror: rt is then mirror's routes).
+func (e *Engine) readImmediate(rt *routes, query, dst []byte, trace *Trace, miss *Miss, mirror *mirrorCache) (resp Response, ok bool) {
 	// Fields set one by one: as WebAssembly a question literal is a
 	// zeroing and a copy of its 248 bytes, the copy a host memmove call.
 	var qn question
