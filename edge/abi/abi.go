@@ -183,7 +183,9 @@ const (
 	// EventCancel ends it as a poll's question. A module that does not
 	// know the flag returns 0 having started nothing, as ever: the host
 	// then sends the question by dohfwd_poll (and need not set the flag
-	// again). An answer at once is returned as without the flag.
+	// again); one that knows it returns AskUnread for an event with the
+	// flag that it could not read. An answer at once is returned as
+	// without the flag.
 	ExportAsk = "dohfwd_ask"
 )
 
@@ -291,6 +293,14 @@ const (
 // long): the buffer then holds a poll header, the deadline by which the
 // host must poll (ParseAskStarted).
 const AskStarted = ^uint32(0)
+
+// AskUnread is what dohfwd_ask returns for an event with QueryStart that
+// it could not read (nor answer nor begin): not 0, which says the module
+// does not know the flag. The host sends that question by dohfwd_poll, as
+// for 0, and goes on setting the flag. A module that knows QueryStart but
+// predates AskUnread returns 0 then. Only an event with the flag gets it,
+// so a host that never sets the flag (the Workers glue) never sees it.
+const AskUnread = AskStarted - 1
 
 // AppendAskStarted appends the result of a dohfwd_ask that began its
 // question: the deadline by which to poll (Unix ns), as a poll header.

@@ -219,3 +219,36 @@ func TestWazeroBegunMissMovesOffDroppingServer(t *testing.T) {
 		t.Fatalf("attempts %v: want one timeout", st.Counters.Attempts)
 	}
 }
+
+// A QueryStart event the module cannot read is answered abi.AskUnread,
+// not 0 (the answer of a module that does not know the flag): the host
+// sends that question by a poll and goes on beginning the next misses on
+// the reader.
+func TestWazeroUnreadStartEventKeepsBeginningMisses(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.31"))
+	e := startEdge(t, edgeConfig(up), 1)
+	in := e.pool.all[0]
+	// QueryTrace without the trace: ParseQuery finds it short.
+	bad := abi.AppendEvent(nil, &abi.Event{Kind: abi.EventQuery, ID: 7, Code: abi.QueryStart | abi.QueryTrace, Data: []byte{1, 2, 3}})
+	in.calling.Lock()
+	if !in.memory.enter() {
+		t.Fatal("the instance's memory is gone")
+	}
+	c := new(call)
+	begun, err := in.askEventLocked(c, bad)
+	in.memory.leave()
+	in.unlock(false)
+	if err != nil || begun || !c.asked {
+		t.Fatalf("unread event: begun %v, asked %v, err %v; want not begun, asked, no error", begun, c.asked, err)
+	}
+	if in.cannotStart.Load() {
+		t.Fatal("one unread event turned beginning misses on the reader off for good")
+	}
+	begun0 := e.begun()
+	m, _ := e.get(t, query("after-unread.example.org", dns.TypeA))
+	wantAnswer(t, m, "192.0.2.31")
+	if e.begun() != begun0+1 {
+		t.Fatalf("the next miss was not begun on the reader (%d begun, want %d)", e.begun(), begun0+1)
+	}
+}

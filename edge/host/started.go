@@ -150,15 +150,21 @@ func (in *Instance) startNow(ctx context.Context, c *call, then engine.MissConti
 // memory. It reports whether the module began the question (and then
 // sees that the timer fires by the deadline the module returned); else c
 // holds its answer at once (c.answered), or the module started nothing
-// (it does not know abi.QueryStart: no question is asked so again).
+// (it does not know abi.QueryStart: no question is asked so again; or
+// it did not read the event, abi.AskUnread: this one goes by a poll).
 func (in *Instance) askStartLocked(c *call, q *abi.Query) (bool, error) {
-	ctx := in.pollCtx
 	in.askIn = abi.AppendQueryEvent(in.askIn[:0], c.id, q)
-	if err := in.put(ctx, in.askIn); err != nil {
+	return in.askEventLocked(c, in.askIn)
+}
+
+// askEventLocked is askStartLocked for the event it encoded.
+func (in *Instance) askEventLocked(c *call, event []byte) (bool, error) {
+	ctx := in.pollCtx
+	if err := in.put(ctx, event); err != nil {
 		return false, err
 	}
 	in.askCalls.Add(1)
-	n, err := in.call(ctx, in.ask, uint64(len(in.askIn)))
+	n, err := in.call(ctx, in.ask, uint64(len(event)))
 	if err != nil {
 		return false, fmt.Errorf("edge: ask: %w", err)
 	}
@@ -179,8 +185,11 @@ func (in *Instance) askStartLocked(c *call, q *abi.Query) (bool, error) {
 			in.timer.Reset(time.Until(next))
 		}
 		return true, nil
-	case 0:
+	case 0: // a module before QueryStart
 		in.cannotStart.Store(true)
+		c.asked = true
+		return false, nil
+	case abi.AskUnread: // this event alone: the next is begun again
 		c.asked = true
 		return false, nil
 	}

@@ -232,16 +232,22 @@ var askReply = make([]byte, 0, 1232)
 // answered from memory, its QueryAnswer's length returned; or 0 having
 // done nothing, when it needs the network (or does not read: the poll
 // answers it as such); or, with abi.QueryStart, begun under its ID as a
-// poll would (askStart).
+// poll would (askStart), or abi.AskUnread when it does not read.
 //
 //go:wasmexport dohfwd_ask
 func exportAsk(n uint32) uint32 {
 	e, _, err := abi.ParseEvent(buf[:n])
+	if err == nil && e.Code&abi.QueryStart != 0 && (e.Kind != abi.EventQuery || dohfwd == nil) {
+		return abi.AskUnread
+	}
 	if err != nil || e.Kind != abi.EventQuery || dohfwd == nil {
 		return 0
 	}
 	q, err := abi.ParseQuery(&e)
 	if err != nil {
+		if q.Start {
+			return abi.AskUnread // not 0: the host would ask no question so again
+		}
 		return 0
 	}
 	if q.Start {
