@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/dohfwd/dohfwd/edge/abi"
+	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
@@ -250,5 +251,70 @@ func TestWazeroUnreadStartEventKeepsBeginningMisses(t *testing.T) {
 	wantAnswer(t, m, "192.0.2.31")
 	if e.begun() != begun0+1 {
 		t.Fatalf("the next miss was not begun on the reader (%d begun, want %d)", e.begun(), begun0+1)
+	}
+}
+
+// resolvedSignal is a MissContinuation that reports where its question
+// was finished.
+type resolvedSignal chan string
+
+func (r resolvedSignal) ResolveHere() engine.Flusher { r <- "here"; return nil }
+func (r resolvedSignal) ResolveElsewhere()           { r <- "elsewhere" }
+
+// A begun call watched under a context that is not the front end's (no
+// CancelWatcher) and is done already: context.AfterFunc closes the call
+// on a goroutine of its own at once, while watch is still recording its
+// stop. The close ends the question once, on a worker, and under -race
+// nothing is reported: here, as in startNow, the watcher does nothing
+// else that orders it before the close.
+func TestWazeroBegunUnderDoneContextClosesOnce(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.32"))
+	e := startEdge(t, edgeConfig(up), 1)
+	in := e.pool.all[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		wire, err := query(fmt.Sprintf("done%d.example.org", i), dns.TypeA).Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m engine.Miss
+		if _, ok := e.pool.ResolveWireImmediate(wire, nil, nil, &m); ok {
+			t.Fatal("a miss answered at once")
+		}
+		c, _ := m.Held().(*call)
+		if c == nil {
+			t.Fatal("no call held for the miss")
+		}
+		done := make(resolvedSignal, 2)
+		in.mu.Lock() // as startNow: in calls, then watched
+		c.id, c.in, c.then, c.question = in.newID(), in, done, true
+		in.calls[c.id] = c
+		in.mu.Unlock()
+		in.inFlight.Add(1)
+		c.watch(ctx)
+		select {
+		case where := <-done:
+			if where != "elsewhere" {
+				t.Fatalf("the cancelled question was finished %s, want on a worker", where)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the cancelled question was never finished")
+		}
+		in.mu.Lock()
+		_, still := in.calls[c.id]
+		in.mu.Unlock()
+		if still || !c.kept {
+			t.Fatalf("after the close: still in calls %v, kept %v; want gone, kept out of the pool", still, c.kept)
+		}
+		select {
+		case where := <-done:
+			t.Fatalf("the question was finished twice (again %s)", where)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if in.InFlight() != 0 {
+		t.Fatalf("%d in flight after every question was closed", in.InFlight())
 	}
 }

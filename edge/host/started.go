@@ -285,7 +285,8 @@ func containsFlusher(all []engine.Flusher, f engine.Flusher) bool {
 
 // watch ends c's question in the module when ctx ends, as the engine
 // watches a transaction's: through ctx's CancelWatcher (the front end's
-// stream context) with no allocation, else context.AfterFunc.
+// stream context) with no allocation, else context.AfterFunc. c.in is
+// set.
 func (c *call) watch(ctx context.Context) {
 	if w := engine.CancelWatcherOf(ctx); w != nil {
 		c.watcher = w
@@ -293,7 +294,16 @@ func (c *call) watch(ctx context.Context) {
 		return
 	}
 	if ctx.Done() != nil {
-		c.stopWatch = context.AfterFunc(ctx, func() { c.Close() })
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		// A ctx done already has Close running at once, on a goroutine
+		// of its own: the stop is recorded under the lock Close clears it
+		// under, and not after a Close (c is then kept, watched no more).
+		in := c.in
+		in.mu.Lock()
+		if !c.kept {
+			c.stopWatch = stop
+		}
+		in.mu.Unlock()
 	}
 }
 
@@ -325,9 +335,9 @@ func (c *call) Close() error {
 	}
 	delete(in.calls, c.id)
 	in.events = abi.AppendEvent(in.events, &abi.Event{Kind: abi.EventCancel, ID: c.id})
+	c.watcher, c.stopWatch, c.kept = nil, nil, true // under the lock: see watch
 	in.mu.Unlock()
 	in.inFlight.Add(-1)
-	c.watcher, c.stopWatch, c.kept = nil, nil, true
 	c.err, c.answered = context.Canceled, true
 	// Polled from a goroutine of its own: the canceller may be a reader
 	// holding its connection's lock, and a poll finishes streams.
