@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync/atomic"
 
+	"github.com/rs/zerolog"
+
 	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
@@ -27,6 +29,9 @@ type hitMirror struct {
 	m        *engine.HitMirror
 	observer swappedObserver
 	stderr   io.Writer
+	// log is the host's logger (stderr, at the configuration's level),
+	// which warns of the first rejected record.
+	log      atomic.Pointer[zerolog.Logger]
 	rejected atomic.Uint64 // records that did not read (a host/module mismatch)
 }
 
@@ -55,18 +60,29 @@ func (h *hitMirror) setObserver(cfg *config.Config) error {
 		return fmt.Errorf("edge: native hits: log: %w", err)
 	}
 	h.observer.o.Store(telemetry.NewObserver(log, nil))
+	h.log.Store(&log)
 	return nil
 }
 
 // take reads a poll result's PublishedID answer into the mirror.
 func (h *hitMirror) take(field []byte) {
 	err := abi.HitRecords(field, func(rec []byte) {
-		if h.m.Publish(rec) != nil {
-			h.rejected.Add(1)
+		if err := h.m.Publish(rec); err != nil {
+			h.reject(err)
 		}
 	})
 	if err != nil {
-		h.rejected.Add(1)
+		h.reject(err)
+	}
+}
+
+// reject counts a record that did not read and warns of the first: a
+// host and module that disagree on the record (versions) silently leave
+// every hit to the module otherwise.
+func (h *hitMirror) reject(err error) {
+	if h.rejected.Add(1) == 1 {
+		h.log.Load().Warn().Err(err).
+			Msg("edge: native hits: a hit record from the module did not read (host and module of different versions?); its hits stay with the module")
 	}
 }
 

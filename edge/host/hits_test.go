@@ -325,3 +325,32 @@ func alternateCase(name string) string {
 	}
 	return string(b)
 }
+
+// A hit record the host cannot read (a module of another version) is
+// counted and the first is logged at warn on the host's log, with its
+// error; the next ones are counted alone. Not parallel: the log level is
+// zerolog's global one.
+func TestNativeHitsWarnOfTheFirstRejectedRecord(t *testing.T) {
+	encoded, err := encodeYAML([]byte("fallback_servers: [\"192.0.2.53:53\"]\ncache:\n  max_entries: 100\nlog:\n  level: warn\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	h, err := newHitMirror(encoded, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := make([]byte, 64)
+	record[0] = 99 // a record version this host does not know
+	h.take(abi.AppendHitRecord(nil, record))
+	h.take(abi.AppendHitRecord(nil, record))
+	h.take([]byte{0xff}) // a field that does not read
+	if n := h.rejected.Load(); n != 3 {
+		t.Fatalf("%d records rejected, want 3", n)
+	}
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"level":"warn"`) || !strings.Contains(lines[0], "hit record") ||
+		!strings.Contains(lines[0], "version 99") {
+		t.Fatalf("log:\n%s\nwant one warning, with the first record's error", log.String())
+	}
+}
