@@ -32,6 +32,13 @@ func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Mis
 // readImmediate is ResolveWireImmediate under rt, answering from mirror's
 // published entries instead of the engine's own answers when mirror is
 // not nil (HitMirror: rt is then mirror's routes).
+//
+// It also runs on a HitMirror's engine, which is partial (NewHitMirror):
+// only observer, epoch, upstreams, counters and questionIDs are set, and
+// routes are not (rt stands for them). With mirror set, this function,
+// mirrorCache.hit and respond may read no other Engine field (cache,
+// clients, network, publish, ...): it would be nil there, and the
+// engine's own tests would not see it.
 func (e *Engine) readImmediate(rt *routes, query, dst []byte, trace *Trace, miss *Miss, mirror *mirrorCache) (resp Response, ok bool) {
 	// Fields set one by one: as WebAssembly a question literal is a
 	// zeroing and a copy of its 248 bytes, the copy a host memmove call.
