@@ -38,7 +38,7 @@ func TestWazeroMissBegunOnReaderFinishedInPlace(t *testing.T) {
 	e := startEdge(t, edgeConfig(up), 1)
 	in := e.pool.all[0]
 	const n = 24
-	polls0 := in.polls.Load()
+	polls0, fires0 := in.polls.Load(), in.timerFires.Load()
 	for i := range n {
 		m, _ := e.get(t, query(fmt.Sprintf("begun%d.example.org", i), dns.TypeA))
 		wantAnswer(t, m, "192.0.2.30")
@@ -51,9 +51,11 @@ func TestWazeroMissBegunOnReaderFinishedInPlace(t *testing.T) {
 	if c := e.queryCounts(t); c != (abi.QueryCounts{Finished: n}) {
 		t.Fatalf("module's counts %+v: want all %d finished in the poll of their reply", c, n)
 	}
-	// The reply's poll; a poll owed to the module's timer may add a few.
-	if polls := in.polls.Load() - polls0; polls < n || polls > n+n/4 {
-		t.Fatalf("%d polls for %d misses; want one each", polls, n)
+	// The reply's poll; each firing of the module's timer may add one (a
+	// loaded machine fires more of them), and a few more may come.
+	polls, fires := in.polls.Load()-polls0, in.timerFires.Load()-fires0
+	if polls < n || polls > n+fires+n/4 {
+		t.Fatalf("%d polls for %d misses (%d timer firings); want one each", polls, n, fires)
 	}
 	if got := len(up.Queries()); got != n {
 		t.Fatalf("upstream read %d queries, want %d", got, n)
@@ -207,7 +209,10 @@ func TestWazeroBegunMissMovesOffDroppingServer(t *testing.T) {
 	if len(q1) != 1 || len(q2) != 1 {
 		t.Fatalf("queries: first server %d, second %d; want 1 and 1", len(q1), len(q2))
 	}
-	if gap := q2[0].At.Sub(q1[0].At); gap < 1900*time.Millisecond || gap > 3*time.Second {
+	// No upper bound on the gap (a loaded machine may add seconds): one
+	// query to each server and one timeout attempt (below) say it moved
+	// on at its first timeout.
+	if gap := q2[0].At.Sub(q1[0].At); gap < 1900*time.Millisecond {
 		t.Fatalf("second server asked %v after the first; want the 2 s transaction timeout", gap)
 	}
 	if begun := e.begun(); begun != 1 {

@@ -300,8 +300,10 @@ func TestWazeroDroppingFirstServer(t *testing.T) {
 	if len(q1) != 1 || len(q2) != 1 {
 		t.Fatalf("queries: first server %d, second %d; want 1 and 1", len(q1), len(q2))
 	}
-	// The move to the second server waits out the first's whole 2 s.
-	if gap := q2[0].At.Sub(q1[0].At); gap < 1900*time.Millisecond || gap > 3*time.Second {
+	// The move to the second server waits out the first's whole 2 s (no
+	// upper bound: a loaded machine may add seconds; one query to each
+	// server says it moved on at the first timeout).
+	if gap := q2[0].At.Sub(q1[0].At); gap < 1900*time.Millisecond {
 		t.Fatalf("second server asked %v after the first; want the 2 s transaction timeout", gap)
 	}
 	t.Logf("moved to the second server after %v (question took %v)", q2[0].At.Sub(q1[0].At), time.Since(start))

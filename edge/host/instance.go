@@ -40,6 +40,7 @@ type Instance struct {
 	askedNow                     atomic.Uint64           // questions dohfwd_ask answered, for tests
 	askCalls                     atomic.Uint64           // calls of dohfwd_ask, for tests
 	polls                        atomic.Uint64           // calls of dohfwd_poll, for tests
+	timerFires                   atomic.Uint64           // onTimer calls (each may cost a poll), for tests
 	askMisses                    atomic.Uint32           // dohfwd_ask calls in a row that answered nothing (askNow)
 	askSkips                     atomic.Uint32           // questions askNow let by while askMisses ran high
 	asking                       atomic.Bool             // a dohfwd_ask holds calling (askNow, start)
@@ -370,6 +371,7 @@ func (in *Instance) pollLocked() error {
 // a poll's end resets the timer, but a dohfwd_ask's does not: due tells
 // it a poll is owed.
 func (in *Instance) onTimer() {
+	in.timerFires.Add(1)
 	in.due.Store(true)
 	in.kick()
 }
