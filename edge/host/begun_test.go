@@ -244,7 +244,7 @@ func TestWazeroUnreadStartEventKeepsBeginningMisses(t *testing.T) {
 	c := new(call)
 	begun, err := in.askEventLocked(c, bad)
 	in.memory.leave()
-	in.unlock(false)
+	in.unlock(finishOnWorker)
 	if err != nil || begun || !c.asked {
 		t.Fatalf("unread event: begun %v, asked %v, err %v; want not begun, asked, no error", begun, c.asked, err)
 	}

@@ -320,13 +320,13 @@ func (in *Instance) pending() bool {
 //
 // The questions begun on a reader (start) that its polls answer are
 // finished here, in place (unlock): kick must not run on a goroutine
-// that holds an HTTP/2 connection's lock (kickIfPending(false) is the
-// readers').
-func (in *Instance) kick() { in.kickOn(true) }
+// that holds an HTTP/2 connection's lock (kickIfPending(finishOnWorker)
+// is the readers').
+func (in *Instance) kick() { in.kickOn(finishInPlace) }
 
-// kickOn is kick; here false hands the begun questions its polls answer
-// to workers (see unlock).
-func (in *Instance) kickOn(here bool) {
+// kickOn is kick, finishing the begun questions its polls answer at at
+// (see unlock).
+func (in *Instance) kickOn(at finishAt) {
 	runtime.Gosched()
 	if !in.pending() && !in.due.Load() {
 		return // another goroutine's poll took the events
@@ -337,7 +337,7 @@ func (in *Instance) kickOn(here bool) {
 			return
 		}
 		err := in.pollLocked()
-		in.unlock(here)
+		in.unlock(at)
 		if err != nil {
 			in.fail(err)
 			return
@@ -551,17 +551,20 @@ func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Res
 		}
 		in.calling.Lock()
 	}
-	here := !wait // with wait, on an HTTP/2 reader (see unlock)
+	at := finishInPlace // on a worker (resolve)
+	if wait {
+		at = finishOnWorker // on an HTTP/2 reader
+	}
 	if wait && !in.closed && (in.pending() || in.due.Load()) {
 		if err := in.pollLocked(); err != nil {
-			in.unlock(here)
+			in.unlock(at)
 			in.fail(err)
 			return resp, false, false, err
 		}
 	}
 	if in.ask == nil || in.closed || in.pending() || !in.memory.enter() {
-		in.unlock(here)
-		in.kickIfPending(here)
+		in.unlock(at)
+		in.kickIfPending(at)
 		return resp, false, false, nil
 	}
 	in.inFlight.Add(1)
@@ -577,12 +580,12 @@ func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Res
 	}
 	if err != nil {
 		in.closed = true
-		in.unlock(here)
+		in.unlock(at)
 		in.fail(err)
 		return resp, true, false, err
 	}
-	in.unlock(here)
-	in.kickIfPending(here)
+	in.unlock(at)
+	in.kickIfPending(at)
 	return resp, true, ok, nil
 }
 
@@ -628,10 +631,10 @@ func (in *Instance) askLocked(q *abi.Query, dst []byte) (engine.Response, bool, 
 
 // kickIfPending polls for events queued (or the deadline passed) while
 // the caller held in.calling: their kick found it held and left them to
-// it. here as kickOn's.
-func (in *Instance) kickIfPending(here bool) {
+// it, finishing the begun questions at at (see unlock).
+func (in *Instance) kickIfPending(at finishAt) {
 	if in.pending() || in.due.Load() {
-		in.kickOn(here)
+		in.kickOn(at)
 	}
 }
 

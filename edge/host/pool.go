@@ -25,9 +25,10 @@ import (
 // the host serves DoH with the native handler and hands the module only
 // questions; and, as the native engine, a doh.MissStarter: a question the
 // module cannot answer at once is begun on the HTTP/2 reader and finished
-// where the poll that brings its answer runs (see start). It is also the server's Backend (package server): Status,
-// Counters and InFlight add up the instances, and a reload reaches every
-// instance whole (Reload).
+// where the poll that brings its answer runs (see start). It is also
+// the server's Backend (package server): Status, Counters and InFlight
+// add up the instances, and a reload reaches every instance whole
+// (Reload).
 type Pool struct {
 	rt *Runtime
 

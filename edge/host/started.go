@@ -101,14 +101,14 @@ func (in *Instance) pollForQueued() {
 // in.calling, which startNow lets go.
 func (in *Instance) startNow(ctx context.Context, c *call, then engine.MissContinuation) bool {
 	if in.closed || !in.memory.enter() {
-		in.unlock(false)
+		in.unlock(finishOnWorker)
 		return false
 	}
 	in.mu.Lock()
 	if in.failed != nil {
 		in.mu.Unlock()
 		in.memory.leave()
-		in.unlock(false)
+		in.unlock(finishOnWorker)
 		return false
 	}
 	c.id, c.in, c.then, c.question = in.newID(), in, then, true
@@ -125,7 +125,7 @@ func (in *Instance) startNow(ctx context.Context, c *call, then engine.MissConti
 	in.memory.leave()
 	if err != nil {
 		in.closed = true
-		in.unlock(false)
+		in.unlock(finishOnWorker)
 		in.fail(err) // c is in calls: fail hands it to then, which answers SERVFAIL
 		return true
 	}
@@ -141,8 +141,8 @@ func (in *Instance) startNow(ctx context.Context, c *call, then engine.MissConti
 		c.watch(ctx)
 		in.begun.Add(1)
 	}
-	in.unlock(false)
-	in.kickIfPending(false)
+	in.unlock(finishOnWorker)
+	in.kickIfPending(finishOnWorker)
 	return begun
 }
 
@@ -233,31 +233,43 @@ func (in *Instance) deliverBegun(c *call, answer []byte, now time.Time) {
 	in.finishedLast = c
 }
 
+// finishAt is where the caller of unlock (and of kickOn, kickIfPending)
+// finishes the begun questions the polls it ran answered.
+type finishAt bool
+
+const (
+	// finishInPlace: on the caller's goroutine, which holds no HTTP/2
+	// connection's lock (a UDP waiter, the timer, pollForQueued, a
+	// worker), so it may finish a stream in place.
+	finishInPlace finishAt = true
+	// finishOnWorker: each on a worker of the front end's, for a caller
+	// on an HTTP/2 reader, whose goroutine holds its connection's lock,
+	// which finishing in place takes.
+	finishOnWorker finishAt = false
+)
+
 // unlock lets the instance go and then finishes the begun questions its
-// polls answered: here, on the caller's goroutine, when it may finish a
-// stream in place; else each on a worker of the front end's (a reader's
-// goroutine holds its connection's lock, which finishing in place takes).
-// Not under in.calling: a stream's finish may wait for its connection's
-// lock, whose holder may wait for the instance.
-func (in *Instance) unlock(here bool) {
+// polls answered, at at. Not under in.calling: a stream's finish may wait
+// for its connection's lock, whose holder may wait for the instance.
+func (in *Instance) unlock(at finishAt) {
 	c := in.finishedFirst
 	in.finishedFirst, in.finishedLast = nil, nil
 	in.calling.Unlock()
 	if c != nil {
-		in.finishBegun(c, here)
+		in.finishBegun(c, at)
 	}
 }
 
 // finishBegun finishes the list of begun questions from c on (see
 // unlock), and flushes each connection that finished any in place once,
 // after the last.
-func (in *Instance) finishBegun(c *call, here bool) {
+func (in *Instance) finishBegun(c *call, at finishAt) {
 	var seen [8]engine.Flusher
 	flushers := seen[:0]
 	for c != nil {
 		next, then := c.next, c.then
 		c.next = nil // c may be another question's once then returns
-		if !here {
+		if at == finishOnWorker {
 			in.finishedOnWorker.Add(1)
 			then.ResolveElsewhere()
 			c = next
