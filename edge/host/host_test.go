@@ -296,17 +296,8 @@ func TestWazeroDroppingFirstServer(t *testing.T) {
 	start := time.Now()
 	m, _ := e.get(t, query("one.example.org", dns.TypeA))
 	wantAnswer(t, m, "192.0.2.2")
-	q1, q2 := s1.Queries(), s2.Queries()
-	if len(q1) != 1 || len(q2) != 1 {
-		t.Fatalf("queries: first server %d, second %d; want 1 and 1", len(q1), len(q2))
-	}
-	// The move to the second server waits out the first's whole 2 s (no
-	// upper bound: a loaded machine may add seconds; one query to each
-	// server says it moved on at the first timeout).
-	if gap := q2[0].At.Sub(q1[0].At); gap < 1900*time.Millisecond {
-		t.Fatalf("second server asked %v after the first; want the 2 s transaction timeout", gap)
-	}
-	t.Logf("moved to the second server after %v (question took %v)", q2[0].At.Sub(q1[0].At), time.Since(start))
+	gap := wantMovedAtTimeout(t, s1, s2)
+	t.Logf("moved to the second server after %v (question took %v)", gap, time.Since(start))
 
 	st := e.status(t)
 	if srv := st.Scopes[0].Servers; !srv[0].Demoted || srv[1].Demoted {
@@ -446,4 +437,22 @@ func hasEDE(m *dns.Msg, code uint16) bool {
 		}
 	}
 	return false
+}
+
+// wantMovedAtTimeout checks that one question asked the dropping first
+// server once and the second once, no sooner than the first's 2 s
+// transaction timeout, and returns the gap. There is no upper bound (a
+// loaded machine may add seconds): one query to each server says it
+// moved on at its first timeout.
+func wantMovedAtTimeout(t *testing.T, first, second *upstreamtest.Server) time.Duration {
+	t.Helper()
+	q1, q2 := first.Queries(), second.Queries()
+	if len(q1) != 1 || len(q2) != 1 {
+		t.Fatalf("queries: first server %d, second %d; want 1 and 1", len(q1), len(q2))
+	}
+	gap := q2[0].At.Sub(q1[0].At)
+	if gap < 1900*time.Millisecond {
+		t.Fatalf("second server asked %v after the first; want the 2 s transaction timeout", gap)
+	}
+	return gap
 }
