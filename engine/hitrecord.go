@@ -63,7 +63,7 @@ func inPrefetchWindow(en *entry, now time.Time) bool { return 10*now.Sub(en.stor
 
 // A hit record is one published entry, little-endian:
 //
-//	0  version (1)
+//	0  version (hitRecordVersion)
 //	1  flags: 1 DO, 2 CD (the key's), 4 hasSOA, 8 hasFacts, 16 prefetch
 //	   (the engine prefetches: the mirror stops at the last tenth of the TTL)
 //	2  result (ResultAnswer or ResultNXDomain)
