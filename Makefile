@@ -22,7 +22,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN     := bin/dohfwd
 
 # Packages without concurrency run without the race detector.
-NORACE_PKGS := $(MODULE)/config
+NORACE_PKGS := $(MODULE)/doh/config
 # Targets run by `make test` after the Go tests; fragments append to it.
 TEST_EXTRA :=
 
@@ -36,7 +36,7 @@ TEST_EXTRA :=
 # coordinator can fail a duration run at its end with "context deadline
 # exceeded" and no input (go.dev/issue/75804, fixed in Go 1.27); a count
 # has no deadline to race (a few seconds per target here).
-FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./engine:FuzzUpstreamReply ./config:FuzzParse
+FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./engine:FuzzUpstreamReply ./doh/config:FuzzParse
 FUZZTIME_SHORT ?= 15000x
 FUZZTIME ?= 2m
 TEST_EXTRA += fuzz-short

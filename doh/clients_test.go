@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dohfwd/dohfwd/internal/testtool"
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // needTool finds a real client or skips loudly: `make test` installs them

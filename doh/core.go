@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // This file is the DoH semantics, once, for every transport: a [Request]

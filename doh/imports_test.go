@@ -11,7 +11,7 @@ import (
 // of what the edge module links from the DoH core and DDR: their wire work
 // is dnswire's. The tests may use miekg/dns as the reference.
 func TestDoHLinksNoMiekg(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", ".", "../ddr")
+	cmd := exec.Command("go", "list", "-deps", ".", "./internal/ddr")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/dohfwd/dohfwd/internal/workpool"
+	"github.com/dohfwd/dohfwd/doh/workpool"
 )
 
 // Limits bound what one client may hold on a listener. Zero fields take

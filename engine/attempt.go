@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // maxStackServers is how many servers a scope may list before the

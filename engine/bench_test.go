@@ -14,7 +14,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
-	"github.com/dohfwd/dohfwd/internal/testtool"
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 	"github.com/miekg/dns"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/maypok86/otter/v2"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // cacheKey names one cached answer. DO and CD change what an upstream

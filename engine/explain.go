@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // Explanation says what a question would do at this moment, without

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // Publishing hot cache entries. At the edge the engine runs as

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // ResolveWireImmediate is ResolveWire for an answer the engine has in

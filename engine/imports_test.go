@@ -48,7 +48,7 @@ func TestEngineBuildsForWasip1(t *testing.T) {
 // native front ends and the tests only. config and telemetry, which the
 // module links beside the engine, do not bring it back either.
 func TestEngineLinksNoMiekg(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", ".", "../config", "../telemetry", "../dnswire")
+	cmd := exec.Command("go", "list", "-deps", ".", "../doh/config", "./telemetry", "./dnswire")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // localTTL is the TTL of local answers: short, since hosts change on reload.

@@ -3,7 +3,7 @@ package engine
 import (
 	"encoding/binary"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // questionEnd returns the offset just past the single question of a wire

@@ -3,7 +3,7 @@ package engine
 import (
 	"encoding/binary"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // The padding rules (RFC 7830, RFC 8467) and the error answer to a query,

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // Background probes (SPEC §4, `probe: true`). Under the time-based marks a

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // upstreamUDPSize is the EDNS0 UDP payload size of upstream queries

@@ -9,7 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // The hand-written upstream query is what miekg/dns reads back: the

@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // Result is how a question ended.

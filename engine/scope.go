@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // FallbackScope is the scope name reported for questions that no

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // candidates appends to dst the names a question is asked as (SPEC §1.4):

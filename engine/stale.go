@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // Serve-stale (RFC 8767). An expired entry stays in the cache for

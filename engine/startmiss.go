@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // A miss in two steps. A front end that reads a batch of requests on one

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // udpReceiveSize is the receive buffer of a UDP transaction. Queries

@@ -3,7 +3,7 @@ package engine
 import (
 	"strconv"
 
-	"github.com/dohfwd/dohfwd/dnswire"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // maxTried is how many attempts a question records for its Extended DNS

@@ -15,9 +15,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/dohfwd/dohfwd/cmd/internal/buildinfo"
+	"github.com/dohfwd/dohfwd/cmd/internal/procs"
 	"github.com/dohfwd/dohfwd/edge/host"
-	"github.com/dohfwd/dohfwd/internal/buildinfo"
-	"github.com/dohfwd/dohfwd/internal/procs"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".

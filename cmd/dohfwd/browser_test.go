@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
-	"github.com/dohfwd/dohfwd/internal/testtool"
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // Real browsers load a page on a name that only the test upstream knows,

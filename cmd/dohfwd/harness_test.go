@@ -26,7 +26,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 

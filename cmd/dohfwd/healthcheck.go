@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh/config"
 )
 
 // healthcheckCommand asks a running server's admin listener for /healthz

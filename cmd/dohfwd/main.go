@@ -21,7 +21,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/dohfwd/dohfwd/internal/buildinfo"
+	"github.com/dohfwd/dohfwd/cmd/internal/buildinfo"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".

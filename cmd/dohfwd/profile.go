@@ -8,10 +8,10 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/dohfwd/dohfwd/assembly"
-	"github.com/dohfwd/dohfwd/config"
-	"github.com/dohfwd/dohfwd/server"
-	"github.com/dohfwd/dohfwd/setup"
+	"github.com/dohfwd/dohfwd/doh/assembly"
+	"github.com/dohfwd/dohfwd/doh/config"
+	"github.com/dohfwd/dohfwd/doh/server"
+	"github.com/dohfwd/dohfwd/doh/setup"
 )
 
 // profileCommand writes the Apple configuration profile of a configured

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/dohfwd/dohfwd/assembly"
-	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/cmd/internal/procs"
+	"github.com/dohfwd/dohfwd/doh/assembly"
+	"github.com/dohfwd/dohfwd/doh/config"
+	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/internal/procs"
-	"github.com/dohfwd/dohfwd/metrics"
 )
 
 func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/dohfwd/dohfwd/admin"
+	"github.com/dohfwd/dohfwd/doh/admin"
 )
 
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -95,7 +95,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/telemetry"
+	"github.com/dohfwd/dohfwd/engine/telemetry"
 )
 
 // ImportModule is the Wasm import module of the socket interface.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/dohfwd/dohfwd/assembly"
+	"github.com/dohfwd/dohfwd/doh/assembly"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )

@@ -13,11 +13,11 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/dohfwd/dohfwd/assembly"
+	"github.com/dohfwd/dohfwd/doh/assembly"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
-	"github.com/dohfwd/dohfwd/internal/syncbuf"
+	"github.com/dohfwd/dohfwd/scripts/testtool/syncbuf"
 )
 
 // These tests are about the split dohfwd-edge makes: the host runs the

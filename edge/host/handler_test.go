@@ -9,10 +9,10 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/dohfwd/dohfwd/assembly"
-	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh/assembly"
+	"github.com/dohfwd/dohfwd/doh/config"
+	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
-	"github.com/dohfwd/dohfwd/metrics"
 )
 
 // dohfwd-edge counts DoH requests as dohfwd serve does: by HTTP status and

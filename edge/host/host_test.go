@@ -18,9 +18,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/dohfwd/dohfwd/assembly"
-	cfgpkg "github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/doh"
+	"github.com/dohfwd/dohfwd/doh/assembly"
+	cfgpkg "github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"

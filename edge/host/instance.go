@@ -14,10 +14,10 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 
-	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh/config"
+	"github.com/dohfwd/dohfwd/doh/workpool"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/internal/workpool"
 )
 
 // Instance is one instantiated module with its engine, answering any

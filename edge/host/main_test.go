@@ -5,7 +5,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh/config"
 )
 
 // Main hands the module the loaded configuration re-encoded as YAML; the

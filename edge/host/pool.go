@@ -9,11 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/doh"
+	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/telemetry"
+	"github.com/dohfwd/dohfwd/engine/telemetry"
 )
 
 // Pool is the host's module instances: one by default, which holds the one

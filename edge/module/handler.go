@@ -5,9 +5,9 @@ package main
 import (
 	"os"
 
-	"github.com/dohfwd/dohfwd/assembly"
-	"github.com/dohfwd/dohfwd/config"
-	"github.com/dohfwd/dohfwd/telemetry"
+	"github.com/dohfwd/dohfwd/doh/assembly"
+	"github.com/dohfwd/dohfwd/doh/config"
+	"github.com/dohfwd/dohfwd/engine/telemetry"
 )
 
 // assemble builds the instance's engine and DoH handler as the server

@@ -33,12 +33,12 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/dohfwd/dohfwd/assembly"
-	"github.com/dohfwd/dohfwd/config"
 	"github.com/dohfwd/dohfwd/doh"
+	"github.com/dohfwd/dohfwd/doh/assembly"
+	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/telemetry"
+	"github.com/dohfwd/dohfwd/engine/telemetry"
 )
 
 func main() {}

@@ -134,7 +134,7 @@ func start(id uint32, data []byte) {
 // workers runs requests and questions on kept goroutines: a fresh
 // goroutine's stack grows by copying on its way down to the engine's
 // socket read, in wasm about half the module's time for a request. Not
-// internal/workpool: its workers wait in a two-case select (for its Stop),
+// doh/workpool: its workers wait in a two-case select (for its Stop),
 // which as wasm cost a question more than the engine's own channel waits;
 // the module's workers live as long as the instance and wait on one
 // channel.

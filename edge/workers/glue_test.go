@@ -18,7 +18,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/engine"
-	"github.com/dohfwd/dohfwd/internal/testtool"
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // runGlue runs script (an ES module beside a copy of rfc8484.mjs) under

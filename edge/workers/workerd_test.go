@@ -24,11 +24,11 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/dohfwd/dohfwd/config"
+	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/edge/abi"
 	"github.com/dohfwd/dohfwd/edge/moduletest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
-	"github.com/dohfwd/dohfwd/internal/testtool"
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // workerdBinary finds workerd as `npm ci` installs it here, running npm ci

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Pebble, Let's Encrypt's test ACME CA, for the ACME tests in certs/.
+# Installs Pebble, Let's Encrypt's test ACME CA, for the ACME tests in doh/internal/certs.
 # Idempotent: does nothing when the pinned version is already on PATH or in GOBIN.
 set -u
 

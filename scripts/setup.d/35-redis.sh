@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's redis-server for the shared certificate store tests in
-# certs/ and certs/redisstore (each test starts its own on a loopback
+# doh/internal/certs and its redisstore (each test starts its own on a loopback
 # port). Idempotent: apt-get runs only when redis-server is missing. Never
 # fails the run: it warns loudly, and those tests then FAIL.
 set -u

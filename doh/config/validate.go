@@ -1,0 +1,303 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
+)
+
+// validate checks the values the decoder cannot: addresses, names, enums
+// and ranges. Every error names its key.
+func (c *Config) validate(x *keyIndex) error {
+	var es errs
+	bad := func(path, format string, a ...any) { es.add(x.errorAt(c.Source, path, fmt.Sprintf(format, a...))) }
+
+	for _, l := range []struct{ key, addr string }{
+		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP}, {"listen.dot", c.Listen.DoT}, {"listen.dns", c.Listen.DNS},
+		{"listen.admin", c.Listen.Admin}, {"tls.acme.http_listen", c.TLS.ACME.HTTPListen},
+	} {
+		if err := checkListenAddr(l.addr); err != nil {
+			bad(l.key, "%v", err)
+		}
+	}
+	if c.Listen.HTTPS == "" && c.Listen.HTTP == "" {
+		bad("listen", "no DoH listener: set listen.https or listen.http")
+	}
+	if !strings.HasPrefix(c.Listen.Path, "/") {
+		bad("listen.path", "%q must start with /", c.Listen.Path)
+	}
+	for i, p := range c.Listen.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("listen.trusted_proxies[%d]", i), "%v", err)
+		}
+	}
+	for i, p := range c.Listen.ProxyProtocol {
+		if _, err := ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("listen.proxy_protocol[%d]", i), "%v", err)
+		}
+	}
+
+	switch c.TLS.Mode {
+	case "self-signed":
+	case "files":
+		if c.TLS.CertFile == "" {
+			bad("tls.cert_file", "required with tls.mode files")
+		}
+		if c.TLS.KeyFile == "" {
+			bad("tls.key_file", "required with tls.mode files")
+		}
+	case "acme":
+		if len(c.TLS.ACME.Domains) == 0 {
+			bad("tls.acme.domains", "required with tls.mode acme")
+		}
+		for i, d := range c.TLS.ACME.Domains {
+			if _, ok := dnswire.IsDomainName(d); !ok || d == "" {
+				bad(fmt.Sprintf("tls.acme.domains[%d]", i), "%q is not a domain name", d)
+			}
+		}
+		checkStorage(c.TLS.ACME, bad)
+		if c.TLS.ACME.DisableTLSALPN && c.TLS.ACME.HTTPListen == "" {
+			bad("tls.acme.disable_tls_alpn", "leaves no challenge: set tls.acme.http_listen for HTTP-01")
+		}
+	default:
+		bad("tls.mode", "%q: want self-signed, files or acme", c.TLS.Mode)
+	}
+
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad(key, "%v: must be more than 0", d)
+		}
+	}
+	notNegative := func(key string, d time.Duration) {
+		if d < 0 {
+			bad(key, "%v: must not be negative", d)
+		}
+	}
+	positive("engine.transaction_timeout", c.Engine.TransactionTimeout)
+	positive("engine.demotion_period", c.Engine.DemotionPeriod)
+	notNegative("engine.question_timeout", c.Engine.QuestionTimeout)
+	if c.Engine.Attempts < 1 {
+		bad("engine.attempts", "%d: must be at least 1", c.Engine.Attempts)
+	}
+	if c.Engine.InFlightCeiling < 1 {
+		bad("engine.in_flight_ceiling", "%d: must be at least 1", c.Engine.InFlightCeiling)
+	}
+
+	names := map[string]bool{}
+	for i := range c.Scopes {
+		s := &c.Scopes[i]
+		key := fmt.Sprintf("scopes[%d]", i)
+		if s.Name == "" {
+			s.Name = "scope" + strconv.Itoa(i+1)
+		}
+		if names[s.Name] {
+			bad(key+".name", "%q: another scope has this name", s.Name)
+		}
+		if s.Name == engine.FallbackScope {
+			bad(key+".name", "%q is the name of the fallback servers' scope", s.Name)
+		}
+		names[s.Name] = true
+		checkNames(key+".domains", s.Domains, engine.ParseDomain, bad)
+		checkNames(key+".search", s.Search, engine.ParseSearchDomain, bad)
+		checkServers(key+".servers", s.Servers, bad)
+		for j, a := range s.SourcesV4 {
+			if _, err := engine.ParseSource(a, 4); err != nil {
+				bad(fmt.Sprintf("%s.sources_v4[%d]", key, j), "%v", err)
+			}
+		}
+		for j, a := range s.SourcesV6 {
+			if _, err := engine.ParseSource(a, 6); err != nil {
+				bad(fmt.Sprintf("%s.sources_v6[%d]", key, j), "%v", err)
+			}
+		}
+	}
+	checkServers("fallback_servers", c.FallbackServers, bad)
+	for name, addrs := range c.Hosts {
+		key := "hosts." + name
+		if _, err := engine.ParseHostName(name); err != nil {
+			bad(key, "%q is not a domain name", name)
+		}
+		for j, a := range addrs {
+			if _, err := engine.ParseHostAddress(name, a); err != nil {
+				bad(fmt.Sprintf("%s[%d]", key, j), "%v", err)
+			}
+		}
+	}
+
+	if c.Cache.MaxEntries < 0 {
+		bad("cache.max_entries", "%d: must not be negative", c.Cache.MaxEntries)
+	}
+	notNegative("cache.min_ttl", c.Cache.MinTTL)
+	notNegative("cache.max_ttl", c.Cache.MaxTTL)
+	notNegative("cache.negative_max_ttl", c.Cache.NegativeMaxTTL)
+	if c.Cache.MaxTTL > 0 && c.Cache.MinTTL > c.Cache.MaxTTL {
+		bad("cache.min_ttl", "%v is more than cache.max_ttl %v", c.Cache.MinTTL, c.Cache.MaxTTL)
+	}
+	notNegative("cache.stale_max", c.Cache.StaleMax)
+	notNegative("cache.stale_answer_after", c.Cache.StaleAnswerAfter)
+	// A TTL is whole seconds: a stale TTL below one second would be 0,
+	// an answer no one may keep.
+	if c.Cache.StaleTTL < time.Second {
+		bad("cache.stale_ttl", "%v: must be at least 1s", c.Cache.StaleTTL)
+	}
+	if c.Cache.PrefetchMinHits < 0 {
+		bad("cache.prefetch_min_hits", "%d: must not be negative", c.Cache.PrefetchMinHits)
+	}
+
+	if c.Limits.ClientQPS < 0 || math.IsNaN(c.Limits.ClientQPS) || math.IsInf(c.Limits.ClientQPS, 0) {
+		bad("limits.client_qps", "%v: must be a number, not negative", c.Limits.ClientQPS)
+	}
+	for _, l := range []struct {
+		key string
+		n   int
+	}{
+		{"limits.client_burst", c.Limits.ClientBurst}, {"limits.client_in_flight", c.Limits.ClientInFlight},
+		{"limits.client_connections", c.Limits.ClientConnections}, {"limits.connections", c.Limits.Connections},
+	} {
+		if l.n < 0 {
+			bad(l.key, "%d: must not be negative", l.n)
+		}
+	}
+	if c.Limits.ClientBurst > 0 && c.Limits.ClientQPS == 0 {
+		bad("limits.client_burst", "%d: needs limits.client_qps", c.Limits.ClientBurst)
+	}
+	if p := c.Limits.PrefixV4; p < 1 || p > 32 {
+		bad("limits.prefix_v4", "%d: want 1 to 32", p)
+	}
+	if p := c.Limits.PrefixV6; p < 1 || p > 128 {
+		bad("limits.prefix_v6", "%d: want 1 to 128", p)
+	}
+
+	checkNames("ddr.names", c.DDR.Names, engine.ParseHostName, bad)
+	for i, a := range c.DDR.Addresses {
+		if ip, err := netip.ParseAddr(a); err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+			bad(fmt.Sprintf("ddr.addresses[%d]", i), "%q is not a unicast IP address", a)
+		}
+	}
+
+	if (c.AppleProfile.SignCert == "") != (c.AppleProfile.SignKey == "") {
+		if c.AppleProfile.SignCert == "" {
+			bad("apple_profile.sign_cert", "required with apple_profile.sign_key")
+		} else {
+			bad("apple_profile.sign_key", "required with apple_profile.sign_cert")
+		}
+	}
+
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q: want debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "auto", "json", "console":
+	default:
+		bad("log.format", "%q: want auto, json or console", c.Log.Format)
+	}
+	// The engine's own check, last: the checks above name the key and
+	// line of everything it refuses, so this adds nothing unless they
+	// have fallen behind it (a test keeps them level).
+	if len(es) == 0 {
+		if err := engine.Validate(c.EngineConfig()); err != nil {
+			bad("", "%v", err)
+		}
+	}
+	return es.join()
+}
+
+// Bounds of tls.acme.redis.lock_lease: a replica that dies holding a lock
+// blocks the others for at most one lease.
+const (
+	minLockLease = time.Second
+	maxLockLease = time.Minute
+)
+
+// checkStorage checks a Redis storage URL and its settings. Messages never
+// repeat the URL, which could hold a password by mistake.
+func checkStorage(a ACME, bad func(string, string, ...any)) {
+	r := a.Redis
+	if r.LockLease < minLockLease || r.LockLease > maxLockLease {
+		bad("tls.acme.redis.lock_lease", "%v: want %v to %v", r.LockLease, minLockLease, maxLockLease)
+	}
+	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, " :") {
+		bad("tls.acme.redis.key_prefix", "%q: want a non-empty name without spaces or colons", r.KeyPrefix)
+	}
+	scheme, _, _ := strings.Cut(a.Storage, "://")
+	if scheme != "redis" && scheme != "rediss" {
+		return
+	}
+	u, err := url.Parse(a.Storage)
+	if err != nil || u.Host == "" {
+		bad("tls.acme.storage", "not a valid redis://host:port/db or rediss:// URL")
+		return
+	}
+	if _, has := u.User.Password(); has {
+		bad("tls.acme.storage", "a password in the URL is refused: use tls.acme.redis.password_file or $DOHFWD_REDIS_PASSWORD")
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		if _, err := strconv.ParseUint(db, 10, 8); err != nil {
+			bad("tls.acme.storage", "database %q: want a number (redis://host:port/0)", db)
+		}
+	}
+	if r.CARoot != "" && scheme != "rediss" {
+		bad("tls.acme.redis.ca_root", "needs a rediss:// storage URL")
+	}
+}
+
+// checkListenAddr accepts "" (off) or host:port with an IP or empty host
+// and a numeric port; port 0 asks the system for a free one.
+func checkListenAddr(s string) error {
+	if s == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q: want IP:port or [IPv6]:port", s)
+	}
+	if host != "" && host != "localhost" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: %q is not an IP address", s, host)
+		}
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", s, port)
+	}
+	return nil
+}
+
+// ParsePrefix reads a trusted proxy: a CIDR, or one IP as a /32 or /128.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: want a CIDR such as 10.0.0.0/8 or an IP address", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// checkNames checks names with the engine's parse.
+func checkNames(key string, names []string, parse func(string) (string, error), bad func(string, string, ...any)) {
+	for i, n := range names {
+		if _, err := parse(n); err != nil {
+			bad(fmt.Sprintf("%s[%d]", key, i), "%q: %v", n, err)
+		}
+	}
+}
+
+func checkServers(key string, servers []string, bad func(string, string, ...any)) {
+	for i, s := range servers {
+		if _, err := engine.ParseServer(s); err != nil {
+			bad(fmt.Sprintf("%s[%d]", key, i), "%v", err)
+		}
+	}
+}
