@@ -33,6 +33,20 @@ func (en *entry) appendStale(dst []byte, cq *clientQuery, qname []byte, ttl time
 	return en.write(dst, cq, qname, time.Time{}, int64(ttl/time.Second))
 }
 
+// staleReplyTTL is the TTL of a reply whose answerTTL is ttl: itself, or
+// for a stale answer (staleTTL >= 0) the stale TTL, which every record of
+// it carries. A negative stale answer too: the SOA's MINIMUM bounds how
+// long the upstream's denial may be kept (RFC 2308), but this reply is not
+// that denial as the upstream gave it, it is what RFC 8767 lets stand in
+// for one that cannot be had now, for the stale TTL (its records, its
+// Cache-Control max-age), the same as a positive stale answer.
+func staleReplyTTL(ttl uint32, cacheable bool, staleTTL int64) uint32 {
+	if staleTTL >= 0 && cacheable {
+		return uint32(staleTTL)
+	}
+	return ttl
+}
+
 // staleEntry is what the cache holds for key when it is only good for a
 // stale answer to this question: expired within the stale window, and
 // stored from this question's scope. Else nil.
