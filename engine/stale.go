@@ -10,7 +10,9 @@ import (
 // CacheConfig.StaleMax. A question whose result would be unavailable
 // (attempts spent, ceiling refusal, an empty scope, its own timeout) and
 // that finds such an entry is answered from it: every record's TTL set
-// to StaleTTL and an EDE option with info-code 3 (Stale Answer). The
+// to StaleTTL, its Cache-Control TTL StaleTTL (staleReplyTTL), and an
+// EDE option with info-code 3 (Stale Answer) when the client sent EDNS
+// (RFC 6891 section 7: no OPT record in a reply to a query without). The
 // question still spends its attempts exactly as it would have: a stale
 // answer is a local answer given after the upstream result is known, or,
 // with the client response timer (StaleAnswerAfter, RFC 8767 §5), while
