@@ -99,9 +99,9 @@ var (
 	staleNoData = staleQuestion{"nodata.stale.test.", dns.TypeAAAA, dns.RcodeSuccess, 0}
 )
 
-// prime asks each question through DoH while the upstream answers, then
-// waits until every answer (TTL 1) has expired and makes the upstream
-// fail.
+// primeStale asks each question through DoH while the upstream answers,
+// then waits until every answer (TTL 1) has expired and makes the
+// upstream fail.
 func (d *dohfwd) primeStale(u *staleUpstream, qs ...staleQuestion) {
 	d.t.Helper()
 	c := d.client()
@@ -114,9 +114,9 @@ func (d *dohfwd) primeStale(u *staleUpstream, qs ...staleQuestion) {
 	u.failing.Store(true)
 }
 
-// stale is one client's view of a stale answer: the DNS message as it
-// read it, the EDE codes it saw, and the Cache-Control of a DoH answer
-// ("" for DoT and plain DNS).
+// staleSeen is one client's view of a stale answer: the DNS message as
+// it read it, the EDE codes it saw, and (http) the Cache-Control of a DoH
+// answer.
 type staleSeen struct {
 	how          string
 	rcode        int
@@ -124,6 +124,9 @@ type staleSeen struct {
 	ede          []int
 	cacheControl string
 	http         bool
+	// plain: the client sent no EDNS, so the answer carries no OPT
+	// record and no EDE (RFC 6891 section 7); opt says whether it did.
+	plain, opt bool
 }
 
 // checkStale asserts what every stale answer to q must be.
@@ -132,7 +135,11 @@ func checkStale(t *testing.T, q staleQuestion, s staleSeen) {
 	if s.rcode != q.rcode || len(s.answer) != q.answers {
 		t.Errorf("%s %s: rcode %d with %d answers, want %d with %d", s.how, q.name, s.rcode, len(s.answer), q.rcode, q.answers)
 	}
-	if len(s.ede) != 1 || s.ede[0] != int(dns.ExtendedErrorCodeStaleAnswer) {
+	if s.plain {
+		if s.opt {
+			t.Errorf("%s %s: an OPT record in the answer to a query without EDNS", s.how, q.name)
+		}
+	} else if len(s.ede) != 1 || s.ede[0] != int(dns.ExtendedErrorCodeStaleAnswer) {
 		t.Errorf("%s %s: EDE %v, want [3] (Stale Answer)", s.how, q.name, s.ede)
 	}
 	for _, rr := range append(append([]dns.RR(nil), s.answer...), s.auth...) {
@@ -173,11 +180,12 @@ func edeCodes(m *dns.Msg) []int {
 }
 
 func seenMsg(how string, m *dns.Msg, cacheControl string, http bool) staleSeen {
-	return staleSeen{how: how, rcode: m.Rcode, answer: m.Answer, auth: m.Ns, ede: edeCodes(m), cacheControl: cacheControl, http: http}
+	return staleSeen{how: how, rcode: m.Rcode, answer: m.Answer, auth: m.Ns, ede: edeCodes(m), cacheControl: cacheControl, http: http,
+		opt: m.IsEdns0() != nil}
 }
 
-// askEverywhere asks q through every front end with its real client and
-// checks each stale answer.
+// askStaleEverywhere asks q through every front end with its real client
+// and checks each stale answer: six questions.
 func (d *dohfwd) askStaleEverywhere(q staleQuestion) {
 	t := d.t
 	t.Helper()
@@ -210,6 +218,14 @@ func (d *dohfwd) askStaleEverywhere(q staleQuestion) {
 		t.Fatalf("POST %s: %s %d", q.name, res.Proto, res.StatusCode)
 	}
 	checkStale(t, q, seenMsg("DoH POST", m, res.Header.Get("Cache-Control"), true))
+	// A client without EDNS: the same TTLs, no OPT record.
+	res, m = d.query(c, newQuery(q.name, q.qtype))
+	if m == nil {
+		t.Fatalf("POST %s without EDNS: %d", q.name, res.StatusCode)
+	}
+	plain := seenMsg("DoH POST without EDNS", m, res.Header.Get("Cache-Control"), true)
+	plain.plain = true
+	checkStale(t, q, plain)
 
 	// The JSON form with curl.
 	dir := t.TempDir()
@@ -234,26 +250,22 @@ func (d *dohfwd) askStaleEverywhere(q staleQuestion) {
 func (d *dohfwd) checkStaleJSON(q staleQuestion, body, headerFile string) {
 	t := d.t
 	t.Helper()
+	type record struct {
+		Name string `json:"name"`
+		Type uint16 `json:"type"`
+		TTL  uint32 `json:"TTL"`
+		Data string `json:"data"`
+	}
 	var j struct {
 		Status            int
-		Answer, Authority []struct {
-			Name string `json:"name"`
-			Type uint16 `json:"type"`
-			TTL  uint32 `json:"TTL"`
-			Data string `json:"data"`
-		}
-		Comment string
+		Answer, Authority []record
+		Comment           string
 	}
 	if err := json.Unmarshal([]byte(body), &j); err != nil {
 		t.Fatalf("JSON %s: %v: %s", q.name, err, body)
 	}
 	s := staleSeen{how: "DoH JSON (curl)", rcode: j.Status, http: true}
-	conv := func(recs []struct {
-		Name string `json:"name"`
-		Type uint16 `json:"type"`
-		TTL  uint32 `json:"TTL"`
-		Data string `json:"data"`
-	}) []dns.RR {
+	conv := func(recs []record) []dns.RR {
 		var rrs []dns.RR
 		for _, r := range recs {
 			rr, err := dns.NewRR(fmt.Sprintf("%s %d IN %s %s", r.Name, r.TTL, dns.TypeToString[r.Type], r.Data))
@@ -352,7 +364,7 @@ func TestStaleAfterSpentAttemptsReachesEveryClient(t *testing.T) {
 	d := startStaleDohfwd(t, u, "  transaction_timeout: 200ms\n  attempts: 2\n", "  stale_answer_after: 0s\n")
 	d.primeStale(u, staleA)
 	d.askStaleEverywhere(staleA)
-	d.waitStaleEvents("attempts spent", 5)
+	d.waitStaleEvents("attempts spent", 6)
 }
 
 // The client response timer (cache.stale_answer_after): the upstream
@@ -364,7 +376,7 @@ func TestStaleByClientResponseTimerReachesEveryClient(t *testing.T) {
 	d := startStaleDohfwd(t, u, "  transaction_timeout: 10s\n  attempts: 1\n", "  stale_answer_after: 300ms\n")
 	d.primeStale(u, staleA)
 	d.askStaleEverywhere(staleA)
-	d.waitStaleEvents("client response timer", 5)
+	d.waitStaleEvents("client response timer", 6)
 }
 
 // NXDOMAIN and NODATA: the stale negative answer keeps its SOA, with
@@ -377,7 +389,7 @@ func TestStaleNegativeAnswersReachEveryClient(t *testing.T) {
 	d.primeStale(u, staleNX, staleNoData)
 	d.askStaleEverywhere(staleNX)
 	d.askStaleEverywhere(staleNoData)
-	d.waitStaleEvents("attempts spent", 10)
+	d.waitStaleEvents("attempts spent", 12)
 }
 
 // The in-flight ceiling: one question the upstream never answers holds
@@ -414,7 +426,7 @@ func TestStaleAtInFlightCeilingReachesEveryClient(t *testing.T) {
 	}
 	asked := len(u.Queries())
 	d.askStaleEverywhere(staleA)
-	d.waitStaleEvents("in-flight ceiling", 5)
+	d.waitStaleEvents("in-flight ceiling", 6)
 	if n := len(u.Queries()); n != asked {
 		t.Errorf("the upstream was asked %d more times past the ceiling", n-asked)
 	}
