@@ -185,7 +185,7 @@ func seenMsg(how string, m *dns.Msg, cacheControl string, http bool) staleSeen {
 }
 
 // askStaleEverywhere asks q through every front end with its real client
-// and checks each stale answer: six questions.
+// and checks each stale answer: seven questions.
 func (d *dohfwd) askStaleEverywhere(q staleQuestion) {
 	t := d.t
 	t.Helper()
@@ -233,6 +233,11 @@ func (d *dohfwd) askStaleEverywhere(q staleQuestion) {
 	out := runTool(t, "curl", "-sS", "--fail", "--http2", "--max-time", "20", "--cacert", d.pki.CA, "-D", hdrs,
 		fmt.Sprintf("https://%s/resolve?name=%s&type=%s", d.HTTPS, q.name, dns.TypeToString[q.qtype]))
 	d.checkStaleJSON(q, out, hdrs)
+
+	// kdig's DoH POST, padded (RFC 8467): the EDE ahead of the Padding
+	// option.
+	out = runTool(t, "kdig", append(d.digArgs("+https", "+padding", "+timeout=10", "+retry=0"), q.name, dns.TypeToString[q.qtype])...)
+	checkStale(t, q, seenDigText(t, "DoH kdig +https", out))
 
 	// DoT with kdig, plain DNS over UDP with dig.
 	dot := d.listenerAddr("dot")
@@ -364,7 +369,7 @@ func TestStaleAfterSpentAttemptsReachesEveryClient(t *testing.T) {
 	d := startStaleDohfwd(t, u, "  transaction_timeout: 200ms\n  attempts: 2\n", "  stale_answer_after: 0s\n")
 	d.primeStale(u, staleA)
 	d.askStaleEverywhere(staleA)
-	d.waitStaleEvents("attempts spent", 6)
+	d.waitStaleEvents("attempts spent", 7)
 }
 
 // The client response timer (cache.stale_answer_after): the upstream
@@ -376,7 +381,7 @@ func TestStaleByClientResponseTimerReachesEveryClient(t *testing.T) {
 	d := startStaleDohfwd(t, u, "  transaction_timeout: 10s\n  attempts: 1\n", "  stale_answer_after: 300ms\n")
 	d.primeStale(u, staleA)
 	d.askStaleEverywhere(staleA)
-	d.waitStaleEvents("client response timer", 6)
+	d.waitStaleEvents("client response timer", 7)
 }
 
 // NXDOMAIN and NODATA: the stale negative answer keeps its SOA, with
@@ -389,7 +394,7 @@ func TestStaleNegativeAnswersReachEveryClient(t *testing.T) {
 	d.primeStale(u, staleNX, staleNoData)
 	d.askStaleEverywhere(staleNX)
 	d.askStaleEverywhere(staleNoData)
-	d.waitStaleEvents("attempts spent", 12)
+	d.waitStaleEvents("attempts spent", 14)
 }
 
 // The in-flight ceiling: one question the upstream never answers holds
@@ -426,7 +431,7 @@ func TestStaleAtInFlightCeilingReachesEveryClient(t *testing.T) {
 	}
 	asked := len(u.Queries())
 	d.askStaleEverywhere(staleA)
-	d.waitStaleEvents("in-flight ceiling", 6)
+	d.waitStaleEvents("in-flight ceiling", 7)
 	if n := len(u.Queries()); n != asked {
 		t.Errorf("the upstream was asked %d more times past the ceiling", n-asked)
 	}
