@@ -301,8 +301,8 @@ func (b *blockingResolver) ResolveMsg(ctx context.Context, q *dns.Msg) enginetes
 	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
 }
 
-func (b *blockingResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(b, ctx, query, dst)
+func (b *blockingResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(b, ctx, query, dst)
 }
 
 // TestContinuationFlood: HEADERS without END_HEADERS and then CONTINUATION

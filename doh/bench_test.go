@@ -16,7 +16,7 @@ import (
 // measures the front end alone.
 type fixedResolver struct{ reply []byte }
 
-func (f fixedResolver) ResolveWire(_ context.Context, query, dst []byte) engine.Response {
+func (f fixedResolver) Resolve(_ context.Context, query, dst []byte) engine.Response {
 	out := append(dst, f.reply...)
 	copy(out[len(dst):], query[:2]) // the query's ID
 	ttl, ok := engine.WireTTL(f.reply)

@@ -149,20 +149,20 @@ const pooledBufferSize = 4096
 // network. The HTTP/2 server asks it first on the connection's own
 // goroutine; only what it cannot answer at once goes to a goroutine of
 // its own. ok false leaves nothing behind but miss: when miss is then
-// Ready the query is asked with ResolveWireMiss (which does not read it
-// again), else with ResolveWire. trace, when not nil, is the request's
+// Ready the query is asked with ResolveMiss (which does not read it
+// again), else with Resolve. trace, when not nil, is the request's
 // trace (see Options.TraceContext). *engine.Engine and *ddr.Resolver
 // satisfy it.
 type ImmediateResolver interface {
-	ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (r engine.Response, ok bool)
-	ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response
+	AnswerNow(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (r engine.Response, ok bool)
+	ResolveMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response
 }
 
 // MissStarter is an [ImmediateResolver] that can begin a miss on the
 // goroutine that read it, before the miss is handed to a goroutine of its
 // own: the HTTP/2 server calls StartMiss for each miss of a read batch,
-// one after the other, then ResolveWireMiss for each on a worker. Once
-// StartMiss began the miss (miss.Started), ResolveWireMiss must be called
+// one after the other, then ResolveMiss for each on a worker. Once
+// StartMiss began the miss (miss.Started), ResolveMiss must be called
 // for it even after its client went away. *engine.Engine and
 // *ddr.Resolver satisfy it. When StartMiss reports true, the resolver
 // calls then once the first transaction ended, instead (see
@@ -364,7 +364,7 @@ func (h *Handler) beginJSON(c *call) bool {
 // wait true it reports false when the client went away meanwhile: there
 // is no one to answer.
 //
-// The query goes to the resolver as bytes (ResolveWire) and its reply,
+// The query goes to the resolver as bytes (Resolve) and its reply,
 // written into c.out with the client's ID and padding, is the RFC 8484
 // form's body as it is; the JSON form is written from it.
 func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
@@ -392,15 +392,15 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 			tr = &c.x.Trace
 		}
 		var ok bool
-		if r, ok = h.immediate.ResolveWireImmediate(c.raw, c.out[:0], tr, &c.miss); !ok {
+		if r, ok = h.immediate.AnswerNow(c.raw, c.out[:0], tr, &c.miss); !ok {
 			return false
 		}
 	} else {
 		ctx = h.questionContext(ctx, c)
 		if c.miss.Ready() {
-			r = h.immediate.ResolveWireMiss(ctx, &c.miss, c.out[:0])
+			r = h.immediate.ResolveMiss(ctx, &c.miss, c.out[:0])
 		} else {
-			r = h.resolver.ResolveWire(ctx, c.raw, c.out[:0])
+			r = h.resolver.Resolve(ctx, c.raw, c.out[:0])
 		}
 		if ctx.Err() != nil {
 			r.Wire = nil

@@ -27,14 +27,14 @@ type laterResolver struct {
 	immediate, wire atomic.Int64
 }
 
-func (r *laterResolver) ResolveWireImmediate([]byte, []byte, *engine.Trace, *engine.Miss) (engine.Response, bool) {
+func (r *laterResolver) AnswerNow([]byte, []byte, *engine.Trace, *engine.Miss) (engine.Response, bool) {
 	r.immediate.Add(1)
 	return engine.Response{}, false
 }
 
-func (r *laterResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+func (r *laterResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
 	r.wire.Add(1)
-	return r.immediateResolver.ResolveWire(ctx, query, dst)
+	return r.immediateResolver.Resolve(ctx, query, dst)
 }
 
 func replyFor(name string) *dns.Msg {
@@ -160,7 +160,7 @@ func TestObservedQNameOfPlainQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if r := e.ResolveWire(context.Background(), q, nil); r.QName != "Mixed-Case.example." {
+	if r := e.Resolve(context.Background(), q, nil); r.QName != "Mixed-Case.example." {
 		t.Errorf("engine Response.QName %q", r.QName)
 	}
 }
@@ -172,8 +172,8 @@ type answeredAtResolver struct {
 	at time.Time
 }
 
-func (r *answeredAtResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	resp := r.laterResolver.ResolveWire(ctx, query, dst)
+func (r *answeredAtResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	resp := r.laterResolver.Resolve(ctx, query, dst)
 	resp.Answered = r.at
 	return resp
 }

@@ -306,20 +306,20 @@ type missCounter struct {
 	wire, miss atomic.Int64
 }
 
-func (m *missCounter) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+func (m *missCounter) Resolve(ctx context.Context, query, dst []byte) engine.Response {
 	m.wire.Add(1)
-	return m.Engine.ResolveWire(ctx, query, dst)
+	return m.Engine.Resolve(ctx, query, dst)
 }
 
-func (m *missCounter) ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response {
+func (m *missCounter) ResolveMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response {
 	m.miss.Add(1)
-	return m.Engine.ResolveWireMiss(ctx, miss, dst)
+	return m.Engine.ResolveMiss(ctx, miss, dst)
 }
 
 // TestHTTP2HandsTheMissOn: a wire query the resolver could not answer at
-// once is asked with ResolveWireMiss, with what the immediate call read,
-// and answered as ResolveWire would; a JSON query (not asked at once)
-// takes ResolveWire.
+// once is asked with ResolveMiss, with what the immediate call read,
+// and answered as Resolve would; a JSON query (not asked at once)
+// takes Resolve.
 func TestHTTP2HandsTheMissOn(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Start(t, zone)
@@ -340,13 +340,13 @@ func TestHTTP2HandsTheMissOn(t *testing.T) {
 		}
 	}
 	if w, m := res.wire.Load(), res.miss.Load(); w != 0 || m != 3 {
-		t.Errorf("wire queries: %d by ResolveWire, %d by ResolveWireMiss; want 0 and 3", w, m)
+		t.Errorf("wire queries: %d by Resolve, %d by ResolveMiss; want 0 and 3", w, m)
 	}
 	r, body := do(t, c, newRequest(t, "GET", base+JSONPath+"?name=www.example.test&type=a", nil))
 	if r.StatusCode != 200 {
 		t.Fatalf("JSON: status %d body %q", r.StatusCode, body)
 	}
 	if w, m := res.wire.Load(), res.miss.Load(); w != 1 || m != 3 {
-		t.Errorf("after a JSON query: %d by ResolveWire, %d by ResolveWireMiss; want 1 and 3", w, m)
+		t.Errorf("after a JSON query: %d by Resolve, %d by ResolveMiss; want 1 and 3", w, m)
 	}
 }

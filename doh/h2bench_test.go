@@ -33,18 +33,18 @@ func newImmediateResolver(reply *dns.Msg) immediateResolver {
 	return immediateResolver{fixedResolver{wire}, wire}
 }
 
-func (r immediateResolver) ResolveWire(_ context.Context, query, dst []byte) engine.Response {
-	resp, _ := r.ResolveWireImmediate(query, dst, nil, nil)
+func (r immediateResolver) Resolve(_ context.Context, query, dst []byte) engine.Response {
+	resp, _ := r.AnswerNow(query, dst, nil, nil)
 	resp.CacheHit = false
 	return resp
 }
 
-// ResolveWireMiss is never asked: the resolver never misses.
-func (r immediateResolver) ResolveWireMiss(context.Context, *engine.Miss, []byte) engine.Response {
+// ResolveMiss is never asked: the resolver never misses.
+func (r immediateResolver) ResolveMiss(context.Context, *engine.Miss, []byte) engine.Response {
 	panic("immediateResolver never misses")
 }
 
-func (r immediateResolver) ResolveWireImmediate(query, dst []byte, _ *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
+func (r immediateResolver) AnswerNow(query, dst []byte, _ *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
 	out := append(dst, r.wire...)
 	copy(out[len(dst):], query[:2]) // the client's ID
 	return engine.Response{Wire: out, Rcode: int(r.wire[3] & 0xF), TTL: 300, Cacheable: true,
@@ -139,9 +139,9 @@ type resolveForbidden struct {
 	t *testing.T
 }
 
-func (r resolveForbidden) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	r.t.Errorf("ResolveWire called: an answer the resolver had at once was handed off")
-	return r.immediateResolver.ResolveWire(ctx, query, dst)
+func (r resolveForbidden) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	r.t.Errorf("Resolve called: an answer the resolver had at once was handed off")
+	return r.immediateResolver.Resolve(ctx, query, dst)
 }
 
 // TestCacheHitsAnsweredTogether: ten requests that arrive together and

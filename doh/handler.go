@@ -16,7 +16,7 @@ import (
 // *engine.Engine and *ddr.Resolver satisfy it; the RFC 8484 path then
 // neither unpacks nor packs an answer.
 type Resolver interface {
-	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
+	Resolve(ctx context.Context, query, dst []byte) engine.Response
 }
 
 const (

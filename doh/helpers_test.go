@@ -43,8 +43,8 @@ func (r *recordingResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest
 	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
 }
 
-func (r *recordingResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r *recordingResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }
 
 // testCert is a self-signed certificate for 127.0.0.1, made once.

@@ -81,7 +81,7 @@ func TestServeRequestClientGone(t *testing.T) {
 // cannot read the query does.
 type brokenResolver struct{}
 
-func (brokenResolver) ResolveWire(_ context.Context, _, dst []byte) engine.Response {
+func (brokenResolver) Resolve(_ context.Context, _, dst []byte) engine.Response {
 	return engine.Response{Wire: dst, Rcode: -1}
 }
 

@@ -22,8 +22,8 @@ func (f responseResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.R
 	return enginetest.Response{Response: f.r, Msg: new(dns.Msg).SetReply(q)}
 }
 
-func (f responseResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(f, ctx, query, dst)
+func (f responseResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(f, ctx, query, dst)
 }
 
 // Server-Timing says where the answer came from, how many attempts it

@@ -21,7 +21,7 @@ type leavingClient struct {
 	*engine.Engine
 	armed  atomic.Bool
 	starts atomic.Int32 // questions StartMiss began
-	misses atomic.Int32 // ResolveWireMiss calls
+	misses atomic.Int32 // ResolveMiss calls
 }
 
 func (l *leavingClient) StartMiss(ctx context.Context, m *engine.Miss, then engine.MissContinuation) bool {
@@ -37,9 +37,9 @@ func (l *leavingClient) StartMiss(ctx context.Context, m *engine.Miss, then engi
 	return taken
 }
 
-func (l *leavingClient) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) engine.Response {
+func (l *leavingClient) ResolveMiss(ctx context.Context, m *engine.Miss, dst []byte) engine.Response {
 	l.misses.Add(1)
-	return l.Engine.ResolveWireMiss(ctx, m, dst)
+	return l.Engine.ResolveMiss(ctx, m, dst)
 }
 
 // A question the HTTP/2 reader began upstream (MissStarter) is ended by
@@ -72,7 +72,7 @@ func TestH2StartedMissEndedAfterClientLeft(t *testing.T) {
 		t.Fatalf("the question whose client left got status %d, want no answer", resp.StatusCode)
 	}
 	if l.armed.Load() || l.starts.Load() != 2 || l.misses.Load() != 2 {
-		t.Fatalf("armed %v, %d begun, %d ended by ResolveWireMiss; want the leaving question begun and ended",
+		t.Fatalf("armed %v, %d begun, %d ended by ResolveMiss; want the leaving question begun and ended",
 			l.armed.Load(), l.starts.Load(), l.misses.Load())
 	}
 	resp, body := do(t, c, newRequest(t, "GET", url, nil))

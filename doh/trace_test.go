@@ -52,8 +52,8 @@ func (r *traceResolver) ResolveMsg(ctx context.Context, q *dns.Msg) enginetest.R
 	return enginetest.Response{Msg: new(dns.Msg).SetReply(q), Response: engine.Response{Result: engine.ResultAnswer}}
 }
 
-func (r *traceResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r *traceResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }
 
 // The question reaches the resolver in the caller's trace, and the answer

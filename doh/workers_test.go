@@ -34,8 +34,8 @@ func (r *gatedResolver) ResolveMsg(ctx context.Context, q *dns.Msg) enginetest.R
 	return r.recordingResolver.ResolveMsg(ctx, q)
 }
 
-func (r *gatedResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r *gatedResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }
 
 // recordConn is a connection that reads from a pipe the test writes and
@@ -165,8 +165,8 @@ func (r *cancelCounter) ResolveMsg(ctx context.Context, q *dns.Msg) enginetest.R
 	return resp
 }
 
-func (r *cancelCounter) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r *cancelCounter) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }
 
 // TestConnectionEndCancelsQuestions: a client that drops its connection

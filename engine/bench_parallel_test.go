@@ -72,10 +72,10 @@ func benchmarkForwardUDPLoad(b *testing.B, network engine.Network, parallelism i
 	ctx := context.Background()
 	// Warm the pool past its floor so the run reuses sockets.
 	for i := range 1024 {
-		e.ResolveWire(ctx, queries[b.N+i], make([]byte, 0, 4096))
+		e.Resolve(ctx, queries[b.N+i], make([]byte, 0, 4096))
 	}
 	ask := func(i int64, buf []byte) bool {
-		r := e.ResolveWire(ctx, queries[i], buf)
+		r := e.Resolve(ctx, queries[i], buf)
 		if r.Result != engine.ResultAnswer && r.Result != engine.ResultNXDomain {
 			b.Errorf("result %v", r.Result)
 			return false

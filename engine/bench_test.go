@@ -94,14 +94,14 @@ func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest
 	}
 	ctx := context.Background()
 	buf := make([]byte, 0, 4096)
-	if r := e.ResolveWire(ctx, raw, buf); r.Result != engine.ResultAnswer {
+	if r := e.Resolve(ctx, raw, buf); r.Result != engine.ResultAnswer {
 		b.Fatalf("warm-up: %v", r.Result)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	user0, sys0 := cpuTime()
 	for b.Loop() {
-		if r := e.ResolveWire(ctx, raw, buf); r.Result != engine.ResultAnswer {
+		if r := e.Resolve(ctx, raw, buf); r.Result != engine.ResultAnswer {
 			b.Fatalf("result %v", r.Result)
 		}
 	}
@@ -134,11 +134,11 @@ func BenchmarkCacheHitWire(b *testing.B) {
 		}
 		ctx := context.Background()
 		buf := make([]byte, 0, 4096)
-		e.ResolveWire(ctx, raw, buf)
+		e.Resolve(ctx, raw, buf)
 		b.Run(fmt.Sprintf("padded=%v", padded), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if r := e.ResolveWire(ctx, raw, buf); !r.CacheHit {
+				if r := e.Resolve(ctx, raw, buf); !r.CacheHit {
 					b.Fatalf("not a hit: %v", r.Result)
 				}
 			}

@@ -80,7 +80,7 @@ type flight struct {
 	hasLeader bool
 	served    []Trace
 
-	// waiters are the followers without a goroutine (JoinWire), answered
+	// waiters are the followers without a goroutine (JoinFlight), answered
 	// on the leader's goroutine once it lands. Under flights.mu until
 	// then.
 	waiters []*waiter

@@ -30,7 +30,7 @@ type Engine struct {
 	questionIDs atomic.Uint64
 
 	// publish receives the cache entries whose hits became pure reads
-	// (PublishHits); nil, natively, publishes nothing.
+	// (PublishHotEntries); nil, natively, publishes nothing.
 	publish     func(record []byte)
 	generations uint32 // the last routes' generation; under mu
 
@@ -148,8 +148,8 @@ type Response struct {
 	Result    Result
 	Reason    Reason // why, for ResultUnavailable
 	Question  uint64 // the question's id, as in its events
-	// QName is the question's name as its events give it (ResolveWire,
-	// ResolveWireImmediate): a front end that shows it need not make its own.
+	// QName is the question's name as its events give it (Resolve,
+	// AnswerNow): a front end that shows it need not make its own.
 	QName    string
 	Scope    string
 	Attempts int
@@ -159,8 +159,8 @@ type Response struct {
 	// Shared is set when the answer came from an identical question
 	// upstream at the same time (no attempt of its own).
 	Shared bool
-	// Answered is the question's end (ResolveWire, ResolveWireMiss,
-	// ResolveWireImmediate): the end of the question event's Duration,
+	// Answered is the question's end (Resolve, ResolveMiss,
+	// AnswerNow): the end of the question event's Duration,
 	// for a front end that needs the time then and need not read the
 	// clock again. It is the engine's last clock reading: for an answer
 	// or NXDOMAIN from the question's own last transaction, that
@@ -171,13 +171,13 @@ type Response struct {
 	Answered time.Time
 }
 
-// ResolveWire answers one client query given as bytes, appending the
+// Resolve answers one client query given as bytes, appending the
 // client's reply to dst (Response.Wire). The front end has checked the
 // query: opcode QUERY and exactly one question. ctx is the client's
 // budget. On the forwarding path nothing is unpacked: the upstream's
 // reply is matched from its header and question, read by a walk of its
 // records, kept packed and copied out with the client's ID.
-func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (resp Response) {
+func (e *Engine) Resolve(ctx context.Context, query []byte, dst []byte) (resp Response) {
 	start := time.Now()
 	rt := e.routes.Load() // one configuration for the whole question
 	qn := question{
@@ -220,7 +220,7 @@ func (qn *question) release() {
 // reply's walk, the event) stay off the stack while the question runs,
 // which keeps a question's goroutine within its first stack size (see
 // BenchmarkInFlight4096). It fills the caller's Response rather than
-// returning one, so the frames below the question's (ResolveWire's) hold
+// returning one, so the frames below the question's (Resolve's) hold
 // no room for a second Response either.
 //
 // Every field of *resp is set one by one (a field added to Response must
@@ -386,7 +386,7 @@ type question struct {
 	budgetEnd time.Time
 	budgetBy  budget
 
-	// led is the flight JoinWire or StartMiss began for the question to
+	// led is the flight JoinFlight or StartMiss began for the question to
 	// lead (its name as asked), taken by lookup; first, the buffers of
 	// the first attempt StartMiss began, taken by ask.
 	led   *flight

@@ -66,7 +66,7 @@ type ServerExplanation struct {
 }
 
 // Explain explains the question of the wire query (one question, as
-// ResolveWire takes it). Nothing is sent; the cache is read, not changed.
+// Resolve takes it). Nothing is sent; the cache is read, not changed.
 // It fails only for a query that does not read.
 func (e *Engine) Explain(query []byte) (Explanation, error) {
 	cq, ok := parseQuery(query)

@@ -12,7 +12,7 @@ import (
 // Publishing hot cache entries. At the edge the engine runs as
 // WebAssembly, where a cache hit costs ten times its native cost; its
 // host answers the hits that read nothing but the engine's state from a
-// native mirror of those entries (HitMirror), built from this package, so
+// native mirror of those entries (HotEntries), built from this package, so
 // the rules are not written twice. An entry is published when a hit on it
 // becomes a pure read of the engine's state: it is live, its reads
 // reached policyReads (firstRead: the cache's policy then only samples
@@ -23,14 +23,14 @@ import (
 // order. Natively nothing is published: the hook is nil and costs a
 // pointer test per hit.
 
-// PublishHits makes e hand each cache entry whose hits became pure reads
+// PublishHotEntries makes e hand each cache entry whose hits became pure reads
 // to publish, encoded as a hit record (AppendHitRecord's layout): once
 // per entry and configuration (a reload that keeps the cache publishes
 // its entries again at their next hit, for a mirror emptied by that
 // reload). record is valid during the call only. publish runs on the
 // question's goroutine and must not call e. Set it before the first
 // question; nil (the default) publishes nothing.
-func (e *Engine) PublishHits(publish func(record []byte)) { e.publish = publish }
+func (e *Engine) PublishHotEntries(publish func(record []byte)) { e.publish = publish }
 
 // publishHit publishes en, the live entry the hit at now on key read,
 // when its hits became pure reads and it was not published under this

@@ -7,33 +7,33 @@ import (
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
-// ResolveWireImmediate is ResolveWire for an answer the engine has in
+// AnswerNow is Resolve for an answer the engine has in
 // memory: a local name, or a live cache entry for the name as asked. It
 // appends the client's reply to dst and reports true, with the same
-// counters and question event as ResolveWire; or it reports false having
+// counters and question event as Resolve; or it reports false having
 // done nothing (no counter moved, no event, dst untouched): ask with
-// ResolveWire, or with ResolveWireMiss when miss is Ready. A front end
+// Resolve, or with ResolveMiss when miss is Ready. A front end
 // calls it on the goroutine that read the request, so a cache hit is
 // answered there without a goroutine of its own and without unpacking
 // anything. Search candidates, forwarded ECS, stale entries and
-// compressed question names always take ResolveWire's way. trace, when
+// compressed question names always take Resolve's way. trace, when
 // not nil, is the client's trace for the question event. miss, when not
 // nil, receives what a false answer read of query (its question and
 // route), so the miss does not read it again; query must then stay as it
-// is until ResolveWireMiss returns.
+// is until ResolveMiss returns.
 //
 // The results are named and a miss returns them as they are (zero): as
 // WebAssembly a Response literal is a zeroing of its own, several calls
 // to the host's memmove, and a hit's Response is written in place.
-func (e *Engine) ResolveWireImmediate(query, dst []byte, trace *Trace, miss *Miss) (resp Response, ok bool) {
+func (e *Engine) AnswerNow(query, dst []byte, trace *Trace, miss *Miss) (resp Response, ok bool) {
 	return e.readImmediate(e.routes.Load(), query, dst, trace, miss, nil)
 }
 
-// readImmediate is ResolveWireImmediate under rt, answering from mirror's
+// readImmediate is AnswerNow under rt, answering from mirror's
 // published entries instead of the engine's own answers when mirror is
-// not nil (HitMirror: rt is then mirror's routes).
+// not nil (HotEntries: rt is then mirror's routes).
 //
-// It also runs on a HitMirror's engine, which is partial (NewHitMirror):
+// It also runs on a HotEntries's engine, which is partial (NewHotEntries):
 // only observer, epoch, upstreams, counters and questionIDs are set, and
 // routes are not (rt stands for them). With mirror set, this function,
 // mirrorCache.hit and respond may read no other Engine field (cache,
@@ -78,15 +78,15 @@ func (e *Engine) readImmediate(rt *routes, query, dst []byte, trace *Trace, miss
 	return
 }
 
-// Miss is what ResolveWireImmediate read of a query it could not answer
+// Miss is what AnswerNow read of a query it could not answer
 // at once (its question and its route, under the configuration then),
-// for ResolveWireMiss. The zero Miss holds nothing. A front end keeps
+// for ResolveMiss. The zero Miss holds nothing. A front end keeps
 // one with each request and clears it when the request is done.
 type Miss struct {
 	client clientQuery
 	scope  *scope
 	routes *routes
-	// led is the flight JoinWire or StartMiss began for the question to
+	// led is the flight JoinFlight or StartMiss began for the question to
 	// lead; first, the ask's buffers holding the first attempt StartMiss
 	// began (started), and start when StartMiss began the question.
 	led   *flight
@@ -97,7 +97,7 @@ type Miss struct {
 	held any
 }
 
-// Ready reports whether m holds a query for ResolveWireMiss: one this
+// Ready reports whether m holds a query for ResolveMiss: one this
 // engine read, or one another resolver holds (Hold).
 func (m *Miss) Ready() bool { return m.routes != nil || m.held != nil }
 
@@ -105,16 +105,16 @@ func (m *Miss) Ready() bool { return m.routes != nil || m.held != nil }
 // as one for a front end (doh.ImmediateResolver, doh.MissStarter: the
 // edge host, whose engine runs in a WebAssembly module): v is what that
 // resolver keeps to go on with the question, which the front end then
-// hands to its StartMiss and ResolveWireMiss as it would an Engine's
+// hands to its StartMiss and ResolveMiss as it would an Engine's
 // miss. m is Ready while it holds v (not nil); an Engine never reads v,
-// and its own StartMiss and ResolveWireMiss take such a miss as one that
+// and its own StartMiss and ResolveMiss take such a miss as one that
 // holds no query. The zeroed Miss (a front end's reset) drops v.
 func (m *Miss) Hold(v any) { m.held = v }
 
 // Held is what Hold put in m, or nil.
 func (m *Miss) Held() any { return m.held }
 
-// ResolveWireMiss is ResolveWire for the query ResolveWireImmediate read
+// ResolveMiss is Resolve for the query AnswerNow read
 // into m and could not answer: it does not parse or route the query
 // again. When StartMiss began the question, it goes on with the
 // transaction StartMiss sent, and the question's time counts from then;
@@ -122,7 +122,7 @@ func (m *Miss) Held() any { return m.held }
 // started), it returns without waiting.
 // It empties m. A Miss that is not Ready gets an empty reply (Rcode -1),
 // as a query that does not read.
-func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp Response) {
+func (e *Engine) ResolveMiss(ctx context.Context, m *Miss, dst []byte) (resp Response) {
 	if m.routes == nil {
 		return Response{Wire: dst, Rcode: -1, Result: ResultUnavailable, Reason: ReasonAttemptsSpent}
 	}
@@ -143,7 +143,7 @@ func (e *Engine) ResolveWireMiss(ctx context.Context, m *Miss, dst []byte) (resp
 }
 
 // fromMiss makes qn the question m holds, asked under ctx, and empties
-// m. Its fields are set one by one: see ResolveWireImmediate.
+// m. Its fields are set one by one: see AnswerNow.
 func (qn *question) fromMiss(e *Engine, ctx context.Context, m *Miss) {
 	start := m.start // StartMiss's, when it began the question
 	if start.IsZero() {

@@ -21,11 +21,11 @@ func wireQuery(t *testing.T, q *dns.Msg) []byte {
 	return b
 }
 
-// TestResolveWireImmediateOnlyFromMemory: ResolveWireImmediate answers a
-// cached name and a local name at once, counted as ResolveWire counts
+// TestAnswerNowOnlyFromMemory: AnswerNow answers a
+// cached name and a local name at once, counted as Resolve counts
 // them, with the client's ID, and leaves a name it would have to ask
 // upstream alone.
-func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
+func TestAnswerNowOnlyFromMemory(t *testing.T) {
 	t.Parallel()
 	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 300 IN A 192.0.2.1"))
 	cfg := engine.Config{
@@ -36,18 +36,18 @@ func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
 	e := startEngine(t, cfg, engine.NativeNetwork{})
 
 	dst := make([]byte, 0, 512)
-	if _, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("fresh.example.", dns.TypeA)), dst, nil, nil); ok {
+	if _, ok := e.AnswerNow(wireQuery(t, queryFor("fresh.example.", dns.TypeA)), dst, nil, nil); ok {
 		t.Fatal("a name never asked was answered at once")
 	}
 	if n := len(srv.Queries()); n != 0 || e.Counters().CacheHits != 0 {
 		t.Fatalf("a miss reached the upstream (%d queries) or counted a hit", n)
 	}
-	if r := e.ResolveWire(context.Background(), wireQuery(t, queryFor("fresh.example.", dns.TypeA)), nil); r.CacheHit {
-		t.Fatal("the first ResolveWire was a cache hit")
+	if r := e.Resolve(context.Background(), wireQuery(t, queryFor("fresh.example.", dns.TypeA)), nil); r.CacheHit {
+		t.Fatal("the first Resolve was a cache hit")
 	}
 	q := queryFor("fresh.example.", dns.TypeA)
 	q.Id = 4711
-	r, ok := e.ResolveWireImmediate(wireQuery(t, q), dst, nil, nil)
+	r, ok := e.AnswerNow(wireQuery(t, q), dst, nil, nil)
 	if !ok || !r.CacheHit || r.Result != engine.ResultLocal || r.Rcode != dns.RcodeSuccess || !r.Cacheable {
 		t.Fatalf("cached name: ok %v hit %v result %v rcode %d cacheable %v", ok, r.CacheHit, r.Result, r.Rcode, r.Cacheable)
 	}
@@ -58,7 +58,7 @@ func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
 	if c := e.Counters(); c.CacheHits != 1 {
 		t.Errorf("cache hits %d, want 1", c.CacheHits)
 	}
-	if r, ok := e.ResolveWireImmediate(wireQuery(t, queryFor("box.home.", dns.TypeA)), dst, nil, nil); !ok || r.Result != engine.ResultLocal {
+	if r, ok := e.AnswerNow(wireQuery(t, queryFor("box.home.", dns.TypeA)), dst, nil, nil); !ok || r.Result != engine.ResultLocal {
 		t.Errorf("local name: ok %v result %v", ok, r.Result)
 	}
 	if n := len(srv.Queries()); n != 1 {
@@ -66,11 +66,11 @@ func TestResolveWireImmediateOnlyFromMemory(t *testing.T) {
 	}
 }
 
-// TestResolveWireImmediateNamesOutliveTheCall: ResolveWireImmediate reads
+// TestAnswerNowNamesOutliveTheCall: AnswerNow reads
 // a question's name into a buffer it reuses, so a name that is kept (the
 // question event of an answer, a local answer, a miss) must be its own:
 // each event names its own question after later calls reused the buffer.
-func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
+func TestAnswerNowNamesOutliveTheCall(t *testing.T) {
 	t.Parallel()
 	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 300 IN A 192.0.2.1"))
 	log := new(eventLog)
@@ -88,14 +88,14 @@ func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
 	// another case than cached keeps the case it was asked in.
 	names := []string{"first.example.", "Second.Example.", "box.home.", "third.example."}
 	for _, n := range []string{"first.example.", "second.example."} {
-		e.ResolveWire(context.Background(), wireQuery(t, queryFor(n, dns.TypeA)), nil)
+		e.Resolve(context.Background(), wireQuery(t, queryFor(n, dns.TypeA)), nil)
 	}
 	log.mu.Lock()
 	log.questions = nil
 	log.mu.Unlock()
 	var answered []string
 	for _, n := range names {
-		r, ok := e.ResolveWireImmediate(wireQuery(t, queryFor(n, dns.TypeA)), nil, nil, nil)
+		r, ok := e.AnswerNow(wireQuery(t, queryFor(n, dns.TypeA)), nil, nil, nil)
 		if want := n != "third.example."; ok != want {
 			t.Fatalf("%s answered at once: %v, want %v", n, ok, want)
 		}
@@ -103,12 +103,12 @@ func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
 	}
 	var firsts []engine.Response
 	for range 40 {
-		r, _ := e.ResolveWireImmediate(wireQuery(t, queryFor("first.example.", dns.TypeA)), nil, nil, nil)
+		r, _ := e.AnswerNow(wireQuery(t, queryFor("first.example.", dns.TypeA)), nil, nil, nil)
 		firsts = append(firsts, r)
 	}
 	// Later misses reuse the buffer many times over.
 	for i := range 100 {
-		e.ResolveWireImmediate(wireQuery(t, queryFor(fmt.Sprintf("miss%03d.example.", i), dns.TypeA)), nil, nil, nil)
+		e.AnswerNow(wireQuery(t, queryFor(fmt.Sprintf("miss%03d.example.", i), dns.TypeA)), nil, nil, nil)
 	}
 	if want := append(names[:3:3], ""); !slices.Equal(answered, want) {
 		t.Errorf("answers name %q, want %q", answered, want)
@@ -134,13 +134,13 @@ func TestResolveWireImmediateNamesOutliveTheCall(t *testing.T) {
 	}
 }
 
-// TestResolveWireMissAnswersAsResolveWire: a query ResolveWireImmediate
-// could not answer is handed to ResolveWireMiss with what it read (its
+// TestResolveMissAnswersAsResolve: a query AnswerNow
+// could not answer is handed to ResolveMiss with what it read (its
 // own name, after the pooled name buffer was reused); the reply, the
-// counters and the question event are ResolveWire's. The miss is emptied;
+// counters and the question event are Resolve's. The miss is emptied;
 // one not filled (a hit, a compressed name) is not Ready and gets no
 // answer.
-func TestResolveWireMissAnswersAsResolveWire(t *testing.T) {
+func TestResolveMissAnswersAsResolve(t *testing.T) {
 	t.Parallel()
 	srv := upstreamtest.Start(t, upstreamtest.Answer("@ 300 IN A 192.0.2.1"))
 	log := new(eventLog)
@@ -157,15 +157,15 @@ func TestResolveWireMissAnswersAsResolveWire(t *testing.T) {
 	q.Id = 4242
 	raw := wireQuery(t, q)
 	var miss engine.Miss
-	if _, ok := e.ResolveWireImmediate(raw, nil, nil, &miss); ok || !miss.Ready() {
+	if _, ok := e.AnswerNow(raw, nil, nil, &miss); ok || !miss.Ready() {
 		t.Fatalf("a name never asked: answered at once %v, miss ready %v", ok, miss.Ready())
 	}
 	// Other misses reuse the name buffer before the miss is answered.
 	for i := range 10 {
 		var other engine.Miss
-		e.ResolveWireImmediate(wireQuery(t, queryFor(fmt.Sprintf("other%d.example.", i), dns.TypeA)), nil, nil, &other)
+		e.AnswerNow(wireQuery(t, queryFor(fmt.Sprintf("other%d.example.", i), dns.TypeA)), nil, nil, &other)
 	}
-	r := e.ResolveWireMiss(context.Background(), &miss, make([]byte, 0, 512))
+	r := e.ResolveMiss(context.Background(), &miss, make([]byte, 0, 512))
 	if miss.Ready() {
 		t.Error("the miss was not emptied")
 	}
@@ -192,16 +192,16 @@ func TestResolveWireMissAnswersAsResolveWire(t *testing.T) {
 	}
 
 	// Now a hit: the miss stays empty.
-	if _, ok := e.ResolveWireImmediate(raw, nil, nil, &miss); !ok || miss.Ready() {
+	if _, ok := e.AnswerNow(raw, nil, nil, &miss); !ok || miss.Ready() {
 		t.Errorf("a cached name: answered at once %v, miss ready %v", ok, miss.Ready())
 	}
 	// A compressed question name is not read at once: no miss either.
 	compressed := wireQuery(t, queryFor("c.example.", dns.TypeA))
 	compressed = append(compressed[:12:12], 0xC0, 12, 0, 1, 0, 1) // points at itself: unreadable
-	if _, ok := e.ResolveWireImmediate(compressed, nil, nil, &miss); ok || miss.Ready() {
+	if _, ok := e.AnswerNow(compressed, nil, nil, &miss); ok || miss.Ready() {
 		t.Errorf("a compressed name: answered at once %v, miss ready %v", ok, miss.Ready())
 	}
-	if r := e.ResolveWireMiss(context.Background(), &miss, nil); r.Rcode != -1 || len(r.Wire) != 0 {
+	if r := e.ResolveMiss(context.Background(), &miss, nil); r.Rcode != -1 || len(r.Wire) != 0 {
 		t.Errorf("an empty miss: rcode %d, %d bytes", r.Rcode, len(r.Wire))
 	}
 }

@@ -4,7 +4,7 @@ package engine
 
 import "sync"
 
-// nameBuffers hold the names ResolveWireImmediate borrows.
+// nameBuffers hold the names AnswerNow borrows.
 var nameBuffers = sync.Pool{New: func() any { return new([maxNameText]byte) }}
 
 func getNameBuffer() *[maxNameText]byte { return nameBuffers.Get().(*[maxNameText]byte) }

@@ -4,7 +4,7 @@ package engine
 
 import "sync/atomic"
 
-// nameBuffer holds the name buffer ResolveWireImmediate borrows. As
+// nameBuffer holds the name buffer AnswerNow borrows. As
 // WebAssembly one thread runs every goroutine and a call that borrows it
 // does not wait, so one buffer serves them all; a sync.Pool's pinning
 // cost ~4% of a cache hit there. A borrower that finds the slot empty

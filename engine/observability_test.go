@@ -167,7 +167,7 @@ func TestResponseAnsweredEndsTheQuestion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hit, ok := r.e.ResolveWireImmediate(q, nil, nil, nil)
+		hit, ok := r.e.AnswerNow(q, nil, nil, nil)
 		if !ok || !hit.CacheHit || !hit.Answered.Equal(time.Now()) {
 			t.Fatalf("cache hit: ok %v hit %v answered %v, now %v", ok, hit.CacheHit, hit.Answered, time.Now())
 		}

@@ -15,7 +15,7 @@ import (
 )
 
 // Issue 14's operator views on the wire-level path: the EDE list is in
-// the bytes ResolveWire writes, and the trace and attempt facts survive
+// the bytes Resolve writes, and the trace and attempt facts survive
 // the stale client timer's detached upstream question.
 
 // A padded query's SERVFAIL is padded to a multiple of 468: the attempt
@@ -35,7 +35,7 @@ func TestEDEListFitsThePaddedReply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp := r.e.ResolveWire(context.Background(), raw, nil)
+		resp := r.e.Resolve(context.Background(), raw, nil)
 		if resp.Result != engine.ResultUnavailable {
 			t.Fatalf("result %v", resp.Result)
 		}

@@ -162,7 +162,7 @@ func FuzzUpstreamReply(f *testing.F) {
 		}
 		raw, _ := q.Pack()
 		for pass := range 2 {
-			r := e.ResolveWire(context.Background(), raw, nil)
+			r := e.Resolve(context.Background(), raw, nil)
 			upstreamReads := n.readable()
 			if len(r.Wire) < 12 {
 				t.Fatalf("pass %d: answer of %d bytes", pass, len(r.Wire))
@@ -227,7 +227,7 @@ func TestBytesAfterLastRecordAreDropped(t *testing.T) {
 	q.SetEdns0(1232, false)
 	raw, _ := q.Pack()
 	for pass, want := range []bool{false, true} {
-		r := e.ResolveWire(context.Background(), raw, nil)
+		r := e.Resolve(context.Background(), raw, nil)
 		m := new(dns.Msg)
 		if err := m.Unpack(r.Wire); err != nil || r.CacheHit != want {
 			t.Fatalf("pass %d (cache hit %v): %v\n%x", pass, r.CacheHit, err, r.Wire)

@@ -110,7 +110,7 @@ func TestRoutingNoServersUnavailableBeforeCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := e.ResolveWire(context.Background(), raw, nil)
+	r := e.Resolve(context.Background(), raw, nil)
 	reply := new(dns.Msg)
 	if err := reply.Unpack(r.Wire); err != nil {
 		t.Fatal(err)

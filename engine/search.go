@@ -183,7 +183,7 @@ func (qn *question) lookup(name string, searched bool, r *found) {
 	}
 	key := keyFor(&qn.client, name)
 	if fl := qn.led; fl != nil {
-		// Begun by JoinWire, which found no entry: lead checks the
+		// Begun by JoinFlight, which found no entry: lead checks the
 		// cache again.
 		qn.led = nil
 		qn.lead(name, key, fl, searched, r)
@@ -345,7 +345,7 @@ func (qn *question) follow(fl *flight, staleAt <-chan time.Time) (found, bool) {
 		qn.spent, qn.upstream = int(fl.spent), fl.upstream
 	}
 	if fl.entry == nil {
-		// Unavailable: ResolveWire writes the client's SERVFAIL, naming
+		// Unavailable: Resolve writes the client's SERVFAIL, naming
 		// the leader's attempts (read only from here on).
 		qn.tried = fl.tried
 		return found{result: fl.result, reason: fl.reason, shared: !own}, true

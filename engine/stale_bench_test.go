@@ -45,12 +45,12 @@ func BenchmarkStaleCacheHit(b *testing.B) {
 			raw, _ := q.Pack()
 			ctx := context.Background()
 			buf := make([]byte, 0, 4096)
-			e.ResolveWire(ctx, raw, buf)
+			e.Resolve(ctx, raw, buf)
 			b.ReportAllocs()
 			b.ResetTimer()
 			user0, sys0 := cpuTime()
 			for b.Loop() {
-				if r := e.ResolveWire(ctx, raw, buf); !r.CacheHit {
+				if r := e.Resolve(ctx, raw, buf); !r.CacheHit {
 					b.Fatalf("not a hit: %v", r.Result)
 				}
 			}
@@ -95,14 +95,14 @@ func BenchmarkStaleForward(b *testing.B) {
 			for w := range 1024 {
 				q := newQuery(fmt.Sprintf("warm%d.example.test.", w), dns.TypeA)
 				raw, _ := q.Pack()
-				e.ResolveWire(ctx, raw, buf)
+				e.Resolve(ctx, raw, buf)
 			}
 			i := 0
 			b.ReportAllocs()
 			b.ResetTimer()
 			user0, sys0 := cpuTime()
 			for b.Loop() {
-				if r := e.ResolveWire(ctx, queries[i%names], buf); r.CacheHit || r.Result == engine.ResultUnavailable {
+				if r := e.Resolve(ctx, queries[i%names], buf); r.CacheHit || r.Result == engine.ResultUnavailable {
 					b.Fatalf("op %d: result %v hit %v; want a forwarded answer", i, r.Result, r.CacheHit)
 				}
 				i++

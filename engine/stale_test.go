@@ -117,13 +117,13 @@ func TestStaleAnswerAfterAttempts(t *testing.T) {
 		// The wire form is the same reply.
 		q := queryFor("www.example.", dns.TypeA)
 		raw, _ := q.Pack()
-		w := r.e.ResolveWire(context.Background(), raw, nil)
+		w := r.e.Resolve(context.Background(), raw, nil)
 		m := new(dns.Msg)
 		if err := m.Unpack(w.Wire); err != nil || w.Result != engine.ResultStale || w.TTL != 30 {
-			t.Fatalf("ResolveWire: %v %v TTL %d", err, w.Result, w.TTL)
+			t.Fatalf("Resolve: %v %v TTL %d", err, w.Result, w.TTL)
 		}
 		if codes := edeCodes(m); len(codes) != 1 || codes[0] != 3 || m.Answer[0].Header().Ttl != 30 {
-			t.Fatalf("ResolveWire stale reply %v", m)
+			t.Fatalf("Resolve stale reply %v", m)
 		}
 	})
 }

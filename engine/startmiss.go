@@ -16,7 +16,7 @@ import (
 // that, wakes for each (measured: nsd's CPU per question 1–2 µs more than
 // for dnsdist's back-to-back sends). StartMiss sends a plain miss's first
 // query on the reader's goroutine, so a batch's go out back to back, and
-// ResolveWireMiss goes on with that transaction where it would otherwise
+// ResolveMiss goes on with that transaction where it would otherwise
 // have begun it: the same attempt, under the same rules (its deadline
 // counted from before the send, its one event when it ends, its ceiling
 // and client slots held until then, demotion and budgets as ever).
@@ -25,11 +25,11 @@ import (
 // transaction is in the ask's buffers (askBuffers.tx), its candidate's
 // state in askBuffers.cand.
 //
-// Its end may be learned before ResolveWireMiss goes on with it (goOn):
+// Its end may be learned before ResolveMiss goes on with it (goOn):
 // at the start (ended), by the upstream loop (uploop_linux.go), or by a
-// front end that read the reply itself (FinishStarted). It is then
+// front end that read the reply itself (FinishWithReply). It is then
 // written into res, and goOn takes it from there rather than waiting: a
-// started miss ends one way, through ResolveWireMiss, whoever saw its
+// started miss ends one way, through ResolveMiss, whoever saw its
 // transaction end.
 type started struct {
 	at   time.Time  // the attempt's start: its deadline's, marks' and RTT's clock
@@ -42,7 +42,7 @@ type started struct {
 	ended bool
 	// outside says the transaction's end is learned outside goOn: res
 	// once it ended, at endedAt. The upstream loop sets it when it takes
-	// the transaction (it owns the socket until then), FinishStarted
+	// the transaction (it owns the socket until then), FinishWithReply
 	// when it read the reply.
 	outside bool
 	res     exchangeResult
@@ -50,12 +50,12 @@ type started struct {
 }
 
 // endsHere reports whether a started transaction's end with outcome o
-// ends its question, so that ResolveWireMiss goes on with it without
+// ends its question, so that ResolveMiss goes on with it without
 // waiting for anything (no further attempt; a started question has no
 // search candidate to follow an NXDOMAIN: StartMiss takes none).
 func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomain }
 
-// StartMiss begins the question ResolveWireImmediate read into m, when it
+// StartMiss begins the question AnswerNow read into m, when it
 // is a plain question that leads its flight: no stale or live entry for
 // it in the cache, not a search candidate, no forwarded ECS, UDP first
 // (or TCP first on a Network whose TCP Open does not wait for the
@@ -63,18 +63,18 @@ func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomai
 // in-flight ceiling's slot and the client's (ctx's), picks the first
 // server by the demotion order, takes a socket and sends the first
 // attempt's query, all on the caller's goroutine, and returns.
-// ResolveWireMiss goes on with that transaction: it waits for the reply
+// ResolveMiss goes on with that transaction: it waits for the reply
 // until the attempt's deadline, counted from before the send, and makes
 // any further attempts as ever. Otherwise StartMiss does nothing, or only
-// begins the flight (as JoinWire does); ResolveWireMiss does the rest.
+// begins the flight (as JoinFlight does); ResolveMiss does the rest.
 //
-// Once it began anything (m.Started), m must be given to ResolveWireMiss
+// Once it began anything (m.Started), m must be given to ResolveMiss
 // under the same ctx, even when ctx has ended meanwhile: that ends the
 // transaction (cancelled, not charged, its socket closed) and hands the
 // flight on to its followers.
 //
-// A flight JoinWire began for m (it found none to join) is led by the
-// question as it is: JoinWire looked in the cache and the flights just
+// A flight JoinFlight began for m (it found none to join) is led by the
+// question as it is: JoinFlight looked in the cache and the flights just
 // before.
 //
 // With then, the upstream loop may take the transaction (uploop_linux.go):
@@ -82,8 +82,8 @@ func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomai
 // transaction ended, its end written into the started attempt: on the
 // loop's goroutine (ResolveHere) when that end ends the question
 // (endsHere), else handed elsewhere (ResolveElsewhere). Either way
-// ResolveWireMiss goes on from that end. The caller must not call
-// ResolveWireMiss for m itself.
+// ResolveMiss goes on from that end. The caller must not call
+// ResolveMiss for m itself.
 func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.first != nil || e.first == TCP && !e.openNow || len(sc.servers) == 0 ||
@@ -98,7 +98,7 @@ func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) 
 	key := keyFor(cq, cq.name)
 	if rt.cache != nil {
 		if en, _ := rt.cache.get(key, start); en != nil {
-			return false // live (landed meanwhile) or stale: ResolveWire's way
+			return false // live (landed meanwhile) or stale: Resolve's way
 		}
 	}
 	h := key.hash()
@@ -115,7 +115,7 @@ func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) 
 }
 
 // Started reports whether StartMiss began m's question: m must then be
-// given to ResolveWireMiss, whatever becomes of its client.
+// given to ResolveMiss, whatever becomes of its client.
 func (m *Miss) Started() bool { return m.led != nil }
 
 // startAttempt begins the first attempt of the question cq, routed to sc
@@ -225,7 +225,7 @@ func (qn *question) goOn(bufs *askBuffers, res *exchangeResult) (time.Time, int)
 // checks, none of which can apply (StartMiss took a name with no search
 // candidate, no forwarded ECS, servers to ask and the flight to lead; the
 // cache is not looked in again; no second attempt). The upstream loop's
-// answers and FinishStarted's end here, on the goroutine that saw them.
+// answers and FinishWithReply's end here, on the goroutine that saw them.
 func (qn *question) endKnown(r *found) {
 	bufs, fl, name := qn.first, qn.led, qn.client.name
 	qn.led, qn.first = nil, nil
@@ -245,7 +245,7 @@ func (qn *question) endKnown(r *found) {
 // ok is false when none waits (StartMiss began none, or it ended at
 // once). A front end that learns of the socket's reply without waiting
 // on it (the edge module, from its host's read event) hands it to
-// FinishStarted. Over TCP the stream is read into buf from its start, in
+// FinishWithReply. Over TCP the stream is read into buf from its start, in
 // as many reads as StartedReadsOn asks for.
 func (m *Miss) StartedWait() (sock Socket, buf []byte, deadline time.Time, ok bool) {
 	bufs := m.first
@@ -257,11 +257,11 @@ func (m *Miss) StartedWait() (sock Socket, buf []byte, deadline time.Time, ok bo
 
 // StartedReadsOn reports whether the started transaction's TCP stream,
 // of which read holds the bytes received so far (StartedWait's buffer
-// from its start), needs more before FinishStarted can take it: no whole
+// from its start), needs more before FinishWithReply can take it: no whole
 // message yet, and room for it in the buffer. The caller then reads on
 // into the buffer past read, until the same deadline. False for UDP,
 // whose datagram comes whole, and for a message longer than the buffer,
-// which FinishStarted leaves to ResolveWireMiss.
+// which FinishWithReply leaves to ResolveMiss.
 func (m *Miss) StartedReadsOn(read []byte) bool {
 	bufs := m.first
 	if bufs == nil || bufs.first.ended || bufs.tx.transport != TCP {
@@ -273,13 +273,13 @@ func (m *Miss) StartedReadsOn(read []byte) bool {
 	return len(read) < 2 || 2+int(binary.BigEndian.Uint16(read)) <= len(bufs.recv)
 }
 
-// FinishStarted ends the question StartMiss began in m with reply, the
+// FinishWithReply ends the question StartMiss began in m with reply, the
 // first datagram its transaction's socket received (from from; read into
 // StartedWait's buffer, or anywhere else), or over TCP the stream's bytes
 // received so far, when that ends the question on its own: it matches
 // the query and its server (ID, question, peer; over TCP, the stream's
 // first message) and is an answer or NXDOMAIN. The reply is then the
-// transaction's end, and ResolveWireMiss goes on with it on the caller's
+// transaction's end, and ResolveMiss goes on with it on the caller's
 // goroutine, as it goes on with one the upstream loop read (see started):
 // the socket back in the pool, the slots given back, the server's charge,
 // the attempt's event, the counters, the flight landed (followers and
@@ -288,10 +288,10 @@ func (m *Miss) StartedReadsOn(read []byte) bool {
 //
 // Otherwise (a reply that does not match or does not end the question,
 // a stream with no whole message, ctx ended, a reload since m was read)
-// it reports false having done nothing: m must go to ResolveWireMiss as
+// it reports false having done nothing: m must go to ResolveMiss as
 // ever, and the socket's next Receives must return reply again, for the
 // rules to apply to it there.
-func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from netip.AddrPort, dst []byte) (resp Response, ok bool) {
+func (e *Engine) FinishWithReply(ctx context.Context, m *Miss, reply []byte, from netip.AddrPort, dst []byte) (resp Response, ok bool) {
 	bufs := m.first
 	if bufs == nil || bufs.first.ended || ctx.Err() != nil || e.routes.Load() != m.routes {
 		return resp, false
@@ -320,7 +320,7 @@ func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from 
 		s.res.clean = usedCleanly(s.res.outcome) // the first datagram: no strays
 	}
 	s.outside, s.endedAt = true, time.Now()
-	return e.ResolveWireMiss(ctx, m, dst), true
+	return e.ResolveMiss(ctx, m, dst), true
 }
 
 // dropFirst ends the first attempt StartMiss began for a question that

@@ -15,12 +15,12 @@ import (
 	"github.com/miekg/dns"
 )
 
-// A miss in two steps (StartMiss, then ResolveWireMiss): the first
+// A miss in two steps (StartMiss, then ResolveMiss): the first
 // attempt's query leaves on the goroutine that read the question, and the
 // question goes on with that transaction under every rule of an attempt
-// begun by ResolveWireMiss itself.
+// begun by ResolveMiss itself.
 
-// startMiss reads q as the HTTP/2 reader does (ResolveWireImmediate, which
+// startMiss reads q as the HTTP/2 reader does (AnswerNow, which
 // must miss) and begins it with StartMiss, which must take it.
 func startMiss(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) *engine.Miss {
 	t.Helper()
@@ -29,7 +29,7 @@ func startMiss(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) 
 		t.Fatal(err)
 	}
 	m := new(engine.Miss)
-	if _, ok := e.ResolveWireImmediate(raw, nil, nil, m); ok || !m.Ready() {
+	if _, ok := e.AnswerNow(raw, nil, nil, m); ok || !m.Ready() {
 		t.Fatalf("%s: answered at once (%v) or no miss; want a miss", q.Question[0].Name, ok)
 	}
 	e.StartMiss(ctx, m, nil)
@@ -50,7 +50,7 @@ func unpackReply(t *testing.T, r engine.Response) *dns.Msg {
 }
 
 // The query leaves at StartMiss, to the first server of the order; the
-// question then ends as a question ResolveWireMiss began alone: the same
+// question then ends as a question ResolveMiss began alone: the same
 // reply, one attempt, one attempt event and one question event.
 func TestStartMissSendsFirstQueryThenAnswersAsBefore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -67,9 +67,9 @@ func TestStartMissSendsFirstQueryThenAnswersAsBefore(t *testing.T) {
 			t.Fatalf("%d attempt events before the attempt ended, want 0", n)
 		}
 		time.Sleep(time.Millisecond) // the worker's pickup
-		resp := r.e.ResolveWireMiss(context.Background(), m, nil)
+		resp := r.e.ResolveMiss(context.Background(), m, nil)
 		if m.Ready() || m.Started() {
-			t.Fatal("ResolveWireMiss left the miss full")
+			t.Fatal("ResolveMiss left the miss full")
 		}
 		msg := unpackReply(t, resp)
 		if resp.Result != engine.ResultAnswer || resp.Attempts != 1 || msg.Id != 0xbeef || len(msg.Answer) != 1 ||
@@ -106,7 +106,7 @@ func TestStartedAttemptDeadlineCountsFromSend(t *testing.T) {
 		begun := time.Now()
 		m := startMiss(t, r.e, context.Background(), queryFor("late.example.", dns.TypeA))
 		time.Sleep(1500 * time.Millisecond) // a slow pickup
-		resp := r.e.ResolveWireMiss(context.Background(), m, nil)
+		resp := r.e.ResolveMiss(context.Background(), m, nil)
 		if took := time.Since(begun); took != 2*time.Second {
 			t.Fatalf("question took %v, want 2s: the first attempt's deadline counted from its send", took)
 		}
@@ -132,7 +132,7 @@ func TestStartedAttemptDropMovesToNextServer(t *testing.T) {
 		r.net.Handle(rigServer(2), memnet.Silent())
 		r.net.Handle(rigServer(3), memnet.Silent())
 		m := startMiss(t, r.e, context.Background(), queryFor("drop.example.", dns.TypeA))
-		resp := r.e.ResolveWireMiss(context.Background(), m, nil)
+		resp := r.e.ResolveMiss(context.Background(), m, nil)
 		if got := r.log.outcomes(); !equalStrings(got, []string{"udp/timeout", "udp/timeout", "udp/timeout"}) {
 			t.Fatalf("outcomes %v; want three timeouts, one event each", got)
 		}
@@ -151,7 +151,7 @@ func TestStartedAttemptDropMovesToNextServer(t *testing.T) {
 		r.net.Handle(rigServer(1), memnet.Respond(memnet.After(1500*time.Millisecond, memnet.Answer("@ 60 IN A 192.0.2.1"))))
 		m = startMiss(t, r.e, context.Background(), queryFor("slow.example.", dns.TypeA))
 		time.Sleep(time.Second)
-		if resp = r.e.ResolveWireMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer || resp.Attempts != 1 {
+		if resp = r.e.ResolveMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer || resp.Attempts != 1 {
 			t.Fatalf("got %v in %d attempts, want the answer of the started attempt", resp.Result, resp.Attempts)
 		}
 	})
@@ -182,7 +182,7 @@ func TestStartedSocketFailureKeepsClassAndAttempt(t *testing.T) {
 				if n := r.net.OpenSockets(); n != 0 {
 					t.Fatalf("%d sockets open after a failed start, want 0", n)
 				}
-				resp := r.e.ResolveWireMiss(context.Background(), m, nil)
+				resp := r.e.ResolveMiss(context.Background(), m, nil)
 				evs := r.log.attemptList()
 				if len(evs) != 2 || evs[0].Attempt != 1 || evs[0].Outcome != c.outcome || evs[0].Server != rigServer(1) ||
 					evs[1].Attempt != 2 || evs[1].Outcome != engine.OutcomeAnswer {
@@ -212,7 +212,7 @@ func TestStartedCancelBeforePickupNotCharged(t *testing.T) {
 		if txs := r.net.Transactions(); len(txs) != 1 || txs[0].Closed.IsZero() {
 			t.Fatalf("transactions %+v; want the started one's socket closed by the cancel", txs)
 		}
-		resp := r.e.ResolveWireMiss(cc, m, nil)
+		resp := r.e.ResolveMiss(cc, m, nil)
 		if resp.Result != engine.ResultCancelled {
 			t.Fatalf("got %v, want cancelled", resp.Result)
 		}
@@ -251,7 +251,7 @@ func TestStartedCancelClosesPooledSocket(t *testing.T) {
 	waitFor(t, "the started query upstream", func() bool { return len(up.Queries()) > before })
 	port := up.Queries()[before].From
 	cc.Cancel()
-	if resp := e.ResolveWireMiss(cc, m, nil); resp.Result != engine.ResultCancelled {
+	if resp := e.ResolveMiss(cc, m, nil); resp.Result != engine.ResultCancelled {
 		t.Fatalf("got %v, want cancelled", resp.Result)
 	}
 	holdPort(t, port)
@@ -289,7 +289,7 @@ func TestStartedReloadBeforePickup(t *testing.T) {
 	if err := e.Reconfigure(engine.Config{Scopes: []engine.ScopeConfig{{Name: "main", DefaultRoute: true, Servers: []string{next.String()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	resp := e.ResolveWireMiss(cc, m, nil)
+	resp := e.ResolveMiss(cc, m, nil)
 	msg := unpackReply(t, resp)
 	if resp.Result != engine.ResultAnswer || len(msg.Answer) != 1 || msg.Answer[0].(*dns.A).A.String() != "192.0.2.1" {
 		t.Fatalf("got %v %v; want the answer of the server it started with", resp.Result, msg.Answer)
@@ -297,7 +297,7 @@ func TestStartedReloadBeforePickup(t *testing.T) {
 	if n := e.IdleSockets(); n != 0 {
 		t.Fatalf("%d idle sockets after the removed server's transaction, want 0", n)
 	}
-	resp = e.ResolveWire(context.Background(), mustPack(t, queryFor("after.example.test.", dns.TypeA)), nil)
+	resp = e.Resolve(context.Background(), mustPack(t, queryFor("after.example.test.", dns.TypeA)), nil)
 	msg = unpackReply(t, resp)
 	if resp.Result != engine.ResultAnswer || msg.Answer[0].(*dns.A).A.String() != "192.0.2.2" {
 		t.Fatalf("next question got %v %v, want the new server's answer", resp.Result, msg.Answer)
@@ -314,7 +314,7 @@ func mustPack(t *testing.T, q *dns.Msg) []byte {
 }
 
 // A flight StartMiss began is joined by identical questions meanwhile, a
-// goroutine follower (ResolveWire) and one without (JoinWire): each gets
+// goroutine follower (Resolve) and one without (JoinFlight): each gets
 // the reply, with one transaction for all. A follower is not begun.
 func TestStartedFlightJoinedByIdenticalQuestion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -326,23 +326,23 @@ func TestStartedFlightJoinedByIdenticalQuestion(t *testing.T) {
 			m := startMiss(t, e, context.Background(), queryFor("shared.example.", dns.TypeA))
 			follower := make(chan engine.Response, 1)
 			go func() {
-				follower <- e.ResolveWire(context.Background(), mustPack(t, queryFor("SHARED.example.", dns.TypeA)), nil)
+				follower <- e.Resolve(context.Background(), mustPack(t, queryFor("SHARED.example.", dns.TypeA)), nil)
 			}()
 			synctest.Wait()
 			j, _ := tryJoin(t, e, new(engine.CancelContext), queryFor("shared.example.", dns.TypeA))
 			if j == nil {
-				t.Fatalf("cache %d: JoinWire did not join the started flight", cache)
+				t.Fatalf("cache %d: JoinFlight did not join the started flight", cache)
 			}
 			other := new(engine.Miss)
-			if _, ok := e.ResolveWireImmediate(mustPack(t, queryFor("shared.example.", dns.TypeA)), nil, nil, other); ok {
+			if _, ok := e.AnswerNow(mustPack(t, queryFor("shared.example.", dns.TypeA)), nil, nil, other); ok {
 				t.Fatalf("cache %d: answered at once", cache)
 			}
 			e.StartMiss(context.Background(), other, nil)
 			if other.Started() {
 				t.Fatalf("cache %d: StartMiss began a question whose flight is in progress", cache)
 			}
-			go e.ResolveWireMiss(context.Background(), other, nil)
-			resp := e.ResolveWireMiss(context.Background(), m, nil)
+			go e.ResolveMiss(context.Background(), other, nil)
+			resp := e.ResolveMiss(context.Background(), m, nil)
 			if resp.Result != engine.ResultAnswer || resp.Attempts != 1 || resp.Shared {
 				t.Fatalf("cache %d: leader got %v in %d attempts, shared %v", cache, resp.Result, resp.Attempts, resp.Shared)
 			}
@@ -372,7 +372,7 @@ func TestStartedAttemptHoldsCeilingSlot(t *testing.T) {
 		if resp := r.ask("second.example."); resp.Result != engine.ResultUnavailable || resp.Reason != engine.ReasonInFlightCeiling {
 			t.Fatalf("a second question during the started one got %v (%v), want refused by the ceiling", resp.Result, resp.Reason)
 		}
-		if resp := r.e.ResolveWireMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer {
+		if resp := r.e.ResolveMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer {
 			t.Fatalf("the started question got %v", resp.Result)
 		}
 		if resp := r.ask("third.example."); resp.Result != engine.ResultAnswer {
@@ -382,23 +382,23 @@ func TestStartedAttemptHoldsCeilingSlot(t *testing.T) {
 }
 
 // StartMiss leaves alone what is not a plain leading question: a search
-// candidate's name and one with forwarded ECS go ResolveWireMiss's way
+// candidate's name and one with forwarded ECS go ResolveMiss's way
 // whole (nothing begun, no query sent).
-func TestStartMissLeavesOthersToResolveWireMiss(t *testing.T) {
+func TestStartMissLeavesOthersToResolveMiss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := rigScope(1)
 		cfg.Scopes[0].Search = []string{"corp.example."}
 		r := newRig(t, cfg)
 		r.net.Handle(rigServer(1), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.1")))
 		m := new(engine.Miss)
-		if _, ok := r.e.ResolveWireImmediate(mustPack(t, queryFor("host.", dns.TypeA)), nil, nil, m); ok || !m.Ready() {
+		if _, ok := r.e.AnswerNow(mustPack(t, queryFor("host.", dns.TypeA)), nil, nil, m); ok || !m.Ready() {
 			t.Fatal("want a miss")
 		}
 		r.e.StartMiss(context.Background(), m, nil)
 		if m.Started() || len(r.net.Transactions()) != 0 {
 			t.Fatalf("StartMiss began a search candidate's question (started %v, %d transactions)", m.Started(), len(r.net.Transactions()))
 		}
-		if resp := r.e.ResolveWireMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer {
+		if resp := r.e.ResolveMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer {
 			t.Fatalf("got %v", resp.Result)
 		}
 	})
@@ -407,7 +407,7 @@ func TestStartMissLeavesOthersToResolveWireMiss(t *testing.T) {
 // A Miss another resolver holds (Miss.Hold: the edge host, whose engine
 // runs in a module) is Ready for the front end, which hands it to that
 // resolver; an Engine given it takes it as a miss that holds no query:
-// StartMiss begins nothing and ResolveWireMiss answers with no reply,
+// StartMiss begins nothing and ResolveMiss answers with no reply,
 // neither reading what is held. A front end's zeroed Miss drops it.
 func TestMissHeldByAnotherResolver(t *testing.T) {
 	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
@@ -425,7 +425,7 @@ func TestMissHeldByAnotherResolver(t *testing.T) {
 	if e.StartMiss(context.Background(), &m, nil) || m.Started() {
 		t.Fatal("the engine began a miss another resolver holds")
 	}
-	if r := e.ResolveWireMiss(context.Background(), &m, nil); r.Rcode != -1 || len(r.Wire) != 0 {
+	if r := e.ResolveMiss(context.Background(), &m, nil); r.Rcode != -1 || len(r.Wire) != 0 {
 		t.Fatalf("the engine answered a miss another resolver holds: rcode %d, %d bytes", r.Rcode, len(r.Wire))
 	}
 	if n := len(up.Queries()); n != 0 {

@@ -65,7 +65,7 @@ func (c *QuestionContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// WithTrace returns ctx carrying t to the question ResolveWire answers.
+// WithTrace returns ctx carrying t to the question Resolve answers.
 func WithTrace(ctx context.Context, t Trace) context.Context {
 	return &QuestionContext{Context: ctx, trace: t, hasTrace: true}
 }

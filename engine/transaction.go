@@ -46,7 +46,7 @@ type transaction struct {
 // transaction's socket when it is cancelled for less than
 // context.AfterFunc costs (five allocations a transaction: the callback,
 // its context, the parent's child entry, the Done channel, the stop
-// function). The engine uses it, when the context ResolveWire is given has
+// function). The engine uses it, when the context Resolve is given has
 // it (through a QuestionContext), to end a transaction at once
 // when its client goes away; other contexts get context.AfterFunc.
 type CancelWatcher interface {
@@ -224,7 +224,7 @@ func (e *Engine) endExchange(ctx context.Context, tx *transaction, x *exchanging
 }
 
 // endExchangeAt is endExchange for a transaction seen to end at ended
-// (the upstream loop's read, FinishStarted's): no second clock reading.
+// (the upstream loop's read, FinishWithReply's): no second clock reading.
 func (e *Engine) endExchangeAt(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult, ended time.Time) {
 	sock := x.ps.sock
 	// A socket closed under the transaction by its client's leaving is

@@ -6,12 +6,12 @@ package engine
 type MissContinuation interface {
 	// ResolveHere finishes the question on the loop's goroutine: its
 	// transaction's end, an answer or NXDOMAIN, ends it, so
-	// ResolveWireMiss returns without waiting. It must not wait for
+	// ResolveMiss returns without waiting. It must not wait for
 	// anything else. It returns what to flush when the loop's round ends
 	// (once for all the round's questions), or nil.
 	ResolveHere() Flusher
 	// ResolveElsewhere hands the question to a goroutine that may wait
-	// (ResolveWireMiss makes the further attempts).
+	// (ResolveMiss makes the further attempts).
 	ResolveElsewhere()
 }
 

@@ -20,9 +20,9 @@ import (
 // descriptor's own readiness. On each wake it takes every ready socket
 // with epoll_wait(0), reads each reply with one read (no empty reads),
 // and writes each transaction's end into its started attempt (see
-// started), as FinishStarted does for a reply a front end read. A
+// started), as FinishWithReply does for a reply a front end read. A
 // question whose end ends it (endsHere) is finished in place:
-// ResolveWireMiss on the loop's goroutine (endKnown), the front end's
+// ResolveMiss on the loop's goroutine (endKnown), the front end's
 // response appended, the connections flushed once per round. Anything
 // else (a timeout, a send or receive error, a failure rcode, a truncated
 // reply, a cancel) is handed to a goroutine that may wait, which goes on

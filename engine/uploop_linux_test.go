@@ -32,13 +32,13 @@ type loopCont struct {
 
 func (c *loopCont) ResolveHere() engine.Flusher {
 	c.here.Add(1)
-	c.done <- c.e.ResolveWireMiss(c.ctx, c.m, nil)
+	c.done <- c.e.ResolveMiss(c.ctx, c.m, nil)
 	return nil
 }
 
 func (c *loopCont) ResolveElsewhere() {
 	c.elsewhere.Add(1)
-	go func() { c.done <- c.e.ResolveWireMiss(c.ctx, c.m, nil) }()
+	go func() { c.done <- c.e.ResolveMiss(c.ctx, c.m, nil) }()
 }
 
 // wait returns the question's response.
@@ -58,7 +58,7 @@ func (c *loopCont) wait(t *testing.T) engine.Response {
 func startOnLoop(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) *loopCont {
 	t.Helper()
 	c := &loopCont{e: e, m: new(engine.Miss), ctx: ctx, done: make(chan engine.Response, 1)}
-	if _, ok := e.ResolveWireImmediate(mustPack(t, q), nil, nil, c.m); ok || !c.m.Ready() {
+	if _, ok := e.AnswerNow(mustPack(t, q), nil, nil, c.m); ok || !c.m.Ready() {
 		t.Fatalf("%s: not a miss", q.Question[0].Name)
 	}
 	if !e.StartMiss(ctx, c.m, c) {

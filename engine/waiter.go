@@ -11,7 +11,7 @@ import (
 
 // Followers without a goroutine (issue 18). A question whose key a flight
 // already asks, and that would only wait for it, need not wait on a
-// goroutine of its own: JoinWire attaches it to the flight as a waiter,
+// goroutine of its own: JoinFlight attaches it to the flight as a waiter,
 // and the leader, once it lands, writes the waiter's reply and hands it
 // to the front end's deliver. As WebAssembly a goroutine's park and wake
 // cost ~3 µs (the worker hand-off, follow's select, the channel
@@ -54,24 +54,24 @@ type waiter struct {
 	timer *time.Timer // the question's budget, when it has one
 }
 
-// JoinWire attaches the question ResolveWireImmediate read into m to the
+// JoinFlight attaches the question AnswerNow read into m to the
 // flight already asking it upstream, when it is a plain follower: no
 // stale or live entry for it in the cache, not a search candidate, no
 // forwarded ECS, and ctx is one the engine can watch (a CancelContext or
 // another CancelWatcher, or one never cancelled). It reports true having
 // taken the question: m is emptied, and deliver is called exactly once
-// with its Response (Wire appended to dst) as ResolveWireMiss would have
+// with its Response (Wire appended to dst) as ResolveMiss would have
 // returned it, on the goroutine of the flight's leader, of its budget's
 // timer, or, after a cancel, of its own (never inside the context's
 // Cancel, whose caller may hold a lock that deliver takes). dst, the query
 // m was read from and ctx's trace must stay as they are until then.
 //
 // It reports false when the question must be asked with
-// ResolveWireMiss (under ctx), which the caller then must do: when no
-// flight asks it yet, JoinWire begins the flight the question leads, so
+// ResolveMiss (under ctx), which the caller then must do: when no
+// flight asks it yet, JoinFlight begins the flight the question leads, so
 // that identical questions handed in before its goroutine runs (a batch
 // of the edge module's poll) join it.
-func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func(*Response)) bool {
+func (e *Engine) JoinFlight(ctx context.Context, m *Miss, dst []byte, deliver func(*Response)) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.led != nil || len(sc.servers) == 0 || len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 ||
 		rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
@@ -92,7 +92,7 @@ func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func
 	if rt.cache != nil {
 		start = time.Now()
 		if en, _ := rt.cache.get(key, start); en != nil {
-			return false // live (landed meanwhile) or stale: ResolveWire's way
+			return false // live (landed meanwhile) or stale: Resolve's way
 		}
 	}
 	h := key.hash()
@@ -108,7 +108,7 @@ func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func
 		start = time.Now()
 	}
 	w := &waiter{dst: dst, deliver: deliver, flights: f, cc: cc, watch: watch}
-	qn := &w.q // fields set one by one: see ResolveWireImmediate
+	qn := &w.q // fields set one by one: see AnswerNow
 	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, rt.cfg, rt
 	qn.client, qn.scope = m.client, m.scope
 	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)

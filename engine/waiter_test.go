@@ -16,7 +16,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// joined is a question a test attached to a flight with JoinWire: its
+// joined is a question a test attached to a flight with JoinFlight: its
 // deliveries, counted, and the last one unpacked.
 type joined struct {
 	t          *testing.T
@@ -25,20 +25,20 @@ type joined struct {
 	msg        *dns.Msg
 }
 
-// joinWire reads q as a front end does (ResolveWireImmediate, which must
+// joinFlight reads q as a front end does (AnswerNow, which must
 // miss) and attaches it to the flight asking it. It returns nil when
-// JoinWire refused, having checked the miss was left for ResolveWireMiss,
-// and asks it so on a goroutine, as the caller of JoinWire must.
-func joinWire(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) *joined {
+// JoinFlight refused, having checked the miss was left for ResolveMiss,
+// and asks it so on a goroutine, as the caller of JoinFlight must.
+func joinFlight(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) *joined {
 	t.Helper()
 	j, m := tryJoin(t, e, ctx, q)
 	if j == nil {
-		go e.ResolveWireMiss(ctx, m, nil)
+		go e.ResolveMiss(ctx, m, nil)
 	}
 	return j
 }
 
-// tryJoin is joinWire that leaves a refused miss to the caller.
+// tryJoin is joinFlight that leaves a refused miss to the caller.
 func tryJoin(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) (*joined, *engine.Miss) {
 	t.Helper()
 	raw, err := q.Pack()
@@ -46,18 +46,18 @@ func tryJoin(t *testing.T, e *engine.Engine, ctx context.Context, q *dns.Msg) (*
 		t.Fatal(err)
 	}
 	m := new(engine.Miss)
-	if _, ok := e.ResolveWireImmediate(raw, nil, nil, m); ok || !m.Ready() {
+	if _, ok := e.AnswerNow(raw, nil, nil, m); ok || !m.Ready() {
 		t.Fatalf("%s: answered at once (%v) or no miss; want a miss", q.Question[0].Name, ok)
 	}
 	j := &joined{t: t, got: make(chan engine.Response, 2)}
-	if !e.JoinWire(ctx, m, nil, j.deliver) {
+	if !e.JoinFlight(ctx, m, nil, j.deliver) {
 		if !m.Ready() {
-			t.Fatalf("%s: JoinWire refused but emptied the miss", q.Question[0].Name)
+			t.Fatalf("%s: JoinFlight refused but emptied the miss", q.Question[0].Name)
 		}
 		return nil, m
 	}
 	if m.Ready() {
-		t.Fatalf("%s: JoinWire took the question but left the miss", q.Question[0].Name)
+		t.Fatalf("%s: JoinFlight took the question but left the miss", q.Question[0].Name)
 	}
 	return j, nil
 }
@@ -86,7 +86,7 @@ func slowLeader(t *testing.T, nw *memnet.Network, e *engine.Engine, ctx context.
 	leader := make(chan engine.Response, 1)
 	go func() {
 		raw, _ := queryFor(name, dns.TypeA).Pack()
-		leader <- e.ResolveWire(ctx, raw, nil)
+		leader <- e.Resolve(ctx, raw, nil)
 	}()
 	synctest.Wait()
 	return leader
@@ -113,7 +113,7 @@ func TestJoinedFollowersOwnReplies(t *testing.T) {
 				case 2:
 					q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_PADDING{Padding: make([]byte, 8)})
 				}
-				j := joinWire(t, e, new(engine.CancelContext), q)
+				j := joinFlight(t, e, new(engine.CancelContext), q)
 				if j == nil {
 					t.Fatalf("cache %d: question %d was not joined to the flight in progress", cache, i)
 				}
@@ -165,9 +165,9 @@ func TestJoinedFollowerCancelNotCharged(t *testing.T) {
 		// module's when the host names the client).
 		ctx, qctx := new(engine.CancelContext), new(engine.CancelContext)
 		var qc engine.QuestionContext
-		left := joinWire(t, e, ctx, queryFor("leave.example.", dns.TypeA))
-		leftToo := joinWire(t, e, qc.Set(qctx, netip.MustParseAddr("192.0.2.9"), nil), queryFor("leave.example.", dns.TypeA))
-		stays := joinWire(t, e, new(engine.CancelContext), queryFor("leave.example.", dns.TypeA))
+		left := joinFlight(t, e, ctx, queryFor("leave.example.", dns.TypeA))
+		leftToo := joinFlight(t, e, qc.Set(qctx, netip.MustParseAddr("192.0.2.9"), nil), queryFor("leave.example.", dns.TypeA))
+		stays := joinFlight(t, e, new(engine.CancelContext), queryFor("leave.example.", dns.TypeA))
 		if left == nil || leftToo == nil || stays == nil {
 			t.Fatal("a follower was not joined")
 		}
@@ -222,7 +222,7 @@ func TestJoinedFollowerBudgetDeliversOnce(t *testing.T) {
 		e := startEngine(t, cacheConfig(engine.CacheConfig{}), nw)
 		leader := slowLeader(t, nw, e, context.Background(), "late.example.")
 		ctx := deadlineContext{new(engine.CancelContext), time.Now().Add(300 * time.Millisecond)}
-		j := joinWire(t, e, ctx, queryFor("late.example.", dns.TypeA))
+		j := joinFlight(t, e, ctx, queryFor("late.example.", dns.TypeA))
 		if j == nil {
 			t.Fatal("a follower with a deadline its context watches was not joined")
 		}
@@ -254,7 +254,7 @@ func TestJoinedFollowersLeaderAbandons(t *testing.T) {
 		for i := range 5 {
 			q := queryFor("left.example.", dns.TypeA)
 			q.Id = uint16(i)
-			j := joinWire(t, e, new(engine.CancelContext), q)
+			j := joinFlight(t, e, new(engine.CancelContext), q)
 			if j == nil {
 				t.Fatal("a follower was not joined")
 			}
@@ -311,11 +311,11 @@ func TestJoinedFollowersLeaderTimesOut(t *testing.T) {
 		leader := make(chan engine.Response, 1)
 		go func() {
 			raw, _ := queryFor("slow.example.", dns.TypeA).Pack()
-			leader <- e.ResolveWire(context.Background(), raw, nil)
+			leader <- e.Resolve(context.Background(), raw, nil)
 		}()
 		synctest.Wait()
 		time.Sleep(time.Second)
-		j := joinWire(t, e, new(engine.CancelContext), queryFor("slow.example.", dns.TypeA))
+		j := joinFlight(t, e, new(engine.CancelContext), queryFor("slow.example.", dns.TypeA))
 		if j == nil {
 			t.Fatal("the follower was not joined")
 		}
@@ -337,12 +337,12 @@ func TestJoinedFollowersUnavailableNameLeadersAttempts(t *testing.T) {
 		leader := make(chan engine.Response, 1)
 		go func() {
 			raw, _ := newQuery("down.example.", dns.TypeA).SetEdns0(1232, false).Pack()
-			leader <- r.e.ResolveWire(context.Background(), raw, nil)
+			leader <- r.e.Resolve(context.Background(), raw, nil)
 		}()
 		synctest.Wait()
 		q := newQuery("down.example.", dns.TypeA)
 		q.SetEdns0(1232, false)
-		j := joinWire(t, r.e, new(engine.CancelContext), q)
+		j := joinFlight(t, r.e, new(engine.CancelContext), q)
 		if j == nil {
 			t.Fatal("the follower was not joined")
 		}
@@ -362,17 +362,17 @@ func TestJoinedFollowersUnavailableNameLeadersAttempts(t *testing.T) {
 	})
 }
 
-// JoinWire takes only plain followers: a question with no flight to
+// JoinFlight takes only plain followers: a question with no flight to
 // join, a stale entry, a search candidate, a forwarded ECS option or a
 // context the engine cannot watch goes its usual way (false, the miss
 // kept).
-func TestJoinWireOnlyPlainFollowers(t *testing.T) {
+func TestJoinFlightOnlyPlainFollowers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		nw := memnet.New()
 		cfg := cacheConfig(engine.CacheConfig{StaleMax: time.Hour})
 		cfg.ForwardECS = true
 		e := startEngine(t, cfg, nw)
-		if j := joinWire(t, e, new(engine.CancelContext), queryFor("none.example.", dns.TypeA)); j != nil {
+		if j := joinFlight(t, e, new(engine.CancelContext), queryFor("none.example.", dns.TypeA)); j != nil {
 			t.Fatal("joined with no flight in progress")
 		}
 		// A stale entry for stale.example., then a flight for it.
@@ -382,21 +382,21 @@ func TestJoinWireOnlyPlainFollowers(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 		leader := slowLeader(t, nw, e, context.Background(), "stale.example.")
-		if j := joinWire(t, e, new(engine.CancelContext), queryFor("stale.example.", dns.TypeA)); j != nil {
+		if j := joinFlight(t, e, new(engine.CancelContext), queryFor("stale.example.", dns.TypeA)); j != nil {
 			t.Fatal("joined with a stale entry")
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		flying := slowLeader(t, nw, e, context.Background(), "fly.example.")
-		if j := joinWire(t, e, ctx, queryFor("fly.example.", dns.TypeA)); j != nil {
+		if j := joinFlight(t, e, ctx, queryFor("fly.example.", dns.TypeA)); j != nil {
 			t.Fatal("joined under a context the engine cannot watch")
 		}
 		q := queryFor("fly.example.", dns.TypeA)
 		q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: []byte{192, 0, 2, 0}})
-		if j := joinWire(t, e, new(engine.CancelContext), q); j != nil {
+		if j := joinFlight(t, e, new(engine.CancelContext), q); j != nil {
 			t.Fatal("joined with a forwarded ECS option")
 		}
-		if j := joinWire(t, e, context.Background(), queryFor("fly.example.", dns.TypeA)); j == nil {
+		if j := joinFlight(t, e, context.Background(), queryFor("fly.example.", dns.TypeA)); j == nil {
 			t.Fatal("not joined under a context that is never cancelled")
 		} else if r := j.wait(); r.Result != engine.ResultAnswer {
 			t.Fatalf("got %v", r.Result)
@@ -408,7 +408,7 @@ func TestJoinWireOnlyPlainFollowers(t *testing.T) {
 		sc := engine.ScopeConfig{Name: "s", DefaultRoute: true, Servers: []string{cacheServer.String()}, Search: []string{"corp.example."}}
 		se := startEngine(t, engine.Config{Scopes: []engine.ScopeConfig{sc}, Cache: engine.CacheConfig{MaxEntries: 100}}, nw)
 		host := slowLeader(t, nw, se, context.Background(), "host.")
-		if j := joinWire(t, se, new(engine.CancelContext), queryFor("host.", dns.TypeA)); j != nil {
+		if j := joinFlight(t, se, new(engine.CancelContext), queryFor("host.", dns.TypeA)); j != nil {
 			t.Fatal("joined a search candidate")
 		}
 		<-host
@@ -417,14 +417,14 @@ func TestJoinWireOnlyPlainFollowers(t *testing.T) {
 
 func resolveName(e *engine.Engine, name string) engine.Response {
 	raw, _ := queryFor(name, dns.TypeA).Pack()
-	return e.ResolveWire(context.Background(), raw, nil)
+	return e.Resolve(context.Background(), raw, nil)
 }
 
 // A batch of identical misses handed in before any goroutine runs (as
-// the edge module's poll hands them): JoinWire begins the flight for the
+// the edge module's poll hands them): JoinFlight begins the flight for the
 // first, which it refuses, and joins the others to it; the first, asked
-// with ResolveWireMiss, leads it.
-func TestJoinWireFirstMissLeadsTheBatch(t *testing.T) {
+// with ResolveMiss, leads it.
+func TestJoinFlightFirstMissLeadsTheBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		nw := memnet.New()
 		nw.Handle(cacheServer, memnet.Respond(memnet.After(time.Second, memnet.Answer("@ 60 IN A 192.0.2.1"))))
@@ -436,13 +436,13 @@ func TestJoinWireFirstMissLeadsTheBatch(t *testing.T) {
 		}
 		var js []*joined
 		for range 10 {
-			j := joinWire(t, e, new(engine.CancelContext), queryFor("batch.example.", dns.TypeA))
+			j := joinFlight(t, e, new(engine.CancelContext), queryFor("batch.example.", dns.TypeA))
 			if j == nil {
 				t.Fatal("a miss after the first was not joined to the flight it began")
 			}
 			js = append(js, j)
 		}
-		if r := e.ResolveWireMiss(ctx, m, nil); r.Result != engine.ResultAnswer || r.Attempts != 1 {
+		if r := e.ResolveMiss(ctx, m, nil); r.Result != engine.ResultAnswer || r.Attempts != 1 {
 			t.Fatalf("the first got %v after %d attempts; want the answer of its own attempt", r.Result, r.Attempts)
 		}
 		for i, j := range js {
@@ -467,14 +467,14 @@ func TestJoinedFollowersDeliveredOnceRace(t *testing.T) {
 		leader := make(chan engine.Response, 1)
 		go func() {
 			raw, _ := queryFor("race.example.", dns.TypeA).Pack()
-			leader <- e.ResolveWire(context.Background(), raw, nil)
+			leader <- e.Resolve(context.Background(), raw, nil)
 		}()
 		time.Sleep(5 * time.Millisecond)
 		var js []*joined
 		var ctxs []*engine.CancelContext
 		for range 20 {
 			ctx := new(engine.CancelContext)
-			if j := joinWire(t, e, ctx, queryFor("race.example.", dns.TypeA)); j != nil {
+			if j := joinFlight(t, e, ctx, queryFor("race.example.", dns.TypeA)); j != nil {
 				js, ctxs = append(js, j), append(ctxs, ctx)
 			}
 		}
@@ -510,12 +510,12 @@ func TestJoinedFollowersTracesListed(t *testing.T) {
 		r.net.Handle(rigServer(1), memnet.Respond(memnet.After(100*time.Millisecond, memnet.Answer("@ 60 IN A 192.0.2.2"))))
 		r.bg.Go(func() {
 			raw, _ := newQuery("same.example.", dns.TypeA).Pack()
-			r.e.ResolveWire(engine.WithTrace(context.Background(), traceN(1)), raw, nil)
+			r.e.Resolve(engine.WithTrace(context.Background(), traceN(1)), raw, nil)
 		})
 		synctest.Wait()
 		var js []*joined
 		for i := byte(2); i <= 3; i++ {
-			j := joinWire(t, r.e, engine.WithTrace(context.Background(), traceN(i)), newQuery("same.example.", dns.TypeA))
+			j := joinFlight(t, r.e, engine.WithTrace(context.Background(), traceN(i)), newQuery("same.example.", dns.TypeA))
 			if j == nil {
 				t.Fatalf("follower %d was not joined", i)
 			}

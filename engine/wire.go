@@ -175,7 +175,7 @@ type clientQuery struct {
 	// pass over it. False when not known.
 	lower bool
 	// borrowed says name lies in a pooled buffer that goes back when the
-	// call that parsed it returns (ResolveWireImmediate): whatever keeps
+	// call that parsed it returns (AnswerNow): whatever keeps
 	// the name calls own first.
 	borrowed bool
 }

@@ -63,7 +63,7 @@ func wireEngine(t *testing.T, h upstreamtest.Handler) (*engine.Engine, *upstream
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := e.ResolveWire(context.Background(), raw, nil)
+		r := e.Resolve(context.Background(), raw, nil)
 		m := new(dns.Msg)
 		if err := m.Unpack(r.Wire); err != nil {
 			t.Fatalf("the client's reply does not unpack: %v", err)
@@ -366,7 +366,7 @@ func TestWireCompressedQuestionName(t *testing.T) {
 	if err := new(dns.Msg).Unpack(query); err != nil {
 		t.Fatalf("the test query does not unpack: %v", err)
 	}
-	r := e.ResolveWire(context.Background(), query, nil)
+	r := e.Resolve(context.Background(), query, nil)
 	m := new(dns.Msg)
 	if err := m.Unpack(r.Wire); err != nil {
 		t.Fatalf("reply %x: %v", r.Wire, err)

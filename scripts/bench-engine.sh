@@ -4,7 +4,7 @@
 #    (a separate process), with our own CPU per question from getrusage
 #    (own-cpu-ns/op) and allocations per question;
 #    fresh socket per transaction and the pool of connected sockets side
-#    by side (SPEC §1.3), the wire path (ResolveWire) either way;
+#    by side (SPEC §1.3), the wire path (Resolve) either way;
 #  - BenchmarkForwardUDPParallel, BenchmarkForwardUDPOneAtATime: pooled
 #    sockets, distinct names, 40 questions in flight and one at a time,
 #    waiting for replies on the runtime's poller (the native network) and

@@ -161,7 +161,7 @@ type elsewhere struct {
 	clients []netip.Addr
 }
 
-func (r *elsewhere) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+func (r *elsewhere) Resolve(ctx context.Context, query, dst []byte) engine.Response {
 	r.mu.Lock()
 	r.asked++
 	r.clients = append(r.clients, engine.ClientOf(ctx))

@@ -74,9 +74,9 @@
 // # Hot cache entries answered by the host
 //
 // A hit costs the module's engine about ten times its native cost, and a
-// host that asks for it (InitPublishHits) answers the hits that are pure
+// host that asks for it (InitPublishHotEntries) answers the hits that are pure
 // reads of the engine's state natively, from a mirror built from the
-// engine package (engine.HitMirror, engine.PublishHits). The module hands
+// engine package (engine.HotEntries, engine.PublishHotEntries). The module hands
 // it the hot entries as hit records (engine's encoding) in a poll
 // result, under the answer ID PublishedID, which no request has. A
 // record published during dohfwd_ask waits for the next poll, and that
@@ -183,7 +183,7 @@ const (
 	// EventCancel ends it as a poll's question. A module that does not
 	// know the flag returns 0 having started nothing, as ever: the host
 	// then sends the question by dohfwd_poll (and need not set the flag
-	// again); one that knows it returns AskUnread for an event with the
+	// again); one that knows it returns AskUnreadable for an event with the
 	// flag that it could not read. An answer at once is returned as
 	// without the flag.
 	ExportAsk = "dohfwd_ask"
@@ -203,21 +203,21 @@ const (
 	// InitTCPOnly starts the engine with TCP as the first transport of
 	// every attempt, for hosts without UDP (Cloudflare Workers).
 	InitTCPOnly = 1
-	// InitPublishHits makes the module publish its engine's hot cache
-	// entries to the host (engine.PublishHits): poll results then carry
+	// InitPublishHotEntries makes the module publish its engine's hot cache
+	// entries to the host (engine.PublishHotEntries): poll results then carry
 	// them under PublishedID, and an ask that published some sets
 	// QueryAnswerPublished.
-	InitPublishHits = 2
+	InitPublishHotEntries = 2
 )
 
 // PublishedID is the answer ID under which a poll result carries hit
-// records (InitPublishHits): the host numbers its requests from 1 and
+// records (InitPublishHotEntries): the host numbers its requests from 1 and
 // skips 0 when the numbering wraps. Its field holds the records, each a
 // field (AppendHitRecord, HitRecords).
 const PublishedID = 0
 
 // AppendHitRecord appends one of the engine's hit records (a record
-// engine.PublishHits handed out) to b, the content of a PublishedID
+// engine.PublishHotEntries handed out) to b, the content of a PublishedID
 // answer.
 func AppendHitRecord(b, record []byte) []byte { return appendField(b, record) }
 
@@ -294,13 +294,13 @@ const (
 // host must poll (ParseAskStarted).
 const AskStarted = ^uint32(0)
 
-// AskUnread is what dohfwd_ask returns for an event with QueryStart that
+// AskUnreadable is what dohfwd_ask returns for an event with QueryStart that
 // it could not read (nor answer nor begin): not 0, which says the module
 // does not know the flag. The host sends that question by dohfwd_poll, as
 // for 0, and goes on setting the flag. A module that knows QueryStart but
-// predates AskUnread returns 0 then. Only an event with the flag gets it,
+// predates AskUnreadable returns 0 then. Only an event with the flag gets it,
 // so a host that never sets the flag (the Workers glue) never sees it.
-const AskUnread = AskStarted - 1
+const AskUnreadable = AskStarted - 1
 
 // AppendAskStarted appends the result of a dohfwd_ask that began its
 // question: the deadline by which to poll (Unix ns), as a poll header.
@@ -496,7 +496,7 @@ const (
 	QueryAnswerCacheHit  = 2
 	QueryAnswerShared    = 4
 	// QueryAnswerPublished, on dohfwd_ask's answer only: hit records
-	// wait for the next poll (InitPublishHits).
+	// wait for the next poll (InitPublishHotEntries).
 	QueryAnswerPublished = 8
 )
 
@@ -646,12 +646,12 @@ type QueryCounts struct {
 	Waited uint64 `json:"waited"`
 	// Joined waited for an identical question already upstream without
 	// a goroutine of their own: the engine answered them when that
-	// question's answer came (engine.JoinWire).
+	// question's answer came (engine.JoinFlight).
 	Joined uint64 `json:"joined"`
 	// Finished went upstream without a goroutine of their own: their
 	// first query was sent in the poll that delivered them, and the poll
 	// that delivered its reply answered them (engine.StartMiss,
-	// engine.FinishStarted). Any other end of that wait sends them to a
+	// engine.FinishWithReply). Any other end of that wait sends them to a
 	// worker goroutine, counted Waited.
 	Finished uint64 `json:"finished"`
 }

@@ -217,7 +217,7 @@ func TestWazeroBegunMissMovesOffDroppingServer(t *testing.T) {
 	}
 }
 
-// A QueryStart event the module cannot read is answered abi.AskUnread,
+// A QueryStart event the module cannot read is answered abi.AskUnreadable,
 // not 0 (the answer of a module that does not know the flag): the host
 // sends that question by a poll and goes on beginning the next misses on
 // the reader.
@@ -276,7 +276,7 @@ func TestWazeroBegunUnderDoneContextClosesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		var m engine.Miss
-		if _, ok := e.pool.ResolveWireImmediate(wire, nil, nil, &m); ok {
+		if _, ok := e.pool.AnswerNow(wire, nil, nil, &m); ok {
 			t.Fatal("a miss answered at once")
 		}
 		c, _ := m.Held().(*call)

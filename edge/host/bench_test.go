@@ -55,7 +55,7 @@ func BenchmarkPoolResolve(b *testing.B) {
 	wire, _ := query("www.bench.test", 1).Pack()
 	benchPool(b, func(ctx context.Context, pool *Pool) error {
 		dst := make([]byte, 0, 512)
-		if r := pool.ResolveWire(ctx, wire, dst); r.Rcode != 0 || len(r.Wire) == 0 {
+		if r := pool.Resolve(ctx, wire, dst); r.Rcode != 0 || len(r.Wire) == 0 {
 			return fmt.Errorf("rcode %d, %d bytes", r.Rcode, len(r.Wire))
 		}
 		return nil

@@ -159,7 +159,7 @@ func clientCancelNotCharged(t *testing.T, rt *Runtime, silent upstreamtest.Handl
 	return e
 }
 
-// A joined follower (engine.JoinWire: no goroutine in the module) whose
+// A joined follower (engine.JoinFlight: no goroutine in the module) whose
 // client goes away: EventCancel ends it cancelled at once, with nothing
 // charged, and the instance goes on (its leader is answered; the cancel,
 // which the module handles under its requests' lock, does not deliver

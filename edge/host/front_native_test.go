@@ -123,14 +123,14 @@ func (e *edge) setAsk(t *testing.T, on bool) {
 
 // A cache hit costs the module no goroutine and no poll: the host asks
 // for it with dohfwd_ask and the engine answers it from memory at once
-// (ResolveWireImmediate, counted AtOnce); only the miss before it did
+// (AnswerNow, counted AtOnce); only the miss before it did
 // not (its dohfwd_ask answered nothing): it was begun by a second
 // dohfwd_ask on the connection's goroutine (Pool.StartMiss,
 // abi.QueryStart) and finished in the poll of its reply, on no worker
 // of the module's (counted Finished) and none of the host's (finished in
 // place, or on the front end's worker when its reply came while the
 // reader still held the instance). The front end asks at once on the connection's goroutine, as
-// it asks the native engine (Pool.ResolveWireImmediate): the hit is
+// it asks the native engine (Pool.AnswerNow): the hit is
 // answered there. The front end marks it as natively: Server-Timing says
 // cache.
 func TestWazeroCacheHitAnsweredAtOnce(t *testing.T) {
@@ -433,7 +433,7 @@ func TestWazeroAskBacksOffWhileItAnswersNothing(t *testing.T) {
 	}
 }
 
-// On the connection's goroutine (Pool.ResolveWireImmediate) a hit that
+// On the connection's goroutine (Pool.AnswerNow) a hit that
 // finds another dohfwd_ask under way waits for it and is answered at
 // once; one that finds a poll under way does not wait, and goes to a
 // worker (false).
@@ -459,7 +459,7 @@ func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
 	})
 	gaveUp := make(chan bool)
 	go func() {
-		_, ok := e.pool.ResolveWireImmediate(wire, nil, nil, nil)
+		_, ok := e.pool.AnswerNow(wire, nil, nil, nil)
 		gaveUp <- !ok
 	}()
 	select {
@@ -475,7 +475,7 @@ func TestWazeroImmediateWaitsForAnAskNotAPoll(t *testing.T) {
 	in.asking.Store(true) // now as an ask holds it
 	answered := make(chan bool)
 	go func() {
-		r, ok := e.pool.ResolveWireImmediate(wire, nil, nil, nil)
+		r, ok := e.pool.AnswerNow(wire, nil, nil, nil)
 		answered <- ok && r.CacheHit
 	}()
 	select {

@@ -30,7 +30,7 @@ var forwarded = func() []string {
 // pool (abi.EventRequest), whose own DoH handler answers it: the Workers
 // glue's way. It is a doh.RequestServer: doh.HandlerFor(h) serves it with
 // the native listeners and HTTP/2 server. dohfwd-edge does not use it (its
-// front end is native and hands the module questions: Pool.ResolveWire);
+// front end is native and hands the module questions: Pool.Resolve);
 // it stays so that the module's DoH path is tested under wazero too.
 type Handler struct {
 	Pool *Pool

@@ -20,7 +20,7 @@ import (
 
 // These tests run the real module under wazero with Options.NativeHits,
 // real UDP to a programmable upstream on loopback, and put their
-// questions to the pool as the DoH front end does (ResolveWireImmediate
+// questions to the pool as the DoH front end does (AnswerNow
 // first, on the connection's goroutine).
 
 var (
@@ -87,12 +87,12 @@ func startHitsPool(t *testing.T, rt *Runtime, cfg []byte) *Pool {
 // frontAsk puts query to the pool as the DoH front end does.
 func frontAsk(t *testing.T, p *Pool, query []byte) engine.Response {
 	t.Helper()
-	if r, ok := p.ResolveWireImmediate(query, nil, nil, nil); ok {
+	if r, ok := p.AnswerNow(query, nil, nil, nil); ok {
 		return r
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r := p.ResolveWire(ctx, query, nil)
+	r := p.Resolve(ctx, query, nil)
 	if len(r.Wire) == 0 {
 		t.Fatalf("no reply: %+v", r)
 	}
@@ -336,7 +336,7 @@ func TestNativeHitsWarnOfTheFirstRejectedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	h, err := newHitMirror(encoded, &log)
+	h, err := newHotEntries(encoded, &log)
 	if err != nil {
 		t.Fatal(err)
 	}

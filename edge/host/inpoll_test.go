@@ -16,7 +16,7 @@ import (
 // A miss that continues in the module's poll (issue 18): its first query
 // is sent in the poll that delivers the question (engine.StartMiss) and
 // its reply's read event is finished in the poll that delivers it
-// (engine.FinishStarted), with no goroutine of the module parked or woken
+// (engine.FinishWithReply), with no goroutine of the module parked or woken
 // for it. Any other end of that wait goes on on a worker goroutine, under
 // every rule as before (the edge rule tests in host_test.go,
 // cancel_test.go and shared_test.go run through it).

@@ -76,7 +76,7 @@ type Instance struct {
 	nextFD  uint32
 	failed  error // the module trapped or the instance was closed
 
-	hits *hitMirror // takes the module's hit records (abi.InitPublishHits); nil: none
+	hits *hotEntries // takes the module's hit records (abi.InitPublishHotEntries); nil: none
 }
 
 // call is one request or question waiting for its answer. Pooled: a
@@ -157,7 +157,7 @@ func encodeYAML(configYAML []byte) ([]byte, error) {
 
 // newInstance is NewInstance with the configuration encoded already
 // (config.Encode), its module's hit records going to hits when not nil.
-func (r *Runtime) newInstance(ctx context.Context, encoded []byte, hits *hitMirror) (*Instance, error) {
+func (r *Runtime) newInstance(ctx context.Context, encoded []byte, hits *hotEntries) (*Instance, error) {
 	mc := wazero.NewModuleConfig().
 		WithName(""). // anonymous, so there may be many
 		WithStartFunctions("_initialize").
@@ -207,7 +207,7 @@ func (r *Runtime) newInstance(ctx context.Context, encoded []byte, hits *hitMirr
 		flags |= abi.InitTCPOnly
 	}
 	if hits != nil {
-		flags |= abi.InitPublishHits
+		flags |= abi.InitPublishHotEntries
 	}
 	res, err := initFn.Call(ctx, uint64(len(encoded)), flags)
 	if err != nil {
@@ -322,7 +322,7 @@ func (in *Instance) pending() bool {
 // finished here, in place (unlock): kick must not run on a goroutine
 // that holds an HTTP/2 connection's lock (kickIfPending(finishOnWorker)
 // is the readers').
-func (in *Instance) kick() { in.kickOn(finishInPlace) }
+func (in *Instance) kick() { in.kickOn(finishOnCaller) }
 
 // kickOn is kick, finishing the begun questions its polls answer at at
 // (see unlock).
@@ -531,7 +531,7 @@ func (in *Instance) resolve(ctx context.Context, q *abi.Query, dst []byte, ask b
 // With wait, a call that finds another dohfwd_ask under way waits for it
 // (a few microseconds) instead of reporting false, and polls for the
 // events pending then before its own ask: the DoH front end's
-// connection goroutine asks so (Pool.ResolveWireImmediate), since a
+// connection goroutine asks so (Pool.AnswerNow), since a
 // question it does not answer at once costs a goroutine, a wake-up, a
 // poll and a reply written on its own. A poll under way is not waited
 // for.
@@ -551,7 +551,7 @@ func (in *Instance) askNow(q *abi.Query, dst []byte, wait bool) (resp engine.Res
 		}
 		in.calling.Lock()
 	}
-	at := finishInPlace // on a worker (resolve)
+	at := finishOnCaller // on a worker (resolve)
 	if wait {
 		at = finishOnWorker // on an HTTP/2 reader
 	}

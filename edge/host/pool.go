@@ -21,7 +21,7 @@ import (
 // marks. A question (or a whole request) goes to the instance with the
 // fewest in progress; an instance that traps is replaced.
 //
-// Pool is the DoH front end's resolver (doh.Resolver: ResolveWire), so
+// Pool is the DoH front end's resolver (doh.Resolver: Resolve), so
 // the host serves DoH with the native handler and hands the module only
 // questions; and, as the native engine, a doh.MissStarter: a question the
 // module cannot answer at once is begun on the HTTP/2 reader and finished
@@ -41,9 +41,9 @@ type Pool struct {
 	mu  sync.Mutex
 	all []*Instance
 
-	answeredInline atomic.Uint64 // by ResolveWireImmediate, for tests
+	answeredInline atomic.Uint64 // by AnswerNow, for tests
 
-	hits *hitMirror // the native hits (Options.NativeHits); nil: none
+	hits *hotEntries // the native hits (Options.NativeHits); nil: none
 }
 
 // The DoH front end's interfaces, as the native engine's.
@@ -63,7 +63,7 @@ func NewPool(ctx context.Context, rt *Runtime, configYAML []byte, size int) (*Po
 	}
 	p := &Pool{rt: rt, config: encoded}
 	if rt.opts.NativeHits {
-		if p.hits, err = newHitMirror(encoded, rt.opts.Stderr); err != nil {
+		if p.hits, err = newHotEntries(encoded, rt.opts.Stderr); err != nil {
 			return nil, err
 		}
 	}
@@ -105,7 +105,7 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 	return out, err
 }
 
-// ResolveWireImmediate answers query at once when the module's engine can
+// AnswerNow answers query at once when the module's engine can
 // (abi.ExportAsk: a cache hit, a local name) and the instance it picks is
 // free, as doh.ImmediateResolver asks: the DoH front end asks it on the
 // connection's own goroutine first, as it asks the native engine, so a
@@ -113,10 +113,10 @@ func (p *Pool) Serve(ctx context.Context, req []byte) ([]byte, error) {
 // connection's other writes. A hot cache entry the native mirror holds
 // (hits.go) is answered before any instance is asked. Otherwise it
 // reports false, and miss holds the query (engine.Miss.Hold: a pooled
-// call) for StartMiss and ResolveWireMiss, which the front end calls
+// call) for StartMiss and ResolveMiss, which the front end calls
 // next as for the native engine's miss; the query's bytes stay as they
 // are until then.
-func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool) {
+func (p *Pool) AnswerNow(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool) {
 	if r, ok := p.answerHit(query, dst, trace); ok {
 		return r, true
 	}
@@ -145,15 +145,15 @@ func (p *Pool) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss
 	return engine.Response{}, false
 }
 
-// StartMiss begins the question ResolveWireImmediate left in m, on the
+// StartMiss begins the question AnswerNow left in m, on the
 // caller's goroutine (the HTTP/2 reader), as doh.MissStarter asks: on an
 // idle instance the module begins it within one dohfwd_ask
 // (abi.QueryStart); with questions in progress it is queued for one poll
 // with the read batch's other misses. Either way it is finished, once,
 // where the poll that brings its answer runs (ResolveHere) or, for any
 // other end, on a worker (ResolveElsewhere), and the front end calls
-// ResolveWireMiss, which copies the answer. It reports false, leaving m
-// for ResolveWireMiss (with the answer when the module had it at once),
+// ResolveMiss, which copies the answer. It reports false, leaving m
+// for ResolveMiss (with the answer when the module had it at once),
 // when a busy instance's asks still answer (hits likely: the worker's
 // way asks it at once), or the instance failed, closed or could not be
 // entered.
@@ -165,12 +165,12 @@ func (p *Pool) StartMiss(ctx context.Context, m *engine.Miss, then engine.MissCo
 	return c.in.start(ctx, c, then)
 }
 
-// ResolveWireMiss answers the question ResolveWireImmediate left in m:
+// ResolveMiss answers the question AnswerNow left in m:
 // the answer StartMiss's question was given, copied to dst (it is out of
 // the module already: only a copy is left), or, for a question not
-// begun, ResolveWire's way (a poll) without asking the module at once
+// begun, Resolve's way (a poll) without asking the module at once
 // again when it was asked already. It empties m.
-func (p *Pool) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) engine.Response {
+func (p *Pool) ResolveMiss(ctx context.Context, m *engine.Miss, dst []byte) engine.Response {
 	c, _ := m.Held().(*call)
 	*m = engine.Miss{}
 	if c == nil {
@@ -179,7 +179,7 @@ func (p *Pool) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) 
 	if !c.answered {
 		query, ask := c.query, !c.asked
 		putCall(c)
-		return p.resolveWire(ctx, query, dst, ask)
+		return p.resolve(ctx, query, dst, ask)
 	}
 	in, err, r := c.in, c.err, c.resp
 	if err == nil {
@@ -197,7 +197,7 @@ func (p *Pool) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) 
 	return unanswered(dst, engine.ResultUnavailable)
 }
 
-// ResolveWire answers one checked query with an instance's engine, as
+// Resolve answers one checked query with an instance's engine, as
 // doh.Resolver asks: the reply appended to dst; a hot entry the native
 // mirror holds is answered first, natively (answerHit). It hands the engine what
 // the front end put in ctx, as natively: the client (engine.WithClient,
@@ -206,15 +206,15 @@ func (p *Pool) ResolveWireMiss(ctx context.Context, m *engine.Miss, dst []byte) 
 // to the server) and the answer is ResultCancelled with no reply. When the
 // instance fails (a trap: it is replaced) the reply is empty, which the
 // front end answers as SERVFAIL.
-func (p *Pool) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+func (p *Pool) Resolve(ctx context.Context, query, dst []byte) engine.Response {
 	if r, ok := p.answerHit(query, dst, engine.TraceFrom(ctx)); ok {
 		return r
 	}
-	return p.resolveWire(ctx, query, dst, true)
+	return p.resolve(ctx, query, dst, true)
 }
 
-// resolveWire is ResolveWire, by a poll alone unless ask.
-func (p *Pool) resolveWire(ctx context.Context, query, dst []byte, ask bool) engine.Response {
+// resolve is Resolve, by a poll alone unless ask.
+func (p *Pool) resolve(ctx context.Context, query, dst []byte, ask bool) engine.Response {
 	q := abi.Query{Wire: query, Client: engine.ClientOf(ctx)}
 	if t := engine.TraceFrom(ctx); t != nil {
 		q.Trace, q.HasTrace = *t, true

@@ -118,7 +118,7 @@ func (e *reloadEdge) reload(t *testing.T, cfg *config.Config) error {
 // client, and returns the engine's answer.
 func (e *reloadEdge) askAs(ctx context.Context, client, name string) (*dns.Msg, engine.Response) {
 	wire, _ := query(name, dns.TypeA).Pack()
-	r := e.pool.ResolveWire(engine.WithClient(ctx, netip.MustParseAddr(client)), wire, nil)
+	r := e.pool.Resolve(engine.WithClient(ctx, netip.MustParseAddr(client)), wire, nil)
 	m := new(dns.Msg)
 	if m.Unpack(r.Wire) != nil {
 		return nil, r

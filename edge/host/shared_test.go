@@ -24,7 +24,7 @@ func ask(ctx context.Context, p *Pool, name string) (*dns.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := p.ResolveWire(ctx, wire, nil)
+	r := p.Resolve(ctx, wire, nil)
 	if len(r.Wire) == 0 {
 		return nil, fmt.Errorf("%s: no reply (%v)", name, r.Result)
 	}
@@ -139,7 +139,7 @@ func TestWazeroDeadServerDemotedOnceForAll(t *testing.T) {
 // the upstream holds its reply, make one upstream query. The followers
 // take no goroutine in the module: the first question leads, its query
 // sent in its poll and its reply finished in the reply's (Finished); the
-// 99 others are attached to its flight (engine.JoinWire) and answered
+// 99 others are attached to its flight (engine.JoinFlight) and answered
 // when it lands, counted Joined, not Waited. Those handed in by the same
 // poll as the first join the flight it began there.
 func TestWazeroIdenticalQuestionsShareOneQuery(t *testing.T) {

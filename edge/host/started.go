@@ -27,7 +27,7 @@ import (
 // under a request number of its own, watched for its context's end. It
 // reports whether it began it; then finishes it, exactly once. Otherwise
 // c is as it was, or answered at once (c.answered), and nothing waits for
-// it: the front end goes on with it on a worker (Pool.ResolveWireMiss).
+// it: the front end goes on with it on a worker (Pool.ResolveMiss).
 //
 // An instance with nothing in progress (one stream) is asked at once, on
 // the reader (startNow: one dohfwd_ask, no goroutine woken). Otherwise the
@@ -151,7 +151,7 @@ func (in *Instance) startNow(ctx context.Context, c *call, then engine.MissConti
 // sees that the timer fires by the deadline the module returned); else c
 // holds its answer at once (c.answered), or the module started nothing
 // (it does not know abi.QueryStart: no question is asked so again; or
-// it did not read the event, abi.AskUnread: this one goes by a poll).
+// it did not read the event, abi.AskUnreadable: this one goes by a poll).
 func (in *Instance) askStartLocked(c *call, q *abi.Query) (bool, error) {
 	in.askIn = abi.AppendQueryEvent(in.askIn[:0], c.id, q)
 	return in.askEventLocked(c, in.askIn)
@@ -189,7 +189,7 @@ func (in *Instance) askEventLocked(c *call, event []byte) (bool, error) {
 		in.cannotStart.Store(true)
 		c.asked = true
 		return false, nil
-	case abi.AskUnread: // this event alone: the next is begun again
+	case abi.AskUnreadable: // this event alone: the next is begun again
 		c.asked = true
 		return false, nil
 	}
@@ -238,10 +238,10 @@ func (in *Instance) deliverBegun(c *call, answer []byte, now time.Time) {
 type finishAt bool
 
 const (
-	// finishInPlace: on the caller's goroutine, which holds no HTTP/2
+	// finishOnCaller: on the caller's goroutine, which holds no HTTP/2
 	// connection's lock (a UDP waiter, the timer, pollForQueued, a
 	// worker), so it may finish a stream in place.
-	finishInPlace finishAt = true
+	finishOnCaller finishAt = true
 	// finishOnWorker: each on a worker of the front end's, for a caller
 	// on an HTTP/2 reader, whose goroutine holds its connection's lock,
 	// which finishing in place takes.

@@ -170,7 +170,7 @@ func (in *Instance) waitUDP(s *socket) {
 	if closeIt {
 		s.sock.Close()
 	}
-	in.kickIfPending(finishInPlace)
+	in.kickIfPending(finishOnCaller)
 }
 
 // udpStep runs inside the waiter's wait, once at its start and then at

@@ -90,8 +90,8 @@ func setup(encoded []byte, flags uint32) error {
 	}
 	dohfwd, eng, handler = d, d.Engine, d.Handler
 	front = frontOf(d, cfg)
-	if flags&abi.InitPublishHits != 0 {
-		eng.PublishHits(publishHit)
+	if flags&abi.InitPublishHotEntries != 0 {
+		eng.PublishHotEntries(publishHit)
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ type hostSocket struct {
 	done          chan result // the end of a wait; buffered, one at a time
 	// owner, when set, is the question whose wait (await) ends with no
 	// goroutine parked: its end is kept in pending and the socket listed
-	// in w.ready for the poll to finish the question (finishStarted).
+	// in w.ready for the poll to finish the question (finishWithReplies).
 	// A pending end not taken by the poll is the next Receive's.
 	owner      *question
 	pending    result
@@ -137,7 +137,7 @@ func (s *hostSocket) end(r result) {
 	s.waiting = false
 	s.w.waiting--
 	if s.owner != nil {
-		// The reply stays in s.buf, the owner's, for finishStarted.
+		// The reply stays in s.buf, the owner's, for finishWithReplies.
 		s.pending, s.hasPending = r, true
 		s.w.ready = append(s.w.ready, s)
 		return
@@ -150,7 +150,7 @@ func (s *hostSocket) end(r result) {
 // the engine started for qn (engine.Miss.StartedWait) waits for its reply
 // into b until deadline, and the event that ends the wait (the read, the
 // deadline passed, the socket closed by a cancel) lists s for the poll's
-// finishStarted. It reports false having started nothing when s cannot
+// finishWithReplies. It reports false having started nothing when s cannot
 // wait (closed, its connect failed, a wait in progress).
 func (s *hostSocket) await(qn *question, b []byte, deadline time.Time) bool {
 	s.w.mu.Lock()
@@ -180,7 +180,7 @@ type ended struct {
 
 // takeEnded returns the owned waits that ended since the last call,
 // appended to dst, each socket's owner and pending end taken: a
-// question finishStarted cannot finish gives its end back (giveBack).
+// question finishWithReplies cannot finish gives its end back (giveBack).
 func (w *waits) takeEnded(dst []ended) []ended {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -21,7 +21,7 @@ var requests = struct {
 	answers []byte // abi.AppendAnswer records
 	scratch []byte // a response's encoding, copied into answers
 	// published is the hit records (abi.AppendHitRecord) for the
-	// next poll result (abi.InitPublishHits).
+	// next poll result (abi.InitPublishHotEntries).
 	published []byte
 }{cancel: map[uint32]*engine.CancelContext{}}
 
@@ -65,10 +65,10 @@ func exportPoll(now int64, n uint32) uint32 {
 		}
 	}
 	t := time.Unix(0, now)
-	finishStarted()
+	finishWithReplies()
 	idle := runUntilIdle(t)
 	for network.expire(t) || network.anyEnded() {
-		finishStarted()
+		finishWithReplies()
 		idle = runUntilIdle(t)
 	}
 
@@ -197,7 +197,7 @@ var runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
 // a round of the scheduler (runUntilIdle), whose other work, due timers
 // and the GC's workers, then waits at most this long (less than the
 // polls' own gap, busyPollGap). A question finished in its poll
-// (finishStarted) readies no goroutine, and the round, a Gosched and a
+// (finishWithReplies) readies no goroutine, and the round, a Gosched and a
 // look at the timers, cost about a tenth of such a question (perf).
 const schedGap = time.Millisecond
 

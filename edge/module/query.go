@@ -55,11 +55,11 @@ var queryCounts abi.QueryCounts
 // ask answers an EventQuery: from memory in this poll when the engine can
 // (a cache hit or a local name takes no goroutine); else, when an
 // identical question is already upstream, by the engine once that one's
-// answer comes (no goroutine either: engine.JoinWire); else, for a plain
+// answer comes (no goroutine either: engine.JoinFlight); else, for a plain
 // miss, its first query sent in this poll (engine.StartMiss; over TCP on
 // a connection the host is still opening) and its reply's read event
 // finished in the poll that brings it (over TCP, its last piece), when
-// that reply ends the question (finishStarted: no goroutine either); else on a
+// that reply ends the question (finishWithReplies: no goroutine either); else on a
 // worker goroutine. An answer that waited joins a later poll's result (or
 // this one's, if it needs no network). The host's EventCancel ends it as
 // a request's.
@@ -73,7 +73,7 @@ func ask(e *abi.Event) {
 		return
 	}
 	qn, trace := newQuestion(e.ID, &q)
-	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
+	if r, ok := dohfwd.Resolver.AnswerNow(qn.query, qn.reply[:0], trace, &qn.miss); ok {
 		answerQuery(qn.id, &r, &queryCounts.AtOnce)
 		qn.done(r.Wire)
 		return
@@ -111,7 +111,7 @@ func (qn *question) begin(client netip.Addr, trace *engine.Trace) (readied bool)
 	requests.Lock()
 	requests.cancel[qn.id] = &qn.cancel
 	requests.Unlock()
-	if dohfwd.Resolver.JoinWire(qn.ctx, &qn.miss, qn.reply[:0], qn.delivered) {
+	if dohfwd.Resolver.JoinFlight(qn.ctx, &qn.miss, qn.reply[:0], qn.delivered) {
 		return false
 	}
 	// The miss was read by the engine itself (the DDR names answer at
@@ -126,10 +126,10 @@ func (qn *question) begin(client netip.Addr, trace *engine.Trace) (readied bool)
 	return true
 }
 
-// finishStarted ends the questions whose started transaction's wait
+// finishWithReplies ends the questions whose started transaction's wait
 // ended (hostSocket.await): on the poll's goroutine when the reply ends
-// the question on its own (engine.FinishStarted); else on a worker,
-// which goes on through ResolveWireMiss as ever, its socket's next
+// the question on its own (engine.FinishWithReply); else on a worker,
+// which goes on through ResolveMiss as ever, its socket's next
 // Receive returning what ended the wait (a reply that did not end the
 // question, the deadline, a close for a cancel).
 //
@@ -137,7 +137,7 @@ func (qn *question) begin(client netip.Addr, trace *engine.Trace) (readied bool)
 // message (engine.Miss.StartedReadsOn), the socket awaits the rest into
 // the buffer past what came, until the same deadline; what it then
 // gives back to a worker is the stream from its start.
-func finishStarted() {
+func finishWithReplies() {
 	endedScratch = network.takeEnded(endedScratch[:0])
 	for i := range endedScratch {
 		e := &endedScratch[i]
@@ -155,7 +155,7 @@ func finishStarted() {
 				}
 				e.r.n, e.buf = len(read), all
 			}
-			if r, ok := eng.FinishStarted(qn.ctx, &qn.miss, read, e.r.from, qn.reply[:0]); ok {
+			if r, ok := eng.FinishWithReply(qn.ctx, &qn.miss, read, e.r.from, qn.reply[:0]); ok {
 				requests.Lock() // once for both: the map and the answer
 				delete(requests.cancel, qn.id)
 				queryCounts.Finished++
@@ -172,11 +172,11 @@ func finishStarted() {
 	clear(endedScratch) // no question or socket kept past its end
 }
 
-// endedScratch is finishStarted's list (no goroutine runs beside a poll).
+// endedScratch is finishWithReplies's list (no goroutine runs beside a poll).
 var endedScratch []ended
 
 // deliver is the answer to a question the engine attached to an identical
-// question's flight (engine.JoinWire).
+// question's flight (engine.JoinFlight).
 func (qn *question) deliver(r *engine.Response) {
 	requests.Lock() // once for both: the map and the answer
 	delete(requests.cancel, qn.id)
@@ -191,9 +191,9 @@ func (qn *question) deliver(r *engine.Response) {
 func (qn *question) resolve() {
 	var r engine.Response
 	if qn.miss.Ready() {
-		r = dohfwd.Resolver.ResolveWireMiss(qn.ctx, &qn.miss, qn.reply[:0])
+		r = dohfwd.Resolver.ResolveMiss(qn.ctx, &qn.miss, qn.reply[:0])
 	} else {
-		r = dohfwd.Resolver.ResolveWire(qn.ctx, qn.query, qn.reply[:0])
+		r = dohfwd.Resolver.Resolve(qn.ctx, qn.query, qn.reply[:0])
 	}
 	requests.Lock()
 	delete(requests.cancel, qn.id)
@@ -232,13 +232,13 @@ var askReply = make([]byte, 0, 1232)
 // answered from memory, its QueryAnswer's length returned; or 0 having
 // done nothing, when it needs the network (or does not read: the poll
 // answers it as such); or, with abi.QueryStart, begun under its ID as a
-// poll would (askStart), or abi.AskUnread when it does not read.
+// poll would (askStart), or abi.AskUnreadable when it does not read.
 //
 //go:wasmexport dohfwd_ask
 func exportAsk(n uint32) uint32 {
 	e, _, err := abi.ParseEvent(buf[:n])
 	if err == nil && e.Code&abi.QueryStart != 0 && (e.Kind != abi.EventQuery || dohfwd == nil) {
-		return abi.AskUnread
+		return abi.AskUnreadable
 	}
 	if err != nil || e.Kind != abi.EventQuery || dohfwd == nil {
 		return 0
@@ -246,7 +246,7 @@ func exportAsk(n uint32) uint32 {
 	q, err := abi.ParseQuery(&e)
 	if err != nil {
 		if q.Start {
-			return abi.AskUnread // not 0: the host would ask no question so again
+			return abi.AskUnreadable // not 0: the host would ask no question so again
 		}
 		return 0
 	}
@@ -258,7 +258,7 @@ func exportAsk(n uint32) uint32 {
 		trace = &askTrace
 		askTrace = q.Trace
 	}
-	r, ok := dohfwd.Resolver.ResolveWireImmediate(q.Wire, askReply[:0], trace, nil)
+	r, ok := dohfwd.Resolver.AnswerNow(q.Wire, askReply[:0], trace, nil)
 	if !ok {
 		return 0
 	}
@@ -293,7 +293,7 @@ func returnAtOnce(r *engine.Response) uint32 {
 // poll's run of the scheduler lets it go on), else the poll's own rule.
 func askStart(e *abi.Event, q *abi.Query) uint32 {
 	qn, trace := newQuestion(e.ID, q)
-	if r, ok := dohfwd.Resolver.ResolveWireImmediate(qn.query, qn.reply[:0], trace, &qn.miss); ok {
+	if r, ok := dohfwd.Resolver.AnswerNow(qn.query, qn.reply[:0], trace, &qn.miss); ok {
 		n := returnAtOnce(&r)
 		qn.done(r.Wire)
 		return n
@@ -314,7 +314,7 @@ func askStart(e *abi.Event, q *abi.Query) uint32 {
 // askTrace is the trace of dohfwd_ask's question, kept off its stack.
 var askTrace engine.Trace
 
-// publishHit is the engine's PublishHits hook (abi.InitPublishHits): the
+// publishHit is the engine's PublishHotEntries hook (abi.InitPublishHotEntries): the
 // record joins the next poll result. It runs on the question's goroutine
 // (a poll's, an ask's or a worker's), never under requests' lock.
 func publishHit(record []byte) {

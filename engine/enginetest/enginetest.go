@@ -15,7 +15,7 @@ import (
 
 // WireResolver answers wire queries: *engine.Engine, *ddr.Resolver.
 type WireResolver interface {
-	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
+	Resolve(ctx context.Context, query, dst []byte) engine.Response
 }
 
 // Response is a resolver's response with its reply unpacked.
@@ -32,7 +32,7 @@ func Resolve(r WireResolver, ctx context.Context, q *dns.Msg) Response {
 	if err != nil {
 		raw = nil
 	}
-	resp := Response{Response: r.ResolveWire(ctx, raw, nil)}
+	resp := Response{Response: r.Resolve(ctx, raw, nil)}
 	m := new(dns.Msg)
 	if err := m.Unpack(resp.Wire); err != nil || resp.Wire == nil {
 		m = servfail(q)
@@ -67,12 +67,12 @@ type MsgResolver interface {
 	ResolveMsg(ctx context.Context, q *dns.Msg) Response
 }
 
-// ResolveWire answers the wire query from r: the query unpacked, r's
+// ResolveByMsg answers the wire query from r: the query unpacked, r's
 // reply packed after dst with the query's ID (Wire, Rcode, and TTL and
 // Cacheable by engine.WireTTL; the rest of the response as r gives it).
 // A query that does not unpack, or a nil reply, gets an empty Wire and
 // Rcode -1.
-func ResolveWire(r MsgResolver, ctx context.Context, query, dst []byte) engine.Response {
+func ResolveByMsg(r MsgResolver, ctx context.Context, query, dst []byte) engine.Response {
 	q := new(dns.Msg)
 	if err := q.Unpack(query); err != nil {
 		return engine.Response{Wire: dst, Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}

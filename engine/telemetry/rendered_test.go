@@ -281,7 +281,7 @@ func TestReloadedServerGetsItsOwnFields(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r := e.ResolveWire(context.Background(), raw, nil); r.Result != engine.ResultAnswer {
+			if r := e.Resolve(context.Background(), raw, nil); r.Result != engine.ResultAnswer {
 				t.Fatalf("%s: %v", name, r.Result)
 			}
 		}

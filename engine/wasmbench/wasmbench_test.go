@@ -1,6 +1,6 @@
 // Package wasmbench measures the engine's per-question path alone, the
-// way the edge module calls it (ResolveWireImmediate, then
-// ResolveWireMiss under an engine.CancelContext, pooled UDP sockets),
+// way the edge module calls it (AnswerNow, then
+// ResolveMiss under an engine.CancelContext, pooled UDP sockets),
 // against a network in memory that answers at once. It builds for the
 // host and for wasip1, so the same benchmarks give the engine's cost
 // natively and as WebAssembly:
@@ -137,7 +137,7 @@ type asker struct {
 // ask asks q as the edge module's front end does: at once, else as a
 // miss under a CancelContext.
 func (a *asker) ask(e *engine.Engine, q, dst []byte) engine.Response {
-	if r, ok := e.ResolveWireImmediate(q, dst, a.trace, &a.miss); ok {
+	if r, ok := e.AnswerNow(q, dst, a.trace, &a.miss); ok {
 		return r
 	}
 	a.ctx = engine.CancelContext{}
@@ -145,7 +145,7 @@ func (a *asker) ask(e *engine.Engine, q, dst []byte) engine.Response {
 	if a.client.IsValid() || a.trace != nil {
 		ctx = a.qctx.Set(&a.ctx, a.client, a.trace)
 	}
-	r := e.ResolveWireMiss(ctx, &a.miss, dst)
+	r := e.ResolveMiss(ctx, &a.miss, dst)
 	a.miss = engine.Miss{}
 	return r
 }

@@ -170,7 +170,7 @@ func TestResolverArpaIsAnsweredLocally(t *testing.T) {
 // countingNext answers every query REFUSED, counting them.
 type countingNext struct{ wire int }
 
-func (c *countingNext) ResolveWire(_ context.Context, query, dst []byte) engine.Response {
+func (c *countingNext) Resolve(_ context.Context, query, dst []byte) engine.Response {
 	c.wire++
 	q := new(dns.Msg)
 	if err := q.Unpack(query); err != nil {
@@ -220,7 +220,7 @@ func TestResolverWirePathAnswersZoneFromTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := next.wire
-		resp := r.ResolveWire(t.Context(), raw, nil)
+		resp := r.Resolve(t.Context(), raw, nil)
 		forwarded := next.wire > before
 		if forwarded == c.inZone {
 			t.Errorf("%s: forwarded as bytes = %v, want %v", c.name, forwarded, !c.inZone)
@@ -240,18 +240,18 @@ type fastNext struct {
 	immediate int
 }
 
-func (c *fastNext) ResolveWireMiss(context.Context, *engine.Miss, []byte) engine.Response {
+func (c *fastNext) ResolveMiss(context.Context, *engine.Miss, []byte) engine.Response {
 	panic("fastNext never misses")
 }
 
-func (c *fastNext) ResolveWireImmediate(_, dst []byte, _ *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
+func (c *fastNext) AnswerNow(_, dst []byte, _ *engine.Trace, _ *engine.Miss) (engine.Response, bool) {
 	c.immediate++
 	return engine.Response{Wire: append(dst, 0, 0), Result: engine.ResultLocal, CacheHit: true}, true
 }
 
 // The immediate path (cache hits answered on the connection's goroutine)
 // passes every name outside resolver.arpa through and answers no name
-// inside it at once: those take ResolveWire's way, then the table's.
+// inside it at once: those take Resolve's way, then the table's.
 func TestResolverImmediatePassesThroughOutsideZone(t *testing.T) {
 	next := new(fastNext)
 	r := Wrap(next)
@@ -271,7 +271,7 @@ func TestResolverImmediatePassesThroughOutsideZone(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := next.immediate
-		_, ok := r.ResolveWireImmediate(raw, nil, nil, nil)
+		_, ok := r.AnswerNow(raw, nil, nil, nil)
 		if ok != c.want || (next.immediate > before) != c.want {
 			t.Errorf("%s: answered at once %v (next asked %v), want %v", c.name, ok, next.immediate > before, c.want)
 		}
@@ -281,7 +281,7 @@ func TestResolverImmediatePassesThroughOutsideZone(t *testing.T) {
 	q := new(dns.Msg)
 	q.SetQuestion("www.example.net.", dns.TypeA)
 	raw, _ := q.Pack()
-	if _, ok := plain.ResolveWireImmediate(raw, nil, nil, nil); ok {
+	if _, ok := plain.AnswerNow(raw, nil, nil, nil); ok {
 		t.Error("answered at once without a next that can")
 	}
 }

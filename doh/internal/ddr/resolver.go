@@ -10,7 +10,7 @@ import (
 
 // Next is the resolver behind the designation: the engine.
 type Next interface {
-	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
+	Resolve(ctx context.Context, query, dst []byte) engine.Response
 }
 
 // Resolver answers the resolver.arpa names from its table and hands every
@@ -39,15 +39,15 @@ func Wrap(next Next) *Resolver {
 // Designate sets what _dns.resolver.arpa answers.
 func (r *Resolver) Designate(d Designation) { r.table.Store(NewTable(d)) }
 
-// ResolveWire answers a resolver.arpa query from the table, after dst,
+// Resolve answers a resolver.arpa query from the table, after dst,
 // and hands every other query to the next resolver as bytes.
-func (r *Resolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+func (r *Resolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
 	if inZone(query) {
 		if resp, ok := r.answer(query, dst); ok {
 			return resp
 		}
 	}
-	return r.next.ResolveWire(ctx, query, dst)
+	return r.next.Resolve(ctx, query, dst)
 }
 
 // answer is the table's reply to query, after dst, padded when the
@@ -76,26 +76,26 @@ func (r *Resolver) answer(query, dst []byte) (engine.Response, bool) {
 // immediateNext is a Next that can answer some queries at once, from
 // memory (*engine.Engine).
 type immediateNext interface {
-	ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool)
-	ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response
+	AnswerNow(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool)
+	ResolveMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response
 }
 
-// ResolveWireImmediate passes a query outside resolver.arpa to the next
-// resolver's ResolveWireImmediate, when it has one. A resolver.arpa name
+// AnswerNow passes a query outside resolver.arpa to the next
+// resolver's AnswerNow, when it has one. A resolver.arpa name
 // is never answered at once (false, miss left alone): it takes
-// ResolveWire's way, which answers from the table.
-func (r *Resolver) ResolveWireImmediate(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool) {
+// Resolve's way, which answers from the table.
+func (r *Resolver) AnswerNow(query, dst []byte, trace *engine.Trace, miss *engine.Miss) (engine.Response, bool) {
 	if r.immediate == nil || inZone(query) {
 		return engine.Response{}, false
 	}
-	return r.immediate.ResolveWireImmediate(query, dst, trace, miss)
+	return r.immediate.AnswerNow(query, dst, trace, miss)
 }
 
-// ResolveWireMiss passes a miss to the next resolver: only its
-// ResolveWireImmediate fills one (a query outside resolver.arpa).
-func (r *Resolver) ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response {
+// ResolveMiss passes a miss to the next resolver: only its
+// AnswerNow fills one (a query outside resolver.arpa).
+func (r *Resolver) ResolveMiss(ctx context.Context, miss *engine.Miss, dst []byte) engine.Response {
 	if r.immediate != nil {
-		return r.immediate.ResolveWireMiss(ctx, miss, dst)
+		return r.immediate.ResolveMiss(ctx, miss, dst)
 	}
 	return engine.Response{Wire: dst, Rcode: -1, Result: engine.ResultUnavailable, Reason: engine.ReasonAttemptsSpent}
 }
@@ -103,17 +103,17 @@ func (r *Resolver) ResolveWireMiss(ctx context.Context, miss *engine.Miss, dst [
 // joiner is a Next that can attach a miss to an identical question's
 // flight (*engine.Engine).
 type joiner interface {
-	JoinWire(ctx context.Context, miss *engine.Miss, dst []byte, deliver func(*engine.Response)) bool
+	JoinFlight(ctx context.Context, miss *engine.Miss, dst []byte, deliver func(*engine.Response)) bool
 }
 
-// JoinWire passes a miss to the next resolver's JoinWire, when it has
-// one: only its ResolveWireImmediate fills a miss (a query outside
+// JoinFlight passes a miss to the next resolver's JoinFlight, when it has
+// one: only its AnswerNow fills a miss (a query outside
 // resolver.arpa). False: nothing was done.
-func (r *Resolver) JoinWire(ctx context.Context, miss *engine.Miss, dst []byte, deliver func(*engine.Response)) bool {
+func (r *Resolver) JoinFlight(ctx context.Context, miss *engine.Miss, dst []byte, deliver func(*engine.Response)) bool {
 	if r.join == nil || !miss.Ready() {
 		return false
 	}
-	return r.join.JoinWire(ctx, miss, dst, deliver)
+	return r.join.JoinFlight(ctx, miss, dst, deliver)
 }
 
 // starter is a Next that can begin a miss on its reader's goroutine
@@ -123,7 +123,7 @@ type starter interface {
 }
 
 // StartMiss passes a miss to the next resolver's StartMiss, when it has
-// one: only its ResolveWireImmediate fills a miss.
+// one: only its AnswerNow fills a miss.
 func (r *Resolver) StartMiss(ctx context.Context, miss *engine.Miss, then engine.MissContinuation) bool {
 	if r.starter != nil && miss.Ready() {
 		return r.starter.StartMiss(ctx, miss, then)

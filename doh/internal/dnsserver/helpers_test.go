@@ -60,8 +60,8 @@ func (r *fixedResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Res
 	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
 }
 
-func (r *fixedResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r *fixedResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }
 
 // newEngine is a real engine forwarding to the programmable upstream h.

@@ -27,8 +27,8 @@ func (bigResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Response
 	return enginetest.Response{Msg: m}
 }
 
-func (r bigResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r bigResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }
 
 func startUDP(t *testing.T, r Resolver) (*Server, string) {
@@ -103,6 +103,6 @@ func (hugeResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Respons
 	return enginetest.Response{Msg: m}
 }
 
-func (r hugeResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r hugeResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }

@@ -21,7 +21,7 @@ import (
 // ctx ends when the client goes away. *engine.Engine and *ddr.Resolver
 // satisfy it.
 type Resolver interface {
-	ResolveWire(ctx context.Context, query, dst []byte) engine.Response
+	Resolve(ctx context.Context, query, dst []byte) engine.Response
 }
 
 // Limits bound what one client may hold. Zero fields take the values of
@@ -145,7 +145,7 @@ func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dn
 	if err != nil {
 		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)
 	}
-	r := s.Resolver.ResolveWire(ctx, raw, nil)
+	r := s.Resolver.Resolve(ctx, raw, nil)
 	m := new(dns.Msg)
 	if err := m.Unpack(r.Wire); err != nil || len(r.Wire) == 0 {
 		return new(dns.Msg).SetRcode(q, dns.RcodeServerFailure)

@@ -47,8 +47,8 @@ func (answerResolver) ResolveMsg(_ context.Context, q *dns.Msg) enginetest.Respo
 	return enginetest.Response{Msg: m, Response: engine.Response{Result: engine.ResultAnswer}}
 }
 
-func (r answerResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
-	return enginetest.ResolveWire(r, ctx, query, dst)
+func (r answerResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
+	return enginetest.ResolveByMsg(r, ctx, query, dst)
 }
 
 // fixture is a real DoH handler behind a wrapped loopback listener,

@@ -10,8 +10,8 @@ import (
 	"github.com/maypok86/otter/v2"
 )
 
-// HitMirror answers, natively, the cache hits another engine published
-// (PublishHits): an edge host's copy of the hot entries of the engine in
+// HotEntries answers, natively, the cache hits another engine published
+// (PublishHotEntries): an edge host's copy of the hot entries of the engine in
 // its WebAssembly module. It reads a question as that engine does (the
 // same parse, route and key), and answers it from a published entry as
 // that engine would at the same moment (the same reply, Response, counters
@@ -20,11 +20,11 @@ import (
 // it never goes upstream, and its cache is only what was published.
 //
 // A published entry is served while its hits are pure reads of the
-// engine's state (see PublishHits): to its TTL, or with prefetch on to the
+// engine's state (see PublishHotEntries): to its TTL, or with prefetch on to the
 // last tenth of it. The engine publishes no removals; the mirror keeps its
 // own bound (the configured cache size) and serves an entry the engine
 // evicted only while it is fresh, as the engine would have.
-type HitMirror struct {
+type HotEntries struct {
 	// e is the counters, observer and question IDs readImmediate and
 	// respond use; its routes are not set (see mirrorCache).
 	e     *Engine
@@ -49,7 +49,7 @@ type mirrorCache struct {
 
 // mirroredEntries is the mirror's otter cache. An interface, so that only
 // newMirrorCache names the concrete type: the engine's readImmediate
-// calls mirrorCache.hit, and a binary that never makes a HitMirror
+// calls mirrorCache.hit, and a binary that never makes a HotEntries
 // (dohfwd) would otherwise link otter's code for this entry type, about
 // 400 KB.
 type mirroredEntries interface {
@@ -65,7 +65,7 @@ type mirrored struct {
 }
 
 // servable reports whether a hit at now is a pure read of the engine's
-// state (PublishHits): live, and before the prefetch window. The stored
+// state (PublishHotEntries): live, and before the prefetch window. The stored
 // time is the mirror's own monotonic reading (parseHitRecord), so it
 // ages as the engine's entry does.
 func (m mirrored) servable(now time.Time) bool {
@@ -76,13 +76,13 @@ func (m mirrored) servable(now time.Time) bool {
 // question events are not mistaken for its engine's.
 const mirrorQuestionIDs = 1 << 62
 
-// NewHitMirror returns a mirror for an engine configured with cfg;
+// NewHotEntries returns a mirror for an engine configured with cfg;
 // observer (nil drops them) receives its question events.
-func NewHitMirror(cfg Config, observer Observer) (*HitMirror, error) {
+func NewHotEntries(cfg Config, observer Observer) (*HotEntries, error) {
 	if observer == nil {
 		observer = nopObserver{}
 	}
-	m := &HitMirror{e: &Engine{observer: observer, epoch: time.Now(), upstreams: map[netip.AddrPort]*upstream{}}}
+	m := &HotEntries{e: &Engine{observer: observer, epoch: time.Now(), upstreams: map[netip.AddrPort]*upstream{}}}
 	m.e.questionIDs.Store(mirrorQuestionIDs)
 	if err := m.Reconfigure(cfg); err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func NewHitMirror(cfg Config, observer Observer) (*HitMirror, error) {
 // Suspend stops the mirror answering and taking records until the next
 // Reconfigure: the host calls it before it reloads the engine, whose
 // records may then come under either configuration.
-func (m *HitMirror) Suspend() {
+func (m *HotEntries) Suspend() {
 	m.taking.Store(false)
 	m.cache.Store(nil)
 }
@@ -104,7 +104,7 @@ func (m *HitMirror) Suspend() {
 // configuration the engine already ran (a refused reload), the mirror
 // stays empty of those entries until they are stored anew. On error the
 // mirror stays suspended.
-func (m *HitMirror) Reconfigure(cfg Config) error {
+func (m *HotEntries) Reconfigure(cfg Config) error {
 	cfg = cfg.withDefaults()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -139,12 +139,12 @@ func newMirrorCache(size int, r *routes) *mirrorCache {
 	return &mirrorCache{entries: c, routes: r, clock: clock}
 }
 
-// Publish takes one record PublishHits handed out; a record for a key
+// Publish takes one record PublishHotEntries handed out; a record for a key
 // the mirror holds replaces its entry. Dropped while suspended. The
 // entry ages by the mirror's monotonic clock from the age the engine
 // read at publication (parseHitRecord: it is younger than the engine's
 // by the record's delivery delay).
-func (m *HitMirror) Publish(record []byte) error {
+func (m *HotEntries) Publish(record []byte) error {
 	now := time.Now() // the entry's age counts back from here
 	key, en, prefetch, err := parseHitRecord(record, now)
 	if err != nil {
@@ -164,7 +164,7 @@ func (m *HitMirror) Publish(record []byte) error {
 }
 
 // Len is the number of entries the mirror holds.
-func (m *HitMirror) Len() int {
+func (m *HotEntries) Len() int {
 	if c := m.cache.Load(); c != nil {
 		return c.entries.EstimatedSize()
 	}
@@ -172,16 +172,16 @@ func (m *HitMirror) Len() int {
 }
 
 // Counters are the mirror's totals: its hits, as its engine counts them.
-func (m *HitMirror) Counters() Counters { return m.e.counters.snapshot() }
+func (m *HotEntries) Counters() Counters { return m.e.counters.snapshot() }
 
-// ResolveWireImmediate is the engine's ResolveWireImmediate for a
+// AnswerNow is the engine's AnswerNow for a
 // question a published entry answers: the client's reply appended to
 // dst, with the engine's counters and question event; else false, having
 // done nothing. Whatever else the engine may answer at once (a local
 // name, an entry not published, stale or in its prefetch window) it
 // leaves to the engine, as it does search candidates, forwarded ECS and
 // compressed question names. miss is not read or filled.
-func (m *HitMirror) ResolveWireImmediate(query, dst []byte, trace *Trace, _ *Miss) (resp Response, ok bool) {
+func (m *HotEntries) AnswerNow(query, dst []byte, trace *Trace, _ *Miss) (resp Response, ok bool) {
 	c := m.cache.Load()
 	if c == nil || !c.any.Load() {
 		return

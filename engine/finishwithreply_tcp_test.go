@@ -14,9 +14,9 @@ import (
 
 // A TCP-first started miss (issue 18: the Workers host runs the engine
 // TCP-only) ends as a UDP one does: its stream, read in as many pieces as
-// the host's reads bring, goes to FinishStarted once it holds a whole
+// the host's reads bring, goes to FinishWithReply once it holds a whole
 // message, and anything but an answer or NXDOMAIN from it is left to
-// ResolveWireMiss.
+// ResolveMiss.
 
 // connectingLater is memnet's network as one whose TCP Open does not
 // wait for the connect (engine.ConnectsLater), as the edge module's: the
@@ -62,7 +62,7 @@ func readStream(t *testing.T, m *engine.Miss, piece int) ([]byte, int) {
 
 // TestStartedTCPMissFinishedFromItsStream: a TCP-first miss is started
 // (the query framed and sent at once, no wait for the connect), its
-// reply read in pieces, and FinishStarted ends it as ResolveWireMiss
+// reply read in pieces, and FinishWithReply ends it as ResolveMiss
 // does the same question: one TCP transaction, its attempt event, the
 // answer.
 func TestStartedTCPMissFinishedFromItsStream(t *testing.T) {
@@ -78,16 +78,16 @@ func TestStartedTCPMissFinishedFromItsStream(t *testing.T) {
 			if piece == 1 && reads < 3 {
 				t.Fatalf("%d reads of one byte; want the stream read on", reads)
 			}
-			resp, ok := r.e.FinishStarted(context.Background(), m, stream, netip.AddrPort{}, nil)
+			resp, ok := r.e.FinishWithReply(context.Background(), m, stream, netip.AddrPort{}, nil)
 			if !ok {
-				t.Fatalf("FinishStarted did not take the stream's answer (%d bytes in %d reads)", len(stream), reads)
+				t.Fatalf("FinishWithReply did not take the stream's answer (%d bytes in %d reads)", len(stream), reads)
 			}
 			msg := unpackReply(t, resp)
 			if resp.Result != engine.ResultAnswer || resp.Attempts != 1 || msg.Id != 0xbeef || len(msg.Answer) != 1 {
 				t.Fatalf("got %v, %d attempts, id %#x, answer %v", resp.Result, resp.Attempts, msg.Id, msg.Answer)
 			}
 			if m.Started() || m.StartedReadsOn(stream) {
-				t.Fatal("FinishStarted left the miss started")
+				t.Fatal("FinishWithReply left the miss started")
 			}
 			evs := r.log.attemptList()
 			if len(evs) != 1 || evs[0].Outcome != engine.OutcomeAnswer || evs[0].Transport != engine.TCP || evs[0].RTT != 10*time.Millisecond {
@@ -100,13 +100,13 @@ func TestStartedTCPMissFinishedFromItsStream(t *testing.T) {
 	}
 }
 
-// TestStartedTCPMissLeavesEveryOtherEndToResolveWireMiss: a stream whose
+// TestStartedTCPMissLeavesEveryOtherEndToResolveMiss: a stream whose
 // first message is not an answer or NXDOMAIN from the question
 // (SERVFAIL, a mismatched ID, garbage) or that ends short, a gone
-// client, and a connect refused after Open are left to ResolveWireMiss:
-// FinishStarted does nothing, and ResolveWireMiss ends the question
+// client, and a connect refused after Open are left to ResolveMiss:
+// FinishWithReply does nothing, and ResolveMiss ends the question
 // under the rules (the next server's answer; cancelled, not charged).
-func TestStartedTCPMissLeavesEveryOtherEndToResolveWireMiss(t *testing.T) {
+func TestStartedTCPMissLeavesEveryOtherEndToResolveMiss(t *testing.T) {
 	answer := memnet.Answer("@ 60 IN A 192.0.2.1")
 	cases := []struct {
 		name   string
@@ -141,14 +141,14 @@ func TestStartedTCPMissLeavesEveryOtherEndToResolveWireMiss(t *testing.T) {
 				if tc.cancel {
 					cc.Cancel()
 				}
-				if _, ok := r.e.FinishStarted(cc, m, buf[:read], netip.AddrPort{}, nil); ok {
-					t.Fatal("FinishStarted ended the question")
+				if _, ok := r.e.FinishWithReply(cc, m, buf[:read], netip.AddrPort{}, nil); ok {
+					t.Fatal("FinishWithReply ended the question")
 				}
 				c := r.e.Counters()
 				if !m.Started() || len(r.log.attemptList()) != 0 || c.MismatchedReplies != 0 || sum(c.Attempts) != 0 {
-					t.Fatalf("FinishStarted did something: started %v, events %d, counters %+v", m.Started(), len(r.log.attemptList()), c)
+					t.Fatalf("FinishWithReply did something: started %v, events %d, counters %+v", m.Started(), len(r.log.attemptList()), c)
 				}
-				resp := r.e.ResolveWireMiss(cc, m, nil)
+				resp := r.e.ResolveMiss(cc, m, nil)
 				if tc.cancel {
 					if resp.Result != engine.ResultCancelled || r.e.Counters().Attempts["cancelled"] != 1 {
 						t.Fatalf("a gone client's question got %v, attempts %v; want cancelled", resp.Result, r.e.Counters().Attempts)
@@ -156,7 +156,7 @@ func TestStartedTCPMissLeavesEveryOtherEndToResolveWireMiss(t *testing.T) {
 					return
 				}
 				if resp.Result != engine.ResultAnswer || resp.Attempts != 2 {
-					t.Fatalf("ResolveWireMiss then got %v (%v) in %d attempts, want the next server's answer", resp.Result, resp.Reason, resp.Attempts)
+					t.Fatalf("ResolveMiss then got %v (%v) in %d attempts, want the next server's answer", resp.Result, resp.Reason, resp.Attempts)
 				}
 			})
 		})
@@ -174,7 +174,7 @@ func TestStartedTCPConnectRefusedMovesOn(t *testing.T) {
 		})
 		r.net.Handle(rigServer(2), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.2")))
 		m := startMiss(t, r.e, context.Background(), queryFor("refused.example.", dns.TypeA))
-		resp := r.e.ResolveWireMiss(context.Background(), m, nil)
+		resp := r.e.ResolveMiss(context.Background(), m, nil)
 		evs := r.log.attemptList()
 		if resp.Result != engine.ResultAnswer || len(evs) != 2 || evs[0].Outcome != engine.OutcomeConnectError || evs[0].Server != rigServer(1) {
 			t.Fatalf("got %v, events %+v; want server 1's connect error, then server 2's answer", resp.Result, evs)
@@ -182,11 +182,11 @@ func TestStartedTCPConnectRefusedMovesOn(t *testing.T) {
 	})
 }
 
-// TestStartMissLeavesTCPToResolveWireMissWhenOpenWaits: on a Network
+// TestStartMissLeavesTCPToResolveMissWhenOpenWaits: on a Network
 // whose TCP Open waits for the connect (the native one), StartMiss begins
 // nothing for a TCP-first question: the connect would hold its caller
-// (the HTTP/2 reader) for a round trip. ResolveWireMiss asks it whole.
-func TestStartMissLeavesTCPToResolveWireMissWhenOpenWaits(t *testing.T) {
+// (the HTTP/2 reader) for a round trip. ResolveMiss asks it whole.
+func TestStartMissLeavesTCPToResolveMissWhenOpenWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &rig{t: t, net: memnet.New(), log: &eventLog{}}
 		e, err := engine.New(rigScope(1), engine.Options{Network: r.net, Observer: r.log, TCPOnly: true})
@@ -195,14 +195,14 @@ func TestStartMissLeavesTCPToResolveWireMissWhenOpenWaits(t *testing.T) {
 		}
 		r.net.Handle(rigServer(1), memnet.Respond(memnet.Answer("@ 60 IN A 192.0.2.1")))
 		m := new(engine.Miss)
-		if _, ok := e.ResolveWireImmediate(mustPack(t, queryFor("wait.example.", dns.TypeA)), nil, nil, m); ok || !m.Ready() {
+		if _, ok := e.AnswerNow(mustPack(t, queryFor("wait.example.", dns.TypeA)), nil, nil, m); ok || !m.Ready() {
 			t.Fatal("want a miss")
 		}
 		e.StartMiss(context.Background(), m, nil)
 		if m.Started() || len(r.net.Transactions()) != 0 {
 			t.Fatalf("StartMiss began a TCP question on a waiting Open (started %v, %d transactions)", m.Started(), len(r.net.Transactions()))
 		}
-		if resp := e.ResolveWireMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer {
+		if resp := e.ResolveMiss(context.Background(), m, nil); resp.Result != engine.ResultAnswer {
 			t.Fatalf("got %v", resp.Result)
 		}
 	})

@@ -16,7 +16,7 @@ import (
 // generation); the mirror, reconfigured to the new configuration, takes
 // it and would serve the old servers' answer, which the engine does not:
 // an entry is published only under the routes the engine runs now.
-func TestHitMirrorTakesNoEntryOfTheRoutesBeforeAReload(t *testing.T) {
+func TestHotEntriesTakesNoEntryOfTheRoutesBeforeAReload(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		oldServer, newServer := netip.MustParseAddrPort("127.0.9.1:53"), netip.MustParseAddrPort("127.0.9.2:53")
 		cfgWith := func(server netip.AddrPort) engine.Config {
@@ -30,11 +30,11 @@ func TestHitMirrorTakesNoEntryOfTheRoutesBeforeAReload(t *testing.T) {
 			nw.Handle(oldServer, memnet.Respond(memnet.Answer("@ 300 IN A 192.0.2.1")))
 			e := startEngine(t, cfgWith(oldServer), nw)
 			published := false
-			e.PublishHits(func([]byte) { published = true })
+			e.PublishHotEntries(func([]byte) { published = true })
 			q := pack(t, queryFor("foo.a.test.", dns.TypeA))
 			for !published {
-				if _, ok := e.ResolveWireImmediate(q, nil, nil, nil); !ok {
-					e.ResolveWire(context.Background(), q, nil)
+				if _, ok := e.AnswerNow(q, nil, nil, nil); !ok {
+					e.Resolve(context.Background(), q, nil)
 				}
 				n++
 			}
@@ -43,26 +43,26 @@ func TestHitMirrorTakesNoEntryOfTheRoutesBeforeAReload(t *testing.T) {
 		nw.Handle(oldServer, memnet.Respond(memnet.Answer("@ 300 IN A 192.0.2.1")))
 		nw.Handle(newServer, memnet.Respond(memnet.Answer("@ 300 IN A 198.51.100.1")))
 		e := startEngine(t, cfgWith(oldServer), nw)
-		m, err := engine.NewHitMirror(cfgWith(oldServer), nil)
+		m, err := engine.NewHotEntries(cfgWith(oldServer), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.PublishHits(func(rec []byte) {
+		e.PublishHotEntries(func(rec []byte) {
 			if err := m.Publish(rec); err != nil {
 				t.Error(err)
 			}
 		})
 		direct := pack(t, queryFor("foo.a.test.", dns.TypeA))
 		for range n - 1 {
-			if _, ok := e.ResolveWireImmediate(direct, nil, nil, nil); !ok {
-				e.ResolveWire(context.Background(), direct, nil)
+			if _, ok := e.AnswerNow(direct, nil, nil, nil); !ok {
+				e.Resolve(context.Background(), direct, nil)
 			}
 		}
 		// A one-label question: never at once (search), read under the old
 		// configuration into its Miss.
 		var miss engine.Miss
 		short := pack(t, queryFor("foo.", dns.TypeA))
-		if _, ok := e.ResolveWireImmediate(short, nil, nil, &miss); ok || !miss.Ready() {
+		if _, ok := e.AnswerNow(short, nil, nil, &miss); ok || !miss.Ready() {
 			t.Fatal("the one-label question was answered at once")
 		}
 		// The reload, as the host runs it: mirror suspended, engine
@@ -75,9 +75,9 @@ func TestHitMirrorTakesNoEntryOfTheRoutesBeforeAReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The question read before the reload finishes now.
-		e.ResolveWireMiss(context.Background(), &miss, nil)
-		got, ok := m.ResolveWireImmediate(direct, nil, nil, nil)
-		want := e.ResolveWire(context.Background(), direct, nil)
+		e.ResolveMiss(context.Background(), &miss, nil)
+		got, ok := m.AnswerNow(direct, nil, nil, nil)
+		want := e.Resolve(context.Background(), direct, nil)
 		wm, gm := new(dns.Msg), new(dns.Msg)
 		if err := wm.Unpack(want.Wire); err != nil {
 			t.Fatal(err)

@@ -13,9 +13,9 @@ import (
 // configuration's would for a reader that loaded the entries before a
 // whole reload went by. Read under them, the entry's scope would not
 // match and the hit would go to the module.
-func TestHitMirrorReadsUnderItsEntriesRoutes(t *testing.T) {
+func TestHotEntriesReadsUnderItsEntriesRoutes(t *testing.T) {
 	cache := CacheConfig{MaxEntries: 100}
-	m, err := NewHitMirror(Config{FallbackServers: []string{"192.0.2.53:53"}, Cache: cache}, nil)
+	m, err := NewHotEntries(Config{FallbackServers: []string{"192.0.2.53:53"}, Cache: cache}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestHitMirrorReadsUnderItsEntriesRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.ResolveWireImmediate(query, nil, nil, nil); !ok {
+	if _, ok := m.AnswerNow(query, nil, nil, nil); !ok {
 		t.Fatal("the mirror did not answer its published entry")
 	}
 
@@ -57,7 +57,7 @@ func TestHitMirrorReadsUnderItsEntriesRoutes(t *testing.T) {
 		t.Fatalf("the other routes route x.example. to %q too: the test proves nothing", scope)
 	}
 	m.e.routes.Store(other)
-	if _, ok := m.ResolveWireImmediate(query, nil, nil, nil); !ok {
+	if _, ok := m.AnswerNow(query, nil, nil, nil); !ok {
 		t.Fatal("the mirror read the question under routes its entries were not published under")
 	}
 }

@@ -18,7 +18,7 @@ type mirrored struct {
 	t      *testing.T
 	nw     *memnet.Network
 	e      *engine.Engine
-	m      *engine.HitMirror
+	m      *engine.HotEntries
 	events *eventLog
 	// published counts the records the engine handed out.
 	published int
@@ -29,12 +29,12 @@ func newMirrored(t *testing.T, cfg engine.Config, h memnet.Handler) *mirrored {
 	x := &mirrored{t: t, nw: memnet.New(), events: &eventLog{}}
 	x.nw.Handle(cacheServer, h)
 	x.e = startEngine(t, cfg, x.nw)
-	m, err := engine.NewHitMirror(cfg, x.events)
+	m, err := engine.NewHotEntries(cfg, x.events)
 	if err != nil {
-		t.Fatalf("NewHitMirror: %v", err)
+		t.Fatalf("NewHotEntries: %v", err)
 	}
 	x.m = m
-	x.e.PublishHits(func(rec []byte) {
+	x.e.PublishHotEntries(func(rec []byte) {
 		x.published++
 		if err := x.m.Publish(rec); err != nil {
 			t.Errorf("Publish: %v", err)
@@ -52,17 +52,17 @@ func pack(t *testing.T, q *dns.Msg) []byte {
 	return b
 }
 
-// engineAnswer asks the engine (at once, else by ResolveWire).
+// engineAnswer asks the engine (at once, else by Resolve).
 func (x *mirrored) engineAnswer(query []byte) engine.Response {
-	if r, ok := x.e.ResolveWireImmediate(query, nil, nil, nil); ok {
+	if r, ok := x.e.AnswerNow(query, nil, nil, nil); ok {
 		return r
 	}
-	return x.e.ResolveWire(context.Background(), query, nil)
+	return x.e.Resolve(context.Background(), query, nil)
 }
 
 // mirrorAnswer asks the mirror.
 func (x *mirrored) mirrorAnswer(query []byte) (engine.Response, bool) {
-	return x.m.ResolveWireImmediate(query, nil, nil, nil)
+	return x.m.AnswerNow(query, nil, nil, nil)
 }
 
 // The mirror's reply to a published entry is the engine's reply, byte for
@@ -70,7 +70,7 @@ func (x *mirrored) mirrorAnswer(query []byte) (engine.Response, bool) {
 // question case, the TTLs aged, the OPT record for the client (DO, none
 // without EDNS), for an answer and for NXDOMAIN with its SOA; and its
 // Response and counters are the engine's for a hit.
-func TestHitMirrorAnswersAsTheEngine(t *testing.T) {
+func TestHotEntriesAnswersAsTheEngine(t *testing.T) {
 	shapes := []struct {
 		name  string
 		reply memnet.Reply
@@ -154,7 +154,7 @@ func mixedCase(name string) string {
 // mirror stops in the last tenth of the TTL, so the engine sees the hit
 // that starts the prefetch, which goes upstream; the refreshed entry is
 // published again once hot.
-func TestHitMirrorLeavesThePrefetchWindowToTheEngine(t *testing.T) {
+func TestHotEntriesLeavesThePrefetchWindowToTheEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		x := newMirrored(t, cacheConfig(engine.CacheConfig{PrefetchMinHits: 20}),
 			memnet.Respond(memnet.Answer("@ 100 IN A 192.0.2.1")))
@@ -203,7 +203,7 @@ func TestHitMirrorLeavesThePrefetchWindowToTheEngine(t *testing.T) {
 // Without prefetch a published entry is served to its TTL and not past
 // it (no stale answers), and an engine reload that keeps the cache
 // publishes its entries again, for the mirror emptied by its own reload.
-func TestHitMirrorServesToTheTTLAndRepublishesAfterAReload(t *testing.T) {
+func TestHotEntriesServesToTheTTLAndRepublishesAfterAReload(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := cacheConfig(engine.CacheConfig{StaleMax: time.Hour})
 		x := newMirrored(t, cfg, memnet.Respond(memnet.Answer("@ 10 IN A 192.0.2.1")))
@@ -237,7 +237,7 @@ func TestHitMirrorServesToTheTTLAndRepublishesAfterAReload(t *testing.T) {
 
 // While suspended (a reload under way) the mirror neither answers nor
 // takes records.
-func TestHitMirrorSuspendedTakesNothing(t *testing.T) {
+func TestHotEntriesSuspendedTakesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		x := newMirrored(t, cacheConfig(engine.CacheConfig{}), memnet.Respond(memnet.Answer("@ 100 IN A 192.0.2.1")))
 		x.m.Suspend()
@@ -253,10 +253,10 @@ func TestHitMirrorSuspendedTakesNothing(t *testing.T) {
 
 // A mirror's hit allocates nothing (a name asked in lower case, with no
 // observer that logs), as the engine's own hit.
-func TestHitMirrorHitAllocatesNothing(t *testing.T) {
+func TestHotEntriesHitAllocatesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		x := newMirrored(t, cacheConfig(engine.CacheConfig{}), memnet.Respond(memnet.Answer("@ 300 IN A 192.0.2.1")))
-		m, err := engine.NewHitMirror(cacheConfig(engine.CacheConfig{}), nil)
+		m, err := engine.NewHotEntries(cacheConfig(engine.CacheConfig{}), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,10 +266,10 @@ func TestHitMirrorHitAllocatesNothing(t *testing.T) {
 			x.engineAnswer(query)
 		}
 		dst := make([]byte, 0, 512)
-		if _, ok := m.ResolveWireImmediate(query, dst, nil, nil); !ok {
+		if _, ok := m.AnswerNow(query, dst, nil, nil); !ok {
 			t.Fatal("the mirror did not answer")
 		}
-		if n := testing.AllocsPerRun(100, func() { m.ResolveWireImmediate(query, dst, nil, nil) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { m.AnswerNow(query, dst, nil, nil) }); n != 0 {
 			t.Fatalf("a mirror hit allocates %v times", n)
 		}
 	})

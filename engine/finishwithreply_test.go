@@ -15,8 +15,8 @@ import (
 
 // A started miss finished without a goroutine (issue 18): the edge
 // module learns of the started transaction's reply from its host's read
-// event and hands it to FinishStarted, which ends the question there when
-// the reply ends it on its own, exactly as ResolveWireMiss would have.
+// event and hands it to FinishWithReply, which ends the question there when
+// the reply ends it on its own, exactly as ResolveMiss would have.
 
 // readStarted reads the started transaction's first datagram as the edge
 // module's host would, into StartedWait's buffer.
@@ -33,12 +33,12 @@ func readStarted(t *testing.T, m *engine.Miss) ([]byte, netip.AddrPort) {
 	return buf[:n], from
 }
 
-// An answer read for a started question ends it in FinishStarted as in
-// ResolveWireMiss: the same reply and client ID, one attempt with its one
+// An answer read for a started question ends it in FinishWithReply as in
+// ResolveMiss: the same reply and client ID, one attempt with its one
 // event and RTT from the send, the same question event, counters, the
-// flight landed for a goroutine follower and a JoinWire waiter, the
+// flight landed for a goroutine follower and a JoinFlight waiter, the
 // answer cached (with the cache on), and one transaction for all.
-func TestFinishStartedEndsQuestionAsResolveWireMiss(t *testing.T) {
+func TestFinishWithReplyEndsQuestionAsResolveMiss(t *testing.T) {
 	for _, cache := range []int{-1, 1000} {
 		t.Run(fmt.Sprintf("cache%d", cache), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -51,23 +51,23 @@ func TestFinishStartedEndsQuestionAsResolveWireMiss(t *testing.T) {
 					name := how + ".example."
 					m := startMiss(t, r.e, context.Background(), queryFor(name, dns.TypeA))
 					follower := make(chan engine.Response, 1)
-					go func() { follower <- r.e.ResolveWire(context.Background(), mustPack(t, queryFor(name, dns.TypeA)), nil) }()
+					go func() { follower <- r.e.Resolve(context.Background(), mustPack(t, queryFor(name, dns.TypeA)), nil) }()
 					synctest.Wait()
 					j, _ := tryJoin(t, r.e, new(engine.CancelContext), queryFor(name, dns.TypeA))
 					if j == nil {
-						t.Fatalf("%s: JoinWire did not join the started flight", how)
+						t.Fatalf("%s: JoinFlight did not join the started flight", how)
 					}
 					var resp engine.Response
 					if how == "blocking" {
-						resp = r.e.ResolveWireMiss(context.Background(), m, nil)
+						resp = r.e.ResolveMiss(context.Background(), m, nil)
 					} else {
 						reply, from := readStarted(t, m)
 						var ok bool
-						if resp, ok = r.e.FinishStarted(context.Background(), m, reply, from, nil); !ok {
-							t.Fatal("FinishStarted did not take a matching answer")
+						if resp, ok = r.e.FinishWithReply(context.Background(), m, reply, from, nil); !ok {
+							t.Fatal("FinishWithReply did not take a matching answer")
 						}
 						if m.Ready() || m.Started() {
-							t.Fatal("FinishStarted left the miss full")
+							t.Fatal("FinishWithReply left the miss full")
 						}
 					}
 					msg := unpackReply(t, resp)
@@ -110,7 +110,7 @@ func TestFinishStartedEndsQuestionAsResolveWireMiss(t *testing.T) {
 					t.Fatalf("counters %+v; want 2 answered attempts, 6 answered questions", c)
 				}
 				if cache > 0 {
-					if _, ok := r.e.ResolveWireImmediate(mustPack(t, queryFor("finished.example.", dns.TypeA)), nil, nil, nil); !ok {
+					if _, ok := r.e.AnswerNow(mustPack(t, queryFor("finished.example.", dns.TypeA)), nil, nil, nil); !ok {
 						t.Fatal("the finished question's answer was not cached")
 					}
 				}
@@ -121,10 +121,10 @@ func TestFinishStartedEndsQuestionAsResolveWireMiss(t *testing.T) {
 
 // Every reply that does not end the question on its own, and a question
 // whose client left or whose configuration changed, is left to
-// ResolveWireMiss: FinishStarted reports false having done nothing (no
-// counter, no event, the miss still started), and ResolveWireMiss then
+// ResolveMiss: FinishWithReply reports false having done nothing (no
+// counter, no event, the miss still started), and ResolveMiss then
 // ends the question under the usual rules.
-func TestFinishStartedLeavesEveryOtherEndToResolveWireMiss(t *testing.T) {
+func TestFinishWithReplyLeavesEveryOtherEndToResolveMiss(t *testing.T) {
 	answer := memnet.Answer("@ 60 IN A 192.0.2.1")
 	cases := []struct {
 		name  string
@@ -160,17 +160,17 @@ func TestFinishStartedLeavesEveryOtherEndToResolveWireMiss(t *testing.T) {
 				if tc.setup != nil {
 					tc.setup(r, cc)
 				}
-				if _, ok := r.e.FinishStarted(cc, m, buf[:n], from, nil); ok {
-					t.Fatal("FinishStarted ended the question")
+				if _, ok := r.e.FinishWithReply(cc, m, buf[:n], from, nil); ok {
+					t.Fatal("FinishWithReply ended the question")
 				}
 				c := r.e.Counters()
 				if !m.Started() || len(r.log.attemptList()) != 0 || len(r.log.questionList()) != 0 || c.MismatchedReplies != 0 || sum(c.Attempts) != 0 {
-					t.Fatalf("FinishStarted did something: started %v, events %d/%d, counters %+v",
+					t.Fatalf("FinishWithReply did something: started %v, events %d/%d, counters %+v",
 						m.Started(), len(r.log.attemptList()), len(r.log.questionList()), c)
 				}
-				resp := r.e.ResolveWireMiss(cc, m, nil)
+				resp := r.e.ResolveMiss(cc, m, nil)
 				if cc.Err() == nil && resp.Result != engine.ResultAnswer {
-					t.Fatalf("ResolveWireMiss then got %v (%v), want the next server's answer", resp.Result, resp.Reason)
+					t.Fatalf("ResolveMiss then got %v (%v), want the next server's answer", resp.Result, resp.Reason)
 				}
 				if cc.Err() != nil && resp.Result != engine.ResultCancelled {
 					t.Fatalf("a gone client's question got %v, want cancelled", resp.Result)
