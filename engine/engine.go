@@ -172,9 +172,14 @@ type Response struct {
 }
 
 // Resolve answers one client query given as bytes, appending the
-// client's reply to dst (Response.Wire). The front end has checked the
-// query: opcode QUERY and exactly one question. ctx is the client's
-// budget. On the forwarding path nothing is unpacked: the upstream's
+// client's reply to dst (Response.Wire): from memory, or upstream,
+// waiting for the answer. Use it where a question may wait on the
+// caller's goroutine (the DNS server, the JSON form, tests); a front end
+// that must not block its reader asks AnswerNow there first and hands
+// the miss on (ResolveMiss). It is the one form for every query, the
+// compressed question names AnswerNow leaves alone included. The front
+// end has checked the query: opcode QUERY and exactly one question. ctx
+// is the client's budget. On the forwarding path nothing is unpacked: the upstream's
 // reply is matched from its header and question, read by a walk of its
 // records, kept packed and copied out with the client's ID.
 func (e *Engine) Resolve(ctx context.Context, query []byte, dst []byte) (resp Response) {

@@ -23,11 +23,13 @@ import (
 // order. Natively nothing is published: the hook is nil and costs a
 // pointer test per hit.
 
-// PublishHotEntries makes e hand each cache entry whose hits became pure reads
-// to publish, encoded as a hit record (AppendHitRecord's layout): once
-// per entry and configuration (a reload that keeps the cache publishes
-// its entries again at their next hit, for a mirror emptied by that
-// reload). record is valid during the call only. publish runs on the
+// PublishHotEntries makes e hand each cache entry whose hits became pure
+// reads to publish, encoded as a hit record (AppendHitRecord's layout),
+// for a HotEntries outside e to answer those hits. Use it only where e
+// runs as WebAssembly (the edge module): its host answers the hot hits
+// natively. It publishes once per entry and configuration (a reload
+// that keeps the cache publishes its entries again at their next hit,
+// for a HotEntries emptied by that reload). record is valid during the call only. publish runs on the
 // question's goroutine and must not call e. Set it before the first
 // question; nil (the default) publishes nothing.
 func (e *Engine) PublishHotEntries(publish func(record []byte)) { e.publish = publish }

@@ -10,9 +10,10 @@ import (
 	"github.com/maypok86/otter/v2"
 )
 
-// HotEntries answers, natively, the cache hits another engine published
-// (PublishHotEntries): an edge host's copy of the hot entries of the engine in
-// its WebAssembly module. It reads a question as that engine does (the
+// HotEntries answers, natively, the cache hits on the hot entries
+// another engine published (PublishHotEntries): an edge host's mirror of
+// the hot entries of the engine in its WebAssembly module, built from
+// this package's code so the rules are not written twice. It reads a question as that engine does (the
 // same parse, route and key), and answers it from a published entry as
 // that engine would at the same moment (the same reply, Response, counters
 // and question event), or reports false having done nothing, and the host
@@ -20,10 +21,11 @@ import (
 // it never goes upstream, and its cache is only what was published.
 //
 // A published entry is served while its hits are pure reads of the
-// engine's state (see PublishHotEntries): to its TTL, or with prefetch on to the
-// last tenth of it. The engine publishes no removals; the mirror keeps its
-// own bound (the configured cache size) and serves an entry the engine
-// evicted only while it is fresh, as the engine would have.
+// engine's state (see PublishHotEntries): to its TTL, or with prefetch
+// on to the last tenth of it. The engine publishes no removals; the
+// mirror keeps its own bound (the configured cache size) and serves an
+// entry the engine evicted only while it is fresh, as the engine would
+// have.
 type HotEntries struct {
 	// e is the counters, observer and question IDs readImmediate and
 	// respond use; its routes are not set (see mirrorCache).
@@ -111,7 +113,7 @@ func (m *HotEntries) Reconfigure(cfg Config) error {
 	m.Suspend()
 	r, err := buildRoutes(cfg, newUpstream)
 	if err != nil {
-		return fmt.Errorf("hit mirror: %w", err)
+		return fmt.Errorf("hot entries: %w", err)
 	}
 	if cfg.Cache.MaxEntries > 0 {
 		m.cache.Store(newMirrorCache(cfg.Cache.MaxEntries, r))
@@ -174,10 +176,11 @@ func (m *HotEntries) Len() int {
 // Counters are the mirror's totals: its hits, as its engine counts them.
 func (m *HotEntries) Counters() Counters { return m.e.counters.snapshot() }
 
-// AnswerNow is the engine's AnswerNow for a
-// question a published entry answers: the client's reply appended to
-// dst, with the engine's counters and question event; else false, having
-// done nothing. Whatever else the engine may answer at once (a local
+// AnswerNow is the engine's AnswerNow for a question a published entry
+// answers: use it before asking the engine, on the goroutine that read
+// the request. It appends the client's reply to dst, with the engine's
+// counters and question event; else it reports false, having done
+// nothing. Whatever else the engine may answer at once (a local
 // name, an entry not published, stale or in its prefetch window) it
 // leaves to the engine, as it does search candidates, forwarded ECS and
 // compressed question names. miss is not read or filled.

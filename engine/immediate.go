@@ -7,15 +7,15 @@ import (
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
-// AnswerNow is Resolve for an answer the engine has in
-// memory: a local name, or a live cache entry for the name as asked. It
-// appends the client's reply to dst and reports true, with the same
-// counters and question event as Resolve; or it reports false having
-// done nothing (no counter moved, no event, dst untouched): ask with
-// Resolve, or with ResolveMiss when miss is Ready. A front end
-// calls it on the goroutine that read the request, so a cache hit is
-// answered there without a goroutine of its own and without unpacking
-// anything. Search candidates, forwarded ECS, stale entries and
+// AnswerNow answers a query only if the engine has the answer in
+// memory: a local name, or a live cache entry for the name as asked. Use
+// it on the goroutine that read the request, which must not wait: a
+// cache hit is answered there without a goroutine of its own and
+// without unpacking anything. It appends the client's reply to dst and
+// reports true, with the same counters and question event as Resolve;
+// or it reports false having done nothing (no counter moved, no event,
+// dst untouched): ask then with ResolveMiss when miss is Ready (after
+// JoinFlight or StartMiss, if the caller uses them), else with Resolve. Search candidates, forwarded ECS, stale entries and
 // compressed question names always take Resolve's way. trace, when
 // not nil, is the client's trace for the question event. miss, when not
 // nil, receives what a false answer read of query (its question and
@@ -114,9 +114,11 @@ func (m *Miss) Hold(v any) { m.held = v }
 // Held is what Hold put in m, or nil.
 func (m *Miss) Held() any { return m.held }
 
-// ResolveMiss is Resolve for the query AnswerNow read
-// into m and could not answer: it does not parse or route the query
-// again. When StartMiss began the question, it goes on with the
+// ResolveMiss answers the query AnswerNow read into m and could not
+// answer, as Resolve would, waiting upstream: use it on a goroutine that
+// may wait, for every Ready miss that JoinFlight did not take (and that
+// StartMiss did not hand to the upstream loop). It does not parse or
+// route the query again. When StartMiss began the question, it goes on with the
 // transaction StartMiss sent, and the question's time counts from then;
 // when that transaction's end is known and ends the question (see
 // started), it returns without waiting.

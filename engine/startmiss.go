@@ -55,8 +55,12 @@ type started struct {
 // search candidate to follow an NXDOMAIN: StartMiss takes none).
 func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomain }
 
-// StartMiss begins the question AnswerNow read into m, when it
-// is a plain question that leads its flight: no stale or live entry for
+// StartMiss sends the first upstream query of the miss AnswerNow read
+// into m, on the caller's goroutine, and returns without waiting. Use it
+// on a reader that hands its misses to other goroutines (the HTTP/2
+// server, the edge module's poll), so that a batch's queries go out back
+// to back; the miss then ends in ResolveMiss (or FinishWithReply). It
+// sends only when the question is a plain one that leads its flight: no stale or live entry for
 // it in the cache, not a search candidate, no forwarded ECS, UDP first
 // (or TCP first on a Network whose TCP Open does not wait for the
 // connect: ConnectsLater), and no flight asking it yet. It then begins the flight, takes the
@@ -273,7 +277,10 @@ func (m *Miss) StartedReadsOn(read []byte) bool {
 	return len(read) < 2 || 2+int(binary.BigEndian.Uint16(read)) <= len(bufs.recv)
 }
 
-// FinishWithReply ends the question StartMiss began in m with reply, the
+// FinishWithReply ends the question StartMiss began in m with a reply the
+// caller read from the started transaction's socket itself: use it where
+// no goroutine waits on that socket (the edge module, whose host reports
+// the reply's arrival in a poll; see Miss.StartedWait). reply is the
 // first datagram its transaction's socket received (from from; read into
 // StartedWait's buffer, or anywhere else), or over TCP the stream's bytes
 // received so far, when that ends the question on its own: it matches

@@ -54,8 +54,11 @@ type waiter struct {
 	timer *time.Timer // the question's budget, when it has one
 }
 
-// JoinFlight attaches the question AnswerNow read into m to the
-// flight already asking it upstream, when it is a plain follower: no
+// JoinFlight attaches the miss AnswerNow read into m to the flight
+// already asking the same question upstream, so that it waits without a
+// goroutine of its own. Use it before handing a miss to a goroutine
+// where a goroutine's park and wake are dear (the edge module's poll).
+// It takes the question only when it is a plain follower: no
 // stale or live entry for it in the cache, not a search candidate, no
 // forwarded ECS, and ctx is one the engine can watch (a CancelContext or
 // another CancelWatcher, or one never cancelled). It reports true having
