@@ -175,7 +175,7 @@ func TestJSONQueryAsMiekg(t *testing.T) {
 		"name=example.org&type=65&do=1", "name=example.org&cd=true", "name=a\\.b.example&type=txt&do=true&cd=1",
 		"name=xn--bcher-kva.example&type=nsap-ptr",
 		// Meta types read: the query made of them gets the wire verdict
-		// (TestJSONMetaTypeGetsTheWireVerdict).
+		// (cmd/dohfwd TestOneQueryCheckEveryFrontEnd).
 		"name=x&type=AXFR", "name=x&type=opt",
 	} {
 		v, _ := url.ParseQuery(raw)
