@@ -22,7 +22,8 @@ const (
 	// Unreadable: not a query this forwarder reads (too short, a
 	// response, not exactly one question, a question that does not read).
 	// DoH answers 400 and no DNS message; Do53 and DoT answer FORMERR
-	// when the header reads as a query (RFC 1035 §4.1.1), or nothing.
+	// to a query header whose QDCOUNT is not 1, and nothing to the rest
+	// (a UDP datagram is dropped, a stream closed).
 	Unreadable
 )
 
