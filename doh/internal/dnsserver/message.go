@@ -34,16 +34,17 @@ var errNotDNS = errors.New("not a DNS query")
 // question to answer (DoH answers both 400).
 func checkQuery(raw []byte) (q, reply *dns.Msg, err error) {
 	v := dnswire.CheckQuery(raw)
+	rcode := v.Rcode
+	if v.Verdict == dnswire.Unreadable {
+		if len(raw) < headerSize || raw[2]&flagQR != 0 || binary.BigEndian.Uint16(raw[4:]) == 1 {
+			return nil, nil, errNotDNS
+		}
+		rcode = dns.RcodeFormatError
+	}
 	q = new(dns.Msg)
 	unpackErr := q.Unpack(raw) // partly read when it fails: its ID, its OPT
-	switch v.Verdict {
-	case dnswire.Refused:
-		return q, errorReply(raw, v.Rcode), nil
-	case dnswire.Unreadable:
-		if len(raw) >= headerSize && raw[2]&flagQR == 0 && binary.BigEndian.Uint16(raw[4:]) != 1 {
-			return q, errorReply(raw, dns.RcodeFormatError), nil
-		}
-		return nil, nil, errNotDNS
+	if v.Verdict != dnswire.Accepted {
+		return q, errorReply(raw, rcode), nil
 	}
 	if unpackErr != nil || len(q.Question) != 1 {
 		// Read by dnswire, not by miekg/dns: not expected.
