@@ -46,11 +46,14 @@ type jsonError struct {
 }
 
 // jsonQuery appends the query a JSON request asks to dst: RD set, ID
-// 0, EDNS with DO when do is set, CD when cd is set; and the question's
-// name (as asked, fully qualified) and type. The name and type read as
+// 0, EDNS (DO when do is set), CD when cd is set; and the question's
+// name (as asked, fully qualified) and type. EDNS always: an Extended DNS
+// Error (RFC 8914), the JSON form's Comment, rides in the reply's OPT
+// record, which a reply to a query without one may not carry (RFC 6891
+// section 7); a stale answer's EDE 3 included. The name and type read as
 // every front end reads them (dnswire.ParseQuestion); the query built is
-// then checked as a wire query is (checkQuery), so a meta type gets the
-// same DNS error here as on the wire.
+// then checked as a wire query is (dnswire.CheckQuery), so a meta type
+// gets the same DNS error here as on the wire.
 func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint16, err error) {
 	var buf [dnswire.MaxNameLen]byte
 	wireName, qname, qtype, err := dnswire.ParseQuestion(buf[:0], v.Get("name"), v.Get("type"))
@@ -71,9 +74,11 @@ func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint
 	}
 	b := dnswire.NewBuilder(dst, dnswire.Header{Flags: flags})
 	b.Question(wireName, qtype, dnswire.ClassINET)
+	var ednsFlags uint32
 	if do {
-		b.OPT(dnswire.DefaultMsgSize, dnswire.EDNSFlagDO, nil)
+		ednsFlags = dnswire.EDNSFlagDO
 	}
+	b.OPT(dnswire.DefaultMsgSize, ednsFlags, nil)
 	query, err = b.Finish()
 	return query, qname, qtype, err
 }
