@@ -35,6 +35,7 @@ type Listen struct {
 	HTTPS          string   `yaml:"https"` // "" turns it off
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
 	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
+	DoQ            string   `yaml:"doq"`   // DNS over QUIC (RFC 9250), a UDP address; "" = off
 	DNS            string   `yaml:"dns"`   // plain DNS, UDP and TCP; "" = off
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`

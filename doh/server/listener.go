@@ -20,6 +20,8 @@ func (l *listener) addr() net.Addr {
 func (l *listener) serve() error {
 	var err error
 	switch {
+	case l.quic != nil:
+		err = l.dns.ServeQUIC(l.quic)
 	case l.dns != nil && l.pc != nil:
 		err = l.dns.ServePacket(l.pc)
 	case l.dns != nil:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/quic-go/quic-go"
 
 	"github.com/dohfwd/dohfwd/engine"
 )
@@ -85,6 +86,11 @@ type Server struct {
 	// 18 (Prohibited) and the resolver is not asked. With Admit set the
 	// resolver's context also names the client (engine.WithClient).
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
+	// HoldConn, if set, counts each accepted QUIC connection against the
+	// connection limits (limits.Limiter.HoldConn): a refused one is closed
+	// with DOQ_EXCESSIVE_LOAD, else release is called when it ends. TCP
+	// connections are counted by their listener.
+	HoldConn func(client netip.Addr) (release func(), ok bool)
 
 	mu        sync.Mutex
 	limits    Limits
@@ -92,8 +98,14 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	packets   map[net.PacketConn]struct{}
 	conns     map[*stream]struct{}
-	closing   bool
-	done      chan struct{} // closed by Shutdown or Close
+	// QUIC listeners and connections (quic.go).
+	quicListeners map[QUICListener]struct{}
+	quicConns     map[*quic.Conn]struct{}
+	closing       bool
+	done          chan struct{} // closed by Shutdown or Close
+	// stopCtx ends with done: QUIC's accept calls wait on it.
+	stopCtx context.Context
+	stopNow context.CancelFunc
 	// ctx is the UDP questions' context: Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -122,7 +134,10 @@ func (s *Server) init() {
 	s.listeners = map[net.Listener]struct{}{}
 	s.packets = map[net.PacketConn]struct{}{}
 	s.conns = map[*stream]struct{}{}
+	s.quicListeners = map[QUICListener]struct{}{}
+	s.quicConns = map[*quic.Conn]struct{}{}
 	s.done = make(chan struct{})
+	s.stopCtx, s.stopNow = context.WithCancel(context.Background())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 }
 
@@ -188,6 +203,12 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.abort()
 	}
+	for c := range s.quicConns {
+		c.CloseWithError(DoQNoError, "")
+	}
+	for ln := range s.quicListeners {
+		ln.Close()
+	}
 	return nil
 }
 
@@ -198,9 +219,13 @@ func (s *Server) stopAcceptingLocked() {
 	if !s.closing {
 		s.closing = true
 		close(s.done)
+		s.stopNow()
 	}
 	for ln := range s.listeners {
 		ln.Close()
+	}
+	for ln := range s.quicListeners {
+		ln.StopAccepting()
 	}
 }
 
