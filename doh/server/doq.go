@@ -29,9 +29,6 @@ func listenDoQ(o Options, certificates *tls.Config) (*listener, error) {
 	if n := o.Config.Limits.Connections; n > 0 {
 		gate.Rate, gate.Burst = float64(n), n
 	}
-	if o.QUICRetry != nil {
-		gate.OnRetry = func() { o.QUICRetry("doq") }
-	}
 	qconf := quicconf.Config(quicconf.Limits{MaxStreams: lim.MaxInFlight, IdleTimeout: lim.IdleTimeout})
 	ln, err := quicconf.Listen(pc, quicconf.TLS(certificates, "doq"), qconf, gate)
 	if err != nil {
@@ -39,5 +36,5 @@ func listenDoQ(o Options, certificates *tls.Config) (*listener, error) {
 		return nil, fmt.Errorf("listen.doq %s: %w", addr, err)
 	}
 	srv := &dnsserver.Server{Resolver: o.Resolver, Limits: lim, OnDrop: logDrop(o, "doq"), Admit: o.Admit, HoldConn: o.HoldConn}
-	return &listener{name: "doq", pc: pc, quic: ln, dns: srv}, nil
+	return &listener{name: "doq", pc: pc, quic: ln, gate: gate, dns: srv}, nil
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh/internal/ddr"
 	"github.com/dohfwd/dohfwd/doh/internal/dnsserver"
 	"github.com/dohfwd/dohfwd/doh/internal/proxied"
+	"github.com/dohfwd/dohfwd/doh/internal/quicconf"
 	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/telemetry"
@@ -91,9 +92,7 @@ type Options struct {
 	// connection limits, as WrapClientListener counts TCP ones
 	// (limits.Limiter.HoldConn).
 	HoldConn func(client netip.Addr) (release func(), ok bool)
-	// QUICRetry, when set, is told of each new QUIC connection asked to
-	// validate its address with a Retry (for metrics).
-	QUICRetry func(listener string)
+
 	// Reloaded, when set, is told of each configuration a SIGHUP reload
 	// applied, after the backend took it.
 	Reloaded func(*config.Config)
@@ -119,8 +118,10 @@ type listener struct {
 
 	dns *dnsserver.Server
 	pc  net.PacketConn
-	// quic, with dns, is a DNS-over-QUIC listener (pc is its socket).
+	// quic, with dns, is a DNS-over-QUIC listener (pc is its socket),
+	// gate its address-validation policy.
 	quic dnsserver.QUICListener
+	gate *quicconf.Gate
 }
 
 // Run serves until ctx ends or a SIGTERM/SIGINT arrives, then stops
@@ -262,6 +263,14 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		return fail(err)
 	}
 	out = append(out, dnsListeners...)
+	transports := transportCounters(dnsListeners)
+	if o.Metrics != nil {
+		o.Metrics.CollectTransports(func(yield func(string, uint64, bool, uint64)) {
+			for name, c := range transports() {
+				yield(name, c.Questions, name == "doq", c.QUICRetries)
+			}
+		})
+	}
 	if cfg.Listen.Admin != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.Admin)
 		if err != nil {
@@ -270,6 +279,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		h := admin.Handler(o.Backend, gatherer(o.Metrics), admin.Info{
 			Version: o.Version, Started: time.Now(),
 			Config: func() string { return current.Load().Source }, Connections: o.Connections,
+			Transports: transports,
 		})
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}

@@ -110,8 +110,9 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	inFlight atomic.Int64   // questions from arrival until their answer is sent
-	serving  sync.WaitGroup // packet questions and stream connections
+	inFlight  atomic.Int64   // questions from arrival until their answer is sent
+	questions atomic.Uint64  // questions put to the resolver (or refused by Admit)
+	serving   sync.WaitGroup // packet questions and stream connections
 }
 
 // ErrServerClosed is what the Serve methods return after Shutdown or
@@ -145,9 +146,14 @@ func (s *Server) init() {
 // their answers written.
 func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
+// Questions counts the questions this server put to its resolver or
+// refused for the client's limits, for the per-transport counters.
+func (s *Server) Questions() uint64 { return s.questions.Load() }
+
 // resolve is the one place the server asks its resolver, so that another
 // resolver API can be put in here alone.
 func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dns.Msg {
+	s.questions.Add(1)
 	if s.Admit != nil {
 		if ok, _ := s.Admit(client); !ok {
 			return refusedReply(q)

@@ -93,15 +93,17 @@ type Gate struct {
 	Burst int
 	// MaxHandshakes: 0 = DefaultMaxHandshakes.
 	MaxHandshakes int
-	// OnRetry, when set, is told of each Retry asked for (for metrics).
-	OnRetry func()
 
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
 
 	handshakes atomic.Int64
+	retries    atomic.Uint64
 }
+
+// Retries counts the Retry packets asked for.
+func (g *Gate) Retries() uint64 { return g.retries.Load() }
 
 // Handshakes is how many connections of unvalidated addresses are
 // mid-handshake now.
@@ -111,8 +113,8 @@ func (g *Gate) Handshakes() int64 { return g.handshakes.Load() }
 // for a Retry.
 func (g *Gate) verifySourceAddress(net.Addr) bool {
 	retry := g.handshakes.Load() >= int64(cmp.Or(g.MaxHandshakes, DefaultMaxHandshakes)) || !g.take()
-	if retry && g.OnRetry != nil {
-		g.OnRetry()
+	if retry {
+		g.retries.Add(1)
 	}
 	return retry
 }
