@@ -15,12 +15,12 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-// startDoQ runs dohfwd with a DNS-over-QUIC listener and the test PKI,
-// extra lines added to its listen section; it returns the process and the
-// DoQ address.
-func startDoQ(t *testing.T, extra string, servers ...string) (*dohfwd, string) {
+// startDoQ runs dohfwd on yaml (scopeYAML or limitsYAML) with a
+// DNS-over-QUIC listener added and the test PKI; it returns the process
+// and the DoQ address.
+func startDoQ(t *testing.T, yaml string) (*dohfwd, string) {
 	t.Helper()
-	yaml := strings.Replace(scopeYAML(servers...), "listen:\n", "listen:\n  doq: 127.0.0.1:0\n", 1) + extra
+	yaml = strings.Replace(yaml, "listen:\n", "listen:\n  doq: 127.0.0.1:0\n", 1)
 	d := startDohfwd(t, yaml, newPKI(t))
 	return d, d.listenerAddr("doq")
 }
@@ -86,7 +86,7 @@ func wantClosedWith(t *testing.T, c *quic.Conn, code quic.ApplicationErrorCode) 
 // to 468 bytes (RFC 8467), as over DoT.
 func TestKdigOverQUIC(t *testing.T) {
 	t.Parallel()
-	d, doq := startDoQ(t, "", startNSD(t))
+	d, doq := startDoQ(t, scopeYAML(startNSD(t)))
 	host, port, _ := net.SplitHostPort(doq)
 	out := runTool(t, "kdig", "@"+host, "-p", port, "+tls-ca="+d.pki.CA, "+tls-hostname=localhost",
 		"+quic", "+padding", "v6.e2e.test", "AAAA")
@@ -107,7 +107,7 @@ func TestKdigOverQUIC(t *testing.T) {
 // connection with DOQ_PROTOCOL_ERROR.
 func TestDoQStreamRules(t *testing.T) {
 	t.Parallel()
-	d, doq := startDoQ(t, "", startNSD(t))
+	d, doq := startDoQ(t, scopeYAML(startNSD(t)))
 	c := dialDoQ(t, d, doq)
 	if p := c.ConnectionState().TLS.NegotiatedProtocol; p != "doq" {
 		t.Errorf("ALPN %q, want doq", p)
@@ -152,4 +152,91 @@ func TestDoQStreamRules(t *testing.T) {
 		askDoQ(c, append([]byte{0, 12}, resp...))
 		wantClosedWith(t, c, 0x2)
 	})
+}
+
+// A QUIC connection counts against the connection limits like a TCP one:
+// with limits.client_connections 1 a client's second connection is closed
+// with DOQ_EXCESSIVE_LOAD and counted as refused, while its first goes on.
+// The DoQ questions are counted under transport "doq" in /metrics and
+// /status.
+func TestDoQConnectionsPerClient(t *testing.T) {
+	t.Parallel()
+	d, doq := startDoQ(t, limitsYAML("  client_connections: 1\n", startNSD(t)))
+	first := dialDoQ(t, d, doq)
+	if m, err := askDoQ(first, doqFrame(newQuery("www.e2e.test", dns.TypeA), 0)); err != nil || len(m.Answer) != 1 {
+		t.Fatalf("first connection: %v, %v", m, err)
+	}
+	second := dialDoQ(t, d, doq)
+	wantClosedWith(t, second, 0x4)
+	if n := d.metric(`dohfwd_limit_refusals_total{limit="client_connections"}`); n != 1 {
+		t.Errorf("client_connections refusals %v, want 1", n)
+	}
+	if m, err := askDoQ(first, doqFrame(newQuery("v6.e2e.test", dns.TypeAAAA), 0)); err != nil || len(m.Answer) != 1 {
+		t.Fatalf("first connection after the refusal: %v, %v", m, err)
+	}
+	if n := d.metric(`dohfwd_dns_questions_total{transport="doq"}`); n != 2 {
+		t.Errorf(`dohfwd_dns_questions_total{transport="doq"} = %v, want 2`, n)
+	}
+	tr, _ := d.status()["transports"].(map[string]any)
+	if doq, _ := tr["doq"].(map[string]any); doq["questions"] != 2.0 {
+		t.Errorf("/status transports %v, want doq.questions 2", tr)
+	}
+}
+
+// A client may hold at most 250 open streams (questions) on one
+// connection, as on DoT and HTTP/2: the 251st cannot be opened until one
+// ends.
+func TestDoQStreamsPerConnection(t *testing.T) {
+	t.Parallel()
+	d, doq := startDoQ(t, scopeYAML(startNSD(t)))
+	c := dialDoQ(t, d, doq)
+	var open []*quic.Stream
+	for i := range 251 {
+		st, err := c.OpenStream()
+		if err != nil {
+			if i != 250 {
+				t.Fatalf("stream %d refused: %v; want 250 open", i+1, err)
+			}
+			break
+		}
+		if i == 250 {
+			t.Fatal("a 251st stream opened")
+		}
+		st.Write([]byte{0}) // half a length: the question stays open
+		open = append(open, st)
+	}
+	open[0].CancelWrite(0x3) // one ends ...
+	open[0].CancelRead(0x3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.OpenStreamSync(ctx) // ... and frees a place
+	if err != nil {
+		t.Fatalf("no stream after one ended: %v", err)
+	}
+	st.CancelWrite(0x3)
+}
+
+// New connections that come faster than limits.connections per second
+// must validate their address with a Retry (RFC 9000, section 8.1.2): a
+// real client answers it and is served, and the Retries are counted.
+func TestDoQRetryWhenConnectionsComeTooFast(t *testing.T) {
+	t.Parallel()
+	d, doq := startDoQ(t, limitsYAML("  connections: 4\n", startNSD(t)))
+	for i := range 20 {
+		c := dialDoQ(t, d, doq)
+		if m, err := askDoQ(c, doqFrame(newQuery("www.e2e.test", dns.TypeA), 0)); err != nil || len(m.Answer) != 1 {
+			t.Fatalf("connection %d: %v, %v", i+1, m, err)
+		}
+		c.CloseWithError(0, "")
+		// The connection is counted as open until the server sees it end.
+		for end := time.Now().Add(5 * time.Second); d.status()["connections"] != 0.0 && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if n := d.metric(`dohfwd_quic_retries_total{transport="doq"}`); n < 1 {
+		t.Errorf("dohfwd_quic_retries_total = %v: 20 connections at once were never asked for a Retry", n)
+	}
+	if n := d.metric(`dohfwd_limit_refusals_total{limit="connections"}`); n != 0 {
+		t.Errorf("%v connections refused", n)
+	}
 }
