@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +239,43 @@ func TestDoQRetryWhenConnectionsComeTooFast(t *testing.T) {
 	}
 	if n := d.metric(`dohfwd_limit_refusals_total{limit="connections"}`); n != 0 {
 		t.Errorf("%v connections refused", n)
+	}
+}
+
+// DoQ serves the TLS listeners' certificate as it changes: once the
+// certificate files are replaced, a new connection gets the new
+// certificate, while a connection opened before keeps being answered.
+func TestDoQCertificateRotationKeepsConnections(t *testing.T) {
+	t.Parallel()
+	d, doq := startDoQ(t, scopeYAML(startNSD(t)))
+	old := dialDoQ(t, d, doq)
+	oldCert := old.ConnectionState().TLS.PeerCertificates[0]
+
+	next := newPKI(t)
+	for _, f := range [][2]string{{next.Cert, d.pki.Cert}, {next.Key, d.pki.Key}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.waitEvent(10*time.Second, func(ev map[string]any) bool { return ev["message"] == "certificate reloaded from files" })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fresh, err := quic.DialAddr(ctx, doq, &tls.Config{RootCAs: next.Pool, ServerName: "localhost", NextProtos: []string{"doq"}}, nil)
+	if err != nil {
+		t.Fatalf("a client trusting the new CA: %v", err)
+	}
+	defer fresh.CloseWithError(0, "")
+	if got := fresh.ConnectionState().TLS.PeerCertificates[0]; got.Equal(oldCert) {
+		t.Error("a new connection still gets the old certificate")
+	}
+	for _, c := range []*quic.Conn{old, fresh} {
+		if m, err := askDoQ(c, doqFrame(newQuery("www.e2e.test", dns.TypeA), 0)); err != nil || len(m.Answer) != 1 {
+			t.Errorf("after the rotation: %v, %v", m, err)
+		}
 	}
 }
