@@ -5,9 +5,12 @@ import (
 	"crypto/tls"
 	be "encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -277,5 +280,66 @@ func TestDoQCertificateRotationKeepsConnections(t *testing.T) {
 		if m, err := askDoQ(c, doqFrame(newQuery("www.e2e.test", dns.TypeA), 0)); err != nil || len(m.Answer) != 1 {
 			t.Errorf("after the rotation: %v, %v", m, err)
 		}
+	}
+}
+
+// needGoTool finds a client built from the Go module proxy by
+// scripts/setup.d (on PATH, or in GOBIN or GOPATH/bin).
+func needGoTool(t *testing.T, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	out, _ := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
+	for _, dir := range strings.Fields(string(out)) {
+		for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, "bin", name)} {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	t.Fatalf("%s is not installed: run scripts/setup.sh (scripts/setup.d/25-quic-clients.sh builds it)", name)
+	return ""
+}
+
+// AdGuard dnsproxy with dohfwd's DoQ listener as its upstream
+// (`-u quic://`), verifying the certificate against the test CA, answers
+// plain DNS clients with what dohfwd's upstream knows, and dohfwd counts
+// the questions under transport doq.
+func TestDnsproxyOverQUIC(t *testing.T) {
+	t.Parallel()
+	d, doq := startDoQ(t, scopeYAML(startNSD(t)))
+	listen := fmt.Sprintf("%d", freePort(t))
+	cmd := exec.Command(needGoTool(t, "dnsproxy"), "-l", "127.0.0.1", "-p", listen, "-u", "quic://"+doq, "--timeout=5s")
+	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+d.pki.CA) // Go's roots: the test CA alone
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("dnsproxy:\n%s", out.String())
+		}
+	})
+	c := &dns.Client{Timeout: 2 * time.Second}
+	var m *dns.Msg
+	var err error
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if m, _, err = c.Exchange(newQuery("www.e2e.test", dns.TypeA), "127.0.0.1:"+listen); err == nil {
+			break
+		}
+	}
+	if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
+		t.Fatalf("through dnsproxy: %v, %v", m, err)
+	}
+	m, _, err = c.Exchange(newQuery("v6.e2e.test", dns.TypeAAAA), "127.0.0.1:"+listen)
+	if err != nil || len(m.Answer) != 1 {
+		t.Fatalf("through dnsproxy: %v, %v", m, err)
+	}
+	if n := d.metric(`dohfwd_dns_questions_total{transport="doq"}`); n < 2 {
+		t.Errorf(`dohfwd_dns_questions_total{transport="doq"} = %v, want 2 or more`, n)
 	}
 }
