@@ -12,11 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
+
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
 // startDoQ runs dohfwd on yaml (scopeYAML or limitsYAML) with a
@@ -341,5 +344,38 @@ func TestDnsproxyOverQUIC(t *testing.T) {
 	}
 	if n := d.metric(`dohfwd_dns_questions_total{transport="doq"}`); n < 2 {
 		t.Errorf(`dohfwd_dns_questions_total{transport="doq"} = %v, want 2 or more`, n)
+	}
+}
+
+// SIGTERM lets the DoQ questions in flight be answered, then closes the
+// connection with DOQ_NO_ERROR.
+func TestSIGTERMDrainsDoQ(t *testing.T) {
+	t.Parallel()
+	slow := upstreamtest.Start(t, upstreamtest.Delay(800*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.9")))
+	d, doq := startDoQ(t, scopeYAML(slow.String()))
+	c := dialDoQ(t, d, doq)
+	const n = 5
+	answers := make(chan error, n)
+	for i := range n {
+		go func() {
+			m, err := askDoQ(c, doqFrame(newQuery(fmt.Sprintf("q%d.drain.test", i), dns.TypeA), 0))
+			if err == nil && len(m.Answer) != 1 {
+				err = fmt.Errorf("answer %v", m)
+			}
+			answers <- err
+		}()
+	}
+	for end := time.Now().Add(5 * time.Second); len(slow.Queries()) < n && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	for range n {
+		if err := <-answers; err != nil {
+			t.Errorf("lost in the drain: %v", err)
+		}
+	}
+	wantClosedWith(t, c, 0x0)
+	if code := d.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
 	}
 }

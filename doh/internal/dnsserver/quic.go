@@ -143,7 +143,29 @@ func (s *Server) serveQUICConn(c *quic.Conn, client netip.Addr, release func()) 
 		}()
 	}
 	open.Wait()
+	if s.stopCtx.Err() != nil {
+		s.awaitDelivery(c)
+	}
 	c.CloseWithError(DoQNoError, "")
+}
+
+// awaitDelivery gives the answers just written at shutdown time to reach
+// the client before the connection is closed: closing it discards stream
+// data not yet sent or acknowledged, and quic-go tells no stream's
+// acknowledgement. It waits a few round trips (at least 100 ms, at most
+// 2 s) or until the client closes, counted as in flight so that the drain
+// waits too.
+func (s *Server) awaitDelivery(c *quic.Conn) {
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	st := c.ConnectionStats()
+	grace := min(max(4*(st.SmoothedRTT+4*st.MeanDeviation), 100*time.Millisecond), 2*time.Second)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c.Context().Done():
+	case <-t.C:
+	}
 }
 
 // serveQUICStream reads st's one query, to its FIN, and writes the answer.
