@@ -26,11 +26,12 @@ trap cleanup EXIT
 go build -o "$work/dohfwd" ./cmd/dohfwd
 go build -o "$work/quicflood" ./scripts/quicflood
 port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+admin=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat >"$work/dohfwd.yaml" <<YAML
 listen:
   https: 127.0.0.1:0
   doq: 127.0.0.1:$port
-  admin: ""
+  admin: 127.0.0.1:$admin
 fallback_servers: [127.0.0.1:1]
 hosts:
   flood.test: [192.0.2.1]
@@ -42,11 +43,15 @@ YAML
 pid=$!
 sleep 1
 
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; } # user + system, in clock ticks
 mkdir -p "$(dirname "$LOCK")"
+cpu0=$(cpu)
 out=$(flock -o "$LOCK" "$work/quicflood" -target "127.0.0.1:$port" -insecure -name flood.test \
 	-rate "$RATE" -sources "$SOURCES" -probes "$PROBES")
+cpu1=$(cpu)
 echo "$out"
-ps -o rss=,time= -p "$pid" | awk '{print "dohfwd rss_kb=" $1 " cpu=" $2}'
+echo "dohfwd cpu_s=$(awk -v a="$cpu0" -v b="$cpu1" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (b-a)/hz}') rss_kb=$(ps -o rss= -p "$pid")"
+curl -s "http://127.0.0.1:$admin/metrics" | grep -E '^dohfwd_(quic_retries_total|dns_questions_total)'
 ratio=$(echo "$out" | awk '/^ratio/ {split($2,a,"="); split($3,b,"="); print (a[2] > b[2]) ? a[2] : b[2]}')
 if awk -v r="$ratio" -v m="$MAX_RATIO" 'BEGIN { exit !(r > m) }'; then
 	echo "FAIL: a median under the flood is ${ratio}x its unloaded value (bound ${MAX_RATIO}x)"
