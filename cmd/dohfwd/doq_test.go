@@ -379,3 +379,119 @@ func TestSIGTERMDrainsDoQ(t *testing.T) {
 		t.Fatalf("exit code %d, want 0", code)
 	}
 }
+
+// initialCapture is a PacketConn that keeps the first datagram quic-go's
+// client writes (its Initial) and delivers nothing.
+type initialCapture struct {
+	got    chan []byte
+	closed chan struct{}
+}
+
+func (c *initialCapture) WriteTo(b []byte, _ net.Addr) (int, error) {
+	select {
+	case c.got <- append([]byte(nil), b...):
+	default:
+	}
+	return len(b), nil
+}
+func (c *initialCapture) ReadFrom([]byte) (int, net.Addr, error) {
+	<-c.closed
+	return 0, nil, net.ErrClosed
+}
+func (c *initialCapture) Close() error                     { return nil }
+func (c *initialCapture) LocalAddr() net.Addr              { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+func (c *initialCapture) SetDeadline(time.Time) error      { return nil }
+func (c *initialCapture) SetReadDeadline(time.Time) error  { return nil }
+func (c *initialCapture) SetWriteDeadline(time.Time) error { return nil }
+
+// clientInitials makes n client Initial packets for to, each of a new
+// connection (its own connection IDs and ClientHello), none sent.
+func clientInitials(t *testing.T, n int, to net.Addr) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for len(out) < n {
+		c := &initialCapture{got: make(chan []byte, 1), closed: make(chan struct{})}
+		tr := &quic.Transport{Conn: c}
+		ctx, cancel := context.WithCancel(context.Background())
+		// X25519 alone keeps the ClientHello in one Initial: the server
+		// has all it needs to answer with its whole first flight.
+		go tr.Dial(ctx, to, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"doq"},
+			CurvePreferences: []tls.CurveID{tls.X25519}}, nil)
+		select {
+		case p := <-c.got:
+			out = append(out, p)
+		case <-time.After(10 * time.Second):
+			t.Fatal("quic-go wrote no Initial")
+		}
+		cancel()
+		close(c.closed) // before the transport's Close, which waits for its reader
+		tr.Close()
+	}
+	return out
+}
+
+// Initial packets from an address that never answers, as from a spoofed
+// one: the server sends it at most three times what it received until
+// the address is validated (RFC 9000, section 8.1), and once 64
+// handshakes of unvalidated addresses are under way, new Initials get a
+// stateless Retry instead of connection state, and are counted.
+func TestDoQUnvalidatedHandshakesAndAmplification(t *testing.T) {
+	t.Parallel()
+	d, doq := startDoQ(t, scopeYAML("127.0.0.1:1"))
+	to, _ := net.ResolveUDPAddr("udp", doq)
+	packets := clientInitials(t, 100, to)
+
+	spoofed, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spoofed.Close()
+	spoofed.SetReadBuffer(8 << 20)
+	type tally struct{ received, retries, retryBytes int }
+	read := make(chan tally)
+	go func() {
+		var got tally
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := spoofed.ReadFromUDP(buf)
+			if err != nil {
+				read <- got
+				return
+			}
+			got.received += n
+			if buf[0]&0xf0 == 0xf0 { // long header, QUIC v1 packet type 3: Retry
+				got.retries++
+				got.retryBytes += n
+			}
+		}
+	}()
+	sent := 0
+	for _, p := range packets {
+		n, _ := spoofed.WriteToUDP(p, to)
+		sent += n
+		time.Sleep(2 * time.Millisecond) // quic-go drops Retry packets it cannot send at once
+	}
+	spoofed.SetReadDeadline(time.Now().Add(2 * time.Second)) // any window: the limit holds at all times
+	got := <-read
+	received, retries := got.received, got.retries
+	t.Logf("sent %d bytes in %d Initials, received %d bytes, %d Retry packets (%d bytes): %.3fx per handshake",
+		sent, len(packets), received, retries, got.retryBytes,
+		float64(received-got.retryBytes)/float64(len(packets)-retries)/float64(sent/len(packets)))
+	// Each Initial is as long (quic-go pads them); the ones answered
+	// with a Retry hold no state, the others may draw 3x their length.
+	if handshakes := len(packets) - retries; received-got.retryBytes > 3*handshakes*len(packets[0]) {
+		t.Errorf("%d bytes besides Retry packets for %d handshakes of %d-byte Initials: over the 3x amplification limit",
+			received-got.retryBytes, handshakes, len(packets[0]))
+	}
+	if retries < len(packets)-64 {
+		t.Errorf("%d Retry packets for %d Initials; want one for each past the 64th handshake", retries, len(packets))
+	}
+	if n := d.metric(`dohfwd_quic_retries_total{transport="doq"}`); int(n) != retries {
+		t.Errorf("dohfwd_quic_retries_total = %v, the client saw %d Retry packets", n, retries)
+	}
+	// A real client still gets through: it answers the Retry.
+	c := dialDoQ(t, d, doq)
+	if m, err := askDoQ(c, doqFrame(newQuery("localhost", dns.TypeA), 0)); err != nil || m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("a real client during the handshakes: %v, %v", m, err)
+	}
+}
