@@ -105,6 +105,12 @@ func TestKdigOverQUIC(t *testing.T) {
 	if !strings.Contains(out, "status: NOERROR") || !strings.Contains(out, "127.0.0.1") {
 		t.Errorf("kdig +quic:\n%s", out)
 	}
+	// The upstream attempt and the question name the client's protocol.
+	for _, msg := range []string{"attempt", "question"} {
+		d.waitEvent(5*time.Second, func(ev map[string]any) bool {
+			return ev["message"] == msg && ev["qname"] == "v6.e2e.test." && ev["proto"] == "doq"
+		})
+	}
 }
 
 // RFC 9250's rules, from quic-go's client: a query with ID 0 gets its

@@ -35,6 +35,7 @@ func listenDoQ(o Options, certificates *tls.Config) (*listener, error) {
 		pc.Close()
 		return nil, fmt.Errorf("listen.doq %s: %w", addr, err)
 	}
-	srv := &dnsserver.Server{Resolver: o.Resolver, Limits: lim, OnDrop: logDrop(o, "doq"), Admit: o.Admit, HoldConn: o.HoldConn}
+	srv := &dnsserver.Server{Resolver: o.Resolver, Limits: lim, OnDrop: logDrop(o, "doq"), Admit: o.Admit, HoldConn: o.HoldConn,
+		Proto: "doq"}
 	return &listener{name: "doq", pc: pc, quic: ln, gate: gate, dns: srv}, nil
 }

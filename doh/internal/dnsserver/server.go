@@ -91,6 +91,9 @@ type Server struct {
 	// with DOQ_EXCESSIVE_LOAD, else release is called when it ends. TCP
 	// connections are counted by their listener.
 	HoldConn func(client netip.Addr) (release func(), ok bool)
+	// Proto, if set, names the protocol on the question's attempt and
+	// question events (engine.QuestionContext.SetProto): dot, doq, dns.
+	Proto string
 
 	mu        sync.Mutex
 	limits    Limits
@@ -158,7 +161,13 @@ func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dn
 		if ok, _ := s.Admit(client); !ok {
 			return refusedReply(q)
 		}
-		ctx = engine.WithClient(ctx, client)
+	} else {
+		client = netip.Addr{} // named to the engine only for the limits
+	}
+	if client.IsValid() || s.Proto != "" {
+		qc := new(engine.QuestionContext)
+		ctx = qc.Set(ctx, client, nil)
+		qc.SetProto(s.Proto)
 	}
 	// The query is packed again and the reply unpacked: packReply
 	// truncates and pads an unpacked reply.
