@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/dohfwd/dohfwd/doh/internal/dnsserver"
 	"github.com/dohfwd/dohfwd/doh/internal/quicconf"
@@ -29,7 +30,9 @@ func listenDoQ(o Options, certificates *tls.Config) (*listener, error) {
 	if n := o.Config.Limits.Connections; n > 0 {
 		gate.Rate, gate.Burst = float64(n), n
 	}
-	qconf := quicconf.Config(quicconf.Limits{MaxStreams: lim.MaxInFlight, IdleTimeout: lim.IdleTimeout})
+	// QUIC's idle timeout is longer than the server's, which closes an
+	// idle connection with DOQ_NO_ERROR first (dnsserver.Server.ServeQUIC).
+	qconf := quicconf.Config(quicconf.Limits{MaxStreams: lim.MaxInFlight, IdleTimeout: lim.IdleTimeout + 10*time.Second})
 	ln, err := quicconf.Listen(pc, quicconf.TLS(certificates, "doq"), qconf, gate)
 	if err != nil {
 		pc.Close()

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -113,9 +114,11 @@ func (s *Server) addQUICConn(c *quic.Conn) bool {
 }
 
 // serveQUICConn accepts c's streams until the client closes it, it is
-// idle past the idle timeout (QUIC's own, which closes it silently) or
-// the server shuts down; then it waits for the answers owed and closes
-// with DOQ_NO_ERROR.
+// idle (no stream opened and none open) past Limits.IdleTimeout, or the
+// server shuts down; then it waits for the answers owed and closes with
+// DOQ_NO_ERROR (RFC 9250, section 5.5). The listener's QUIC idle timeout
+// is set longer, so that this close, not QUIC's silent one, ends an idle
+// connection, unless the client asked for a shorter one.
 func (s *Server) serveQUICConn(c *quic.Conn, client netip.Addr, release func()) {
 	defer func() {
 		s.mu.Lock()
@@ -130,17 +133,35 @@ func (s *Server) serveQUICConn(c *quic.Conn, client netip.Addr, release func()) 
 	defer cancel()
 	defer context.AfterFunc(s.stopCtx, cancel)()
 	var open sync.WaitGroup
+	var streams atomic.Int64     // open now
+	var lastEnd atomic.Int64     // when the last stream ended, Unix ns
+	wait := s.limits.IdleTimeout // until the connection is idle, unless a stream comes
 	for {
-		st, err := c.AcceptStream(ctx)
+		actx, stop := context.WithTimeout(ctx, wait)
+		st, err := c.AcceptStream(actx)
+		stop()
 		if err != nil {
-			break
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			// Idle counts from the last answer, which then has had the
+			// whole timeout to reach the client.
+			wait = s.limits.IdleTimeout
+			if streams.Load() == 0 {
+				if wait -= time.Since(time.Unix(0, lastEnd.Load())); wait <= 0 {
+					break
+				}
+			}
+			continue
 		}
 		open.Add(1)
+		streams.Add(1)
 		s.inFlight.Add(1)
 		go func() {
-			defer func() { s.inFlight.Add(-1); open.Done() }()
+			defer func() { lastEnd.Store(time.Now().UnixNano()); s.inFlight.Add(-1); streams.Add(-1); open.Done() }()
 			s.serveQUICStream(c, st, client)
 		}()
+		wait = s.limits.IdleTimeout
 	}
 	open.Wait()
 	if s.stopCtx.Err() != nil {

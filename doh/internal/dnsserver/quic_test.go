@@ -15,9 +15,12 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/dohfwd/dohfwd/doh/internal/quicconf"
+	"github.com/dohfwd/dohfwd/engine"
 )
 
-// startDoQ serves s over DNS over QUIC on 127.0.0.1 until the test ends.
+// startDoQ serves s over DNS over QUIC on 127.0.0.1 until the test ends;
+// QUIC's own idle timeout is a minute, as the listener's is longer than
+// the server's.
 func startDoQ(t *testing.T, s *Server) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -136,4 +139,49 @@ func TestDoQHoldConn(t *testing.T) {
 	if err := context.Cause(c.Context()); !errors.As(err, &ae) || ae.ErrorCode != DoQExcessiveLoad {
 		t.Errorf("closed with %v, want DOQ_EXCESSIVE_LOAD", err)
 	}
+}
+
+// A connection idle past Limits.IdleTimeout is closed with DOQ_NO_ERROR
+// (RFC 9250, section 5.5), not left to QUIC's silent idle close; one
+// with a question open is not.
+func TestDoQIdleConnectionClosedWithNoError(t *testing.T) {
+	slow := make(chan struct{})
+	r := resolverFunc(func(ctx context.Context, query, dst []byte) engine.Response {
+		<-slow
+		return (&fixedResolver{}).ResolveWire(ctx, query, dst)
+	})
+	addr := startDoQ(t, &Server{Resolver: r, Limits: Limits{IdleTimeout: 100 * time.Millisecond}})
+	_, pool := testCert()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := quic.DialAddr(ctx, addr, &tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{"doq"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseWithError(0, "")
+	st, _ := c.OpenStream()
+	m := new(dns.Msg).SetQuestion("slow.example.", dns.TypeA)
+	m.Id = 0
+	q, _ := m.Pack()
+	st.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...))
+	st.Close()
+	time.Sleep(300 * time.Millisecond) // three idle timeouts with a question open
+	if c.Context().Err() != nil {
+		t.Fatalf("closed with a question open: %v", context.Cause(c.Context()))
+	}
+	close(slow)
+	if b, err := io.ReadAll(st); err != nil || len(b) < 2 {
+		t.Fatalf("answer %x, %v", b, err)
+	}
+	<-c.Context().Done()
+	var ae *quic.ApplicationError
+	if err := context.Cause(c.Context()); !errors.As(err, &ae) || !ae.Remote || ae.ErrorCode != DoQNoError {
+		t.Errorf("closed with %v, want the server's DOQ_NO_ERROR", err)
+	}
+}
+
+type resolverFunc func(ctx context.Context, query, dst []byte) engine.Response
+
+func (f resolverFunc) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+	return f(ctx, query, dst)
 }
