@@ -404,8 +404,10 @@ func (c *initialCapture) ReadFrom([]byte) (int, net.Addr, error) {
 	<-c.closed
 	return 0, nil, net.ErrClosed
 }
-func (c *initialCapture) Close() error                     { return nil }
-func (c *initialCapture) LocalAddr() net.Addr              { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+func (c *initialCapture) Close() error { return nil }
+func (c *initialCapture) LocalAddr() net.Addr {
+	return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+}
 func (c *initialCapture) SetDeadline(time.Time) error      { return nil }
 func (c *initialCapture) SetReadDeadline(time.Time) error  { return nil }
 func (c *initialCapture) SetWriteDeadline(time.Time) error { return nil }
