@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // startDoQ runs dohfwd on yaml (scopeYAML or limitsYAML) with a
@@ -292,25 +292,6 @@ func TestDoQCertificateRotationKeepsConnections(t *testing.T) {
 	}
 }
 
-// needGoTool finds a client built from the Go module proxy by
-// scripts/setup.d (on PATH, or in GOBIN or GOPATH/bin).
-func needGoTool(t *testing.T, name string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	out, _ := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
-	for _, dir := range strings.Fields(string(out)) {
-		for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, "bin", name)} {
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-	}
-	t.Fatalf("%s is not installed: run scripts/setup.sh (scripts/setup.d/25-quic-clients.sh builds it)", name)
-	return ""
-}
-
 // AdGuard dnsproxy with dohfwd's DoQ listener as its upstream
 // (`-u quic://`), verifying the certificate against the test CA, answers
 // plain DNS clients with what dohfwd's upstream knows, and dohfwd counts
@@ -319,7 +300,7 @@ func TestDnsproxyOverQUIC(t *testing.T) {
 	t.Parallel()
 	d, doq := startDoQ(t, scopeYAML(startNSD(t)))
 	listen := fmt.Sprintf("%d", freePort(t))
-	cmd := exec.Command(needGoTool(t, "dnsproxy"), "-l", "127.0.0.1", "-p", listen, "-u", "quic://"+doq, "--timeout=5s")
+	cmd := exec.Command(testtool.Find(t, "dnsproxy", "scripts/setup.d/25-quic-clients.sh builds it"), "-l", "127.0.0.1", "-p", listen, "-u", "quic://"+doq, "--timeout=5s")
 	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+d.pki.CA) // Go's roots: the test CA alone
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
