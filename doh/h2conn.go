@@ -192,7 +192,7 @@ func (c *h2conn) serve() {
 	c.flushLocked()
 	c.mu.Unlock()
 
-	c.nc.SetReadDeadline(time.Now().Add(c.limits.ReadHeaderTimeout))
+	c.setReadDeadline(time.Now().Add(c.limits.ReadHeaderTimeout))
 	var preface [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
 		c.fail(http2.ConnectionError(http2.ErrCodeProtocol))
@@ -274,7 +274,7 @@ func (c *h2conn) afterAsync() {
 	switch {
 	case c.closed:
 	case c.goingAway && c.active == 0:
-		c.nc.SetReadDeadline(time.Now())
+		c.setReadDeadline(time.Now())
 	case c.active == 0 || len(c.blocked) > 0:
 		c.armDeadline()
 	}
@@ -373,9 +373,18 @@ func (c *h2conn) armDeadline() {
 	// A timer is reset only when the deadline moves earlier, or later by
 	// more than the slack.
 	if d.IsZero() != c.rdeadline.IsZero() || d.Sub(c.rdeadline) >= c.slack || d.Before(c.rdeadline) {
-		c.rdeadline = d
-		c.nc.SetReadDeadline(d)
+		c.setReadDeadline(d)
 	}
+}
+
+// setReadDeadline sets the connection's read deadline and remembers it:
+// armDeadline moves it from there. A deadline set on the socket and not
+// in rdeadline would stay in force unseen: the preface's header timeout
+// would end a connection whose streams all wait on the resolver, and
+// whose client has nothing more to send.
+func (c *h2conn) setReadDeadline(d time.Time) {
+	c.rdeadline = d
+	c.nc.SetReadDeadline(d)
 }
 
 // process handles one frame; c.mu is held.
