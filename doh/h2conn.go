@@ -91,26 +91,30 @@ type h2conn struct {
 	maxList   int           // SETTINGS_MAX_HEADER_LIST_SIZE
 	idleSince time.Time
 
-	mu          sync.Mutex // guards the rest
-	streams     map[uint32]*stream
-	active      int    // streams not yet freed, reset ones still resolving included
-	resolving   int    // streams a worker is resolving (running)
-	maxID       uint32 // highest client stream ID seen
-	wbuf, spare []byte
-	writing     bool
-	flushQueued bool // a worker is to write what the upstream loop appended (Flush)
-	werr        error
-	wdone       *sync.Cond
-	wdeadline   time.Time
-	enc         *respEncoder
-	block       []byte // the header block being written
-	sendWin     int64  // connection send window
-	peerWin     int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame   int    // the client's SETTINGS_MAX_FRAME_SIZE
-	blocked     []*stream
-	goingAway   bool // a GOAWAY was sent or received: no new streams
-	sentGoAway  bool
-	closed      bool
+	mu        sync.Mutex // guards the rest
+	streams   map[uint32]*stream
+	active    int // streams not yet freed, reset ones still resolving included
+	resolving int // streams a worker is resolving (running)
+	// resetRunning are the streams reset (by either side) whose question
+	// still runs: closed for the client, they do not count against its
+	// stream limit; more of them than the limit end the connection.
+	resetRunning int
+	maxID        uint32 // highest client stream ID seen
+	wbuf, spare  []byte
+	writing      bool
+	flushQueued  bool // a worker is to write what the upstream loop appended (Flush)
+	werr         error
+	wdone        *sync.Cond
+	wdeadline    time.Time
+	enc          *respEncoder
+	block        []byte // the header block being written
+	sendWin      int64  // connection send window
+	peerWin      int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame    int    // the client's SETTINGS_MAX_FRAME_SIZE
+	blocked      []*stream
+	goingAway    bool // a GOAWAY was sent or received: no new streams
+	sentGoAway   bool
+	closed       bool
 }
 
 // stream is one request on a connection.
@@ -214,19 +218,25 @@ func (c *h2conn) serve() {
 		default:
 			err = c.process(f)
 		}
+		var se http2.StreamError
+		if errors.As(err, &se) {
+			c.resetStream(se.StreamID, se.Code)
+			err = nil
+		}
+		if err == nil && c.resetRunning > int(c.limits.MaxConcurrentStreams) {
+			// More streams reset than may be open, their questions not
+			// stopped yet: the client resets faster than the work
+			// stops, by RST_STREAM (CVE-2023-44487) or by frames that
+			// make this server reset (MadeYouReset, CVE-2025-8671).
+			err = http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
 		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				c.resetStream(se.StreamID, se.Code)
-				err = nil
-			} else {
-				graceful := c.failLocked(err)
-				c.mu.Unlock()
-				if graceful {
-					c.linger()
-				}
-				return
+			graceful := c.failLocked(err)
+			c.mu.Unlock()
+			if graceful {
+				c.linger()
 			}
+			return
 		}
 		if !c.moreBuffered() {
 			c.endBatch()
@@ -547,6 +557,9 @@ func (c *h2conn) resolveOn(ctx context.Context, st *stream, inLoop bool) {
 	defer c.mu.Unlock()
 	st.running = false
 	c.resolving--
+	if st.reset {
+		c.resetRunning--
+	}
 	if !ok || st.reset {
 		st.cancelled()
 		c.finish(st)
@@ -610,6 +623,9 @@ func (c *h2conn) abandon(st *stream) {
 	st.reset = true
 	delete(c.streams, st.id)
 	st.ctx.Cancel()
+	if st.running {
+		c.resetRunning++
+	}
 	if st.running || st.waiting {
 		return // resolve or endBatch finishes it
 	}
