@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -145,5 +146,89 @@ func TestRapidResetLeavesNoGoroutines(t *testing.T) {
 		base, peak, after, reached, n)
 	if after > base+10 {
 		t.Errorf("%d goroutines five seconds after the flood, want at most %d (baseline %d + 10)", after, base+10, base)
+	}
+}
+
+// MadeYouReset (CVE-2025-8671) through the binary: of 100 questions
+// waiting on a server that drops every query, 50 are reset by the client
+// (RST_STREAM) and 50 by dohfwd itself, provoked by DATA on streams the
+// client had ended. Both kinds stop their upstream work: no question
+// makes a second attempt, none is charged to the server, each counts as
+// cancelled, and the connection stays.
+func TestServerResetStopsUpstreamWork(t *testing.T) {
+	t.Parallel()
+	hole := upstreamtest.Start(t, upstreamtest.Drop())
+	d := startDohfwd(t, resetYAML(hole), newPKI(t))
+	c := d.dialFramer()
+	ended := c.drain()
+	const n = 100
+	for i := range n {
+		c.get(uint32(2*i+1), fmt.Sprintf("m%d.reset.test", i))
+	}
+	c.flush()
+	d.waitInFlight(n, 10*time.Second)
+	for i := range n {
+		id := uint32(2*i + 1)
+		if i%2 == 0 {
+			c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		} else {
+			c.fr.WriteData(id, true, []byte{0}) // the stream is half closed (remote)
+		}
+	}
+	c.flush()
+	d.waitInFlight(0, 10*time.Second)
+	time.Sleep(5 * time.Second) // past the second and third attempts' times
+	reached := len(hole.Queries())
+	st := d.status()
+	counters := st["counters"].(map[string]any)
+	t.Logf("%d of %d reset questions reached the upstream; counters %v", reached, n, counters)
+	if reached != n {
+		t.Errorf("the upstream saw %d queries, want the %d first attempts only", reached, n)
+	}
+	if v := counters["upstream_failed"].(float64); v != 0 {
+		t.Errorf("upstream_failed %v, want 0: a cancelled question charges no server", v)
+	}
+	if v := counters["cancelled"].(float64); v != n {
+		t.Errorf("cancelled %v, want %d", v, n)
+	}
+	select {
+	case ga := <-ended:
+		t.Fatalf("the connection ended (GOAWAY %v)", ga)
+	default:
+	}
+}
+
+// A CONTINUATION flood (CVE-2024-27316) through the binary: a header
+// block that never ends is cut once it is past what a request within the
+// header limit needs (GOAWAY ENHANCE_YOUR_CALM), and its question never
+// reaches the upstream.
+func TestContinuationFloodCut(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.9"))
+	d := startDohfwd(t, resetYAML(up), newPKI(t))
+	c := d.dialFramer()
+	ended := c.drain()
+	c.get(1, "flood.reset.test")
+	block := bytes.Clone(c.out.Bytes()[9:]) // the HEADERS frame's block, sent again without end
+	c.out.Reset()
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:4]})
+	junk := bytes.Repeat([]byte{0x40, 0x01, 'x', 0x03, 'a', 'b', 'c'}, 2000) // literal fields, new names
+	sent := 0
+	var err error
+	for sent < 64<<20 && err == nil {
+		c.fr.WriteContinuation(1, false, junk)
+		err = c.flush()
+		sent += len(junk)
+	}
+	ga := <-ended
+	t.Logf("cut after %d bytes of CONTINUATION (%v), GOAWAY %v; the upstream saw %d queries", sent, err, ga, len(up.Queries()))
+	if err == nil {
+		t.Fatalf("dohfwd took %d bytes of one header block", sent)
+	}
+	if ga == nil || ga.ErrCode != http2.ErrCodeEnhanceYourCalm {
+		t.Errorf("GOAWAY %v, want ENHANCE_YOUR_CALM", ga)
+	}
+	if n := len(up.Queries()); n != 0 {
+		t.Errorf("the upstream saw %d queries, want 0", n)
 	}
 }
