@@ -93,7 +93,7 @@ type stubbornResolver struct {
 	release chan struct{}
 }
 
-func (s *stubbornResolver) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+func (s *stubbornResolver) Resolve(ctx context.Context, query, dst []byte) engine.Response {
 	s.mu.Lock()
 	s.ctxs = append(s.ctxs, ctx)
 	s.mu.Unlock()

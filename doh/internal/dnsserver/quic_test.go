@@ -148,7 +148,7 @@ func TestDoQIdleConnectionClosedWithNoError(t *testing.T) {
 	slow := make(chan struct{})
 	r := resolverFunc(func(ctx context.Context, query, dst []byte) engine.Response {
 		<-slow
-		return (&fixedResolver{}).ResolveWire(ctx, query, dst)
+		return (&fixedResolver{}).Resolve(ctx, query, dst)
 	})
 	addr := startDoQ(t, &Server{Resolver: r, Limits: Limits{IdleTimeout: 100 * time.Millisecond}})
 	_, pool := testCert()
@@ -182,6 +182,6 @@ func TestDoQIdleConnectionClosedWithNoError(t *testing.T) {
 
 type resolverFunc func(ctx context.Context, query, dst []byte) engine.Response
 
-func (f resolverFunc) ResolveWire(ctx context.Context, query, dst []byte) engine.Response {
+func (f resolverFunc) Resolve(ctx context.Context, query, dst []byte) engine.Response {
 	return f(ctx, query, dst)
 }
