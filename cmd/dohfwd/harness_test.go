@@ -169,6 +169,15 @@ type dohfwd struct {
 // from its files.
 func startDohfwd(t *testing.T, yaml string, pki *testPKI) *dohfwd {
 	t.Helper()
+	return startCommand(t, yaml, pki, func(config string) *exec.Cmd {
+		return exec.Command(binary, "serve", "--config", config)
+	})
+}
+
+// startCommand is startDohfwd for the command command(config file) runs:
+// dohfwd serve, or another host of the same configuration (dohfwd-edge).
+func startCommand(t *testing.T, yaml string, pki *testPKI, command func(config string) *exec.Cmd) *dohfwd {
+	t.Helper()
 	if pki != nil {
 		yaml += fmt.Sprintf("tls:\n  mode: files\n  cert_file: %s\n  key_file: %s\n", pki.Cert, pki.Key)
 	}
@@ -178,7 +187,7 @@ func startDohfwd(t *testing.T, yaml string, pki *testPKI) *dohfwd {
 	}
 	d := &dohfwd{t: t, config: path, pki: pki, exited: make(chan struct{})}
 	d.grow = sync.NewCond(&d.mu)
-	d.cmd = exec.Command(binary, "serve", "--config", path)
+	d.cmd = command(path)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
