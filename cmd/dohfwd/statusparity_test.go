@@ -118,4 +118,3 @@ func minus(a, b []string) []string {
 	}
 	return out
 }
-
