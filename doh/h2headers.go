@@ -43,7 +43,7 @@ func (c *h2conn) onHeaders(f *headersFrame) error {
 		st = streams.Get().(*stream)
 		st.id, st.conn, st.clen, st.opened = id, c, -1, c.now
 		st.recvWin, st.sendWin = maxUploadPerStream, c.peerWin
-		st.req.Proto, st.req.Peer, st.req.ContentLength = "HTTP/2.0", c.peer, -1
+		st.req.Proto, st.req.Peer, st.req.Local, st.req.ContentLength = "HTTP/2.0", c.peer, c.local, -1
 		if c.goingAway || c.active >= int(c.limits.MaxConcurrentStreams) {
 			st.refused = true
 		} else {

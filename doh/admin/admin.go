@@ -50,7 +50,16 @@ type Status struct {
 	Goroutines  int   `json:"goroutines"`
 	OpenFiles   int   `json:"open_files"`
 	Connections int64 `json:"connections"`
+	// Dnstap counts the dnstap messages written to the collector and
+	// those dropped (a full queue, a failed write); zeros when off.
+	Dnstap DnstapStatus `json:"dnstap"`
 	engine.Status
+}
+
+// DnstapStatus is /status's dnstap.
+type DnstapStatus struct {
+	Sent    uint64 `json:"sent"`
+	Dropped uint64 `json:"dropped"`
 }
 
 // Info describes the running process for /status.
@@ -62,6 +71,8 @@ type Info struct {
 	Started time.Time
 	// Connections, if set, counts the client connections open.
 	Connections func() int64
+	// Dnstap, if set, counts the dnstap messages written and dropped.
+	Dnstap func() (sent, dropped uint64)
 }
 
 // Handler returns the admin endpoints. gatherer may be nil (no /metrics);
@@ -76,6 +87,9 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 		st.Goroutines, st.OpenFiles = runtime.NumGoroutine(), openFiles()
 		if info.Connections != nil {
 			st.Connections = info.Connections()
+		}
+		if info.Dnstap != nil {
+			st.Dnstap.Sent, st.Dnstap.Dropped = info.Dnstap()
 		}
 		writeJSON(w, http.StatusOK, st)
 	})

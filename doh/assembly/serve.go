@@ -86,6 +86,11 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		if d.Limits != nil {
 			met.CollectLimits(d.Limits)
 		}
+		met.CollectDnstap(d.DnstapCounters)
+	}
+	if d.dnstap != nil {
+		// After the drain: the last questions' messages go out.
+		defer d.dnstap.Close()
 	}
 	var backend server.Backend = reloading{s.Backend, d}
 	if ex, ok := s.Backend.(admin.Explainer); ok {
@@ -105,6 +110,8 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		Load:    s.Load,
 		// A reload reaches the limits here, after the backend took it.
 		Reloaded: d.Reloaded,
+		Wiretap:  d.Wiretap(),
+		Dnstap:   d.DnstapCounters,
 	}
 	if d.Limits != nil {
 		o.WrapClientListener = d.Limits.Listen

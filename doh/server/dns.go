@@ -32,7 +32,7 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit}
+		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit, Wiretap: o.Wiretap}
 		out = append(out, &listener{name: "dot", ln: ln, dns: srv})
 	}
 	if cfg.Listen.DNS != "" {
@@ -43,7 +43,7 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 			}
 			return nil, fmt.Errorf("listen.dns %s: %w", cfg.Listen.DNS, err)
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit}
+		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit, Wiretap: o.Wiretap}
 		out = append(out, &listener{name: "dns-udp", pc: pc, dns: srv}, &listener{name: "dns-tcp", ln: o.wrapClients(ln), dns: srv})
 	}
 	return out, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // Resolver answers one checked query given as bytes, appending the reply
@@ -85,6 +86,10 @@ type Server struct {
 	// 18 (Prohibited) and the resolver is not asked. With Admit set the
 	// resolver's context also names the client (engine.WithClient).
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
+	// Wiretap, if set, is handed each question's query and answer
+	// (dnstap's CLIENT_QUERY and CLIENT_RESPONSE): UDP, TCP, or DoT
+	// with TLSConfig.
+	Wiretap wiretap.Tap
 
 	mu        sync.Mutex
 	limits    Limits
@@ -254,6 +259,23 @@ func (s *Server) ServeStream(ln net.Listener) error {
 		}
 		go st.serve()
 	}
+}
+
+// addrPortOf is a's address and port (the zero AddrPort when it has none),
+// for the wiretap.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
+		if a != nil {
+			ap, _ = netip.ParseAddrPort(a.String())
+		}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // clientOf is the address of a peer (the client, behind PROXY protocol).
