@@ -19,10 +19,10 @@ type Engine struct {
 	network  Network
 	observer Observer
 	wiretap  wiretap.Tap // nil: off
-	first    Transport // UDP, or TCP under Options.TCPOnly
-	reuse    bool      // the Network's UDP sockets may be pooled (pool.go)
-	openNow  bool      // the Network's TCP Open returns at once (ConnectsLater)
-	epoch    time.Time // the marks' clock starts here (monotonic)
+	first    Transport   // UDP, or TCP under Options.TCPOnly
+	reuse    bool        // the Network's UDP sockets may be pooled (pool.go)
+	openNow  bool        // the Network's TCP Open returns at once (ConnectsLater)
+	epoch    time.Time   // the marks' clock starts here (monotonic)
 
 	routes   atomic.Pointer[routes]
 	inFlight inFlight

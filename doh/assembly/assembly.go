@@ -95,7 +95,7 @@ type Dohfwd struct {
 	// dnstap writes the client and upstream messages (dnstap.address);
 	// nil when off, and in the module.
 	dnstap dnstapWriter
-	setup   setupPages             // natively: the device setup pages; nil in the module
+	setup  setupPages // natively: the device setup pages; nil in the module
 }
 
 // setupPages serves the device setup page and the Apple profile (package
@@ -204,7 +204,6 @@ func (d *Dohfwd) Close() {
 	}
 }
 
-
 // dnstapWriter is the dnstap writer (package dnstap) as the assembly
 // uses it.
 type dnstapWriter interface {
@@ -230,6 +229,7 @@ func (d *Dohfwd) DnstapCounters() (sent, dropped uint64) {
 	}
 	return d.dnstap.Counters()
 }
+
 // Observe takes one DoH request at its end: it counts it and, at debug,
 // logs why a request was bad. The edge host calls it for the requests its
 // module instances answered.

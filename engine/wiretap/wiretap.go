@@ -36,11 +36,11 @@ const (
 type Protocol uint8
 
 const (
-	UDP  Protocol = iota + 1 // DNS over UDP (RFC 1035)
-	TCP                      // DNS over TCP (RFC 1035, RFC 7766)
-	DoT                      // DNS over TLS (RFC 7858)
-	DoH                      // DNS over HTTPS (RFC 8484), over HTTP/1.1, HTTP/2 or HTTP/3
-	DoQ                      // DNS over QUIC (RFC 9250)
+	UDP Protocol = iota + 1 // DNS over UDP (RFC 1035)
+	TCP                     // DNS over TCP (RFC 1035, RFC 7766)
+	DoT                     // DNS over TLS (RFC 7858)
+	DoH                     // DNS over HTTPS (RFC 8484), over HTTP/1.1, HTTP/2 or HTTP/3
+	DoQ                     // DNS over QUIC (RFC 9250)
 )
 
 // Message is one DNS message and where and when it went. QueryAddr is the
