@@ -347,7 +347,7 @@ func tapAttempt(tap wiretap.Tap, tx *transaction, reply []byte, start time.Time)
 	if tx.source.IsValid() {
 		m.QueryAddr = netip.AddrPortFrom(tx.source, 0)
 	}
-	tap.Tap(&m)
+	tap.Tap(m)
 	m.Kind, m.Response, m.ResponseTime = wiretap.ForwarderResponse, reply, tx.ended
-	tap.Tap(&m)
+	tap.Tap(m)
 }

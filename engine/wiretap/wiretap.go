@@ -16,9 +16,10 @@ import (
 
 // Tap records messages. Tap is called on the question's goroutine: it must
 // not block, and it must copy what it keeps of the message's slices, which
-// are the caller's buffers.
+// are the caller's buffers. The message is passed by value: through an
+// interface a pointer would put each on the heap.
 type Tap interface {
-	Tap(m *Message)
+	Tap(m Message)
 }
 
 // Kind says which exchange a message belongs to and which half it is, as
@@ -80,9 +81,9 @@ func Client(tap Tap, p Protocol, client, server netip.AddrPort, query []byte, re
 		return
 	}
 	m := Message{Kind: ClientQuery, Protocol: p, QueryAddr: client, ResponseAddr: server, Query: query, QueryTime: received}
-	tap.Tap(&m)
+	tap.Tap(m)
 	if reply != nil {
 		m.Kind, m.Response, m.ResponseTime = ClientResponse, reply, answered
-		tap.Tap(&m)
+		tap.Tap(m)
 	}
 }

@@ -63,12 +63,12 @@ func New(cfg Config) *Writer {
 }
 
 // Tap queues m, copied, without waiting: a full queue drops it.
-func (w *Writer) Tap(m *wiretap.Message) {
+func (w *Writer) Tap(m wiretap.Message) {
 	r, _ := w.free.Get().(*record)
 	if r == nil {
 		r = new(record)
 	}
-	r.fill(m)
+	r.fill(&m)
 	select {
 	case w.queue <- r:
 	default:

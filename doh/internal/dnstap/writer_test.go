@@ -14,8 +14,8 @@ import (
 	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
-func testMessage(id byte) *wiretap.Message {
-	return &wiretap.Message{Kind: wiretap.ForwarderQuery, Protocol: wiretap.UDP,
+func testMessage(id byte) wiretap.Message {
+	return wiretap.Message{Kind: wiretap.ForwarderQuery, Protocol: wiretap.UDP,
 		ResponseAddr: netip.MustParseAddrPort("192.0.2.53:53"),
 		Query:        []byte{0, id, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1},
 		QueryTime:    time.Unix(1700000000, 5)}
