@@ -169,14 +169,16 @@ type dohfwd struct {
 // from its files.
 func startDohfwd(t *testing.T, yaml string, pki *testPKI) *dohfwd {
 	t.Helper()
-	return startCommand(t, yaml, pki, func(config string) *exec.Cmd {
+	return startCommand(t, yaml, pki, 10*time.Second, func(config string) *exec.Cmd {
 		return exec.Command(binary, "serve", "--config", config)
 	})
 }
 
 // startCommand is startDohfwd for the command command(config file) runs:
-// dohfwd serve, or another host of the same configuration (dohfwd-edge).
-func startCommand(t *testing.T, yaml string, pki *testPKI, command func(config string) *exec.Cmd) *dohfwd {
+// dohfwd serve, or another host of the same configuration (dohfwd-edge,
+// which may first compile its module: within bounds the wait for each
+// listener).
+func startCommand(t *testing.T, yaml string, pki *testPKI, within time.Duration, command func(config string) *exec.Cmd) *dohfwd {
 	t.Helper()
 	if pki != nil {
 		yaml += fmt.Sprintf("tls:\n  mode: files\n  cert_file: %s\n  key_file: %s\n", pki.Cert, pki.Key)
@@ -224,7 +226,7 @@ func startCommand(t *testing.T, yaml string, pki *testPKI, command func(config s
 	}
 	for name, on := range map[string]bool{"https": cfg.Listen.HTTPS != "", "http": cfg.Listen.HTTP != "", "admin": cfg.Listen.Admin != ""} {
 		if on {
-			ev := d.waitEvent(10*time.Second, func(ev map[string]any) bool {
+			ev := d.waitEvent(within, func(ev map[string]any) bool {
 				return ev["message"] == "listening" && ev["listener"] == name
 			})
 			addr := ev["addr"].(string)

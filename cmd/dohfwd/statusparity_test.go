@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -33,7 +34,8 @@ func TestEdgeAndServeStatusHaveTheSameKeys(t *testing.T) {
 	cacheDir := moduletest.CacheDir(t)
 
 	serve := startDohfwd(t, yaml, pki)
-	edge := startCommand(t, yaml, pki, func(config string) *exec.Cmd {
+	// Without a compiled module in the cache, wazero compiles it first.
+	edge := startCommand(t, yaml, pki, 3*time.Minute, func(config string) *exec.Cmd {
 		return exec.Command(edgeBinary, "--config", config, "--module", module, "--cache-dir", cacheDir)
 	})
 	for _, d := range []*dohfwd{serve, edge} {
