@@ -50,4 +50,9 @@
 // prefix (prefix_v4 /24, prefix_v6 /56): client_qps and client_burst (a
 // token bucket), client_in_flight (upstream transactions), and
 // client_connections; connections bounds all clients together.
+//
+// The dnstap keys (off while address is ""): address, unix:/path or
+// tcp:host:port, the collector's socket; queue (default 10000, 1 to
+// 1000000), how many messages wait for it before new ones are dropped;
+// identity ("" = the host name), the server's name in each message.
 package config
