@@ -33,7 +33,7 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit, Proto: "dot"}
+		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit, Proto: "dot", Wiretap: o.Wiretap}
 		out = append(out, &listener{name: "dot", ln: ln, dns: srv})
 	}
 	if cfg.Listen.DoQ != "" {
@@ -58,7 +58,7 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 			}
 			return nil, fmt.Errorf("listen.dns %s: %w", cfg.Listen.DNS, err)
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit, Proto: "dns"}
+		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit, Proto: "dns", Wiretap: o.Wiretap}
 		out = append(out, &listener{name: "dns-udp", pc: pc, dns: srv}, &listener{name: "dns-tcp", ln: o.wrapClients(ln), dns: srv})
 	}
 	return out, nil
