@@ -3,6 +3,7 @@ package workpool
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -58,4 +59,57 @@ func TestNeverQueues(t *testing.T) {
 	}
 	p.Stop()
 	waitUntil(t, "the waiting goroutines to end", func() bool { return p.Idle() == 0 })
+}
+
+// TestIdleGoroutinesEnd: after a burst, the goroutines no job needs end
+// within two windows while a trickle goes on, which starts few (a job
+// goes to the goroutine that waited longest, so a trickle's goroutines
+// all look unneeded at the counts: one start a window at most); once the
+// jobs stop, none lives and no count runs.
+func TestIdleGoroutinesEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var running sync.WaitGroup
+		p := New(64, func(block bool) {
+			if block {
+				running.Done()
+				<-release
+			}
+		})
+		defer p.Stop()
+		for range 40 {
+			running.Add(1)
+			p.Run(true)
+		}
+		running.Wait()
+		close(release)
+		synctest.Wait()
+		if n := p.Idle(); n != 40 {
+			t.Fatalf("%d goroutines waiting after the burst, want 40", n)
+		}
+		// A trickle: one job at a time, ten a second, for two windows.
+		for range 2 * trimSamples * 10 {
+			p.Run(false)
+			time.Sleep(trimInterval / 10)
+		}
+		synctest.Wait()
+		if n := p.Live(); n > 1 {
+			t.Errorf("%d goroutines live under a trickle two windows after the burst, want at most the one it uses", n)
+		}
+		started := p.Started()
+		time.Sleep(2 * trimSamples * trimInterval)
+		synctest.Wait()
+		if n := p.Live(); n != 0 {
+			t.Errorf("%d goroutines live two windows after the last job, want 0", n)
+		}
+		if started > 40+3 {
+			t.Errorf("%d goroutines started for a burst of 40 and a trickle of two windows, want at most 43", started)
+		}
+		p.trim.mu.Lock()
+		armed := p.trim.timer != nil
+		p.trim.mu.Unlock()
+		if armed {
+			t.Error("the count still runs with no goroutine live")
+		}
+	})
 }
