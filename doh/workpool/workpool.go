@@ -7,11 +7,12 @@
 // A job goes to a goroutine that waits for one or, when none waits, to a
 // new one: a job never queues behind another.
 //
-// Kept goroutines that a load no longer needs end: once a second the
-// pool counts those waiting, and at the close of each window of
+// Kept goroutines that a load no longer needs end: every trimInterval
+// the pool counts those waiting, and at the close of each window of
 // trimSamples counts the fewest it saw waiting (goroutines no job needed
 // all window long) end. So a process comes back to rest within two
-// windows of its last job, and no timer runs while no goroutine lives.
+// windows (4 s) of its last job, a flood's goroutines included, and no
+// timer runs while no goroutine lives.
 package workpool
 
 import (
@@ -23,9 +24,9 @@ import (
 
 const (
 	// trimInterval is how often the pool counts its waiting goroutines.
-	trimInterval = time.Second
-	// trimSamples is the counts of one window.
-	trimSamples = 5
+	trimInterval = 500 * time.Millisecond
+	// trimSamples is the counts of one window: 2 s.
+	trimSamples = 4
 )
 
 // Pool runs jobs of type J with do. J is a value, not a closure, so

@@ -87,7 +87,7 @@ func TestIdleGoroutinesEnd(t *testing.T) {
 		if n := p.Idle(); n != 40 {
 			t.Fatalf("%d goroutines waiting after the burst, want 40", n)
 		}
-		// A trickle: one job at a time, ten a second, for two windows.
+		// A trickle: one job at a time, ten between counts, for two windows.
 		for range 2 * trimSamples * 10 {
 			p.Run(false)
 			time.Sleep(trimInterval / 10)
