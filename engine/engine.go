@@ -141,7 +141,8 @@ type Response struct {
 	Rcode int
 	// TTL is the answer's TTL as the reply carries it, for Cache-Control;
 	// Cacheable is false when the reply must not be kept (SERVFAIL,
-	// unavailable, a negative answer without SOA). See answerTTL.
+	// unavailable, a negative answer without SOA). See answerTTL; a stale
+	// answer's, negative or not, is the stale TTL (staleReplyTTL).
 	TTL       uint32
 	Cacheable bool
 	Result    Result
@@ -187,6 +188,7 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (res
 		id:     e.questionIDs.Add(1),
 		start:  start,
 		trace:  TraceFrom(ctx),
+		proto:  ProtoFrom(ctx),
 	}
 	if !qn.client.parse(query) {
 		// A compressed question name: rare enough to copy the query.
@@ -246,7 +248,7 @@ func (qn *question) respond(resp *Response, dst []byte, f *found) {
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
 		CacheHit: resp.CacheHit, Duration: resp.Answered.Sub(qn.start),
-		Trace: qn.trace,
+		Trace: qn.trace, Proto: qn.proto,
 	}
 	ev.End = qn.start.Add(ev.Duration) // the wall time without another clock reading
 	if qn.shared != nil {
@@ -257,20 +259,21 @@ func (qn *question) respond(resp *Response, dst []byte, f *found) {
 
 // replyFacts are the rcode and answerTTL of reply, the client's reply
 // writeReply made for f: from its entry's facts when it has them (no walk
-// of the reply), else from a walk.
+// of the reply), else from a walk. A stale answer's TTL is the stale TTL
+// whatever its rcode (staleReplyTTL).
 func (qn *question) replyFacts(reply []byte, f *found) (rcode int, ttl uint32, cacheable bool) {
+	staleTTL := int64(-1)
+	if f.result == ResultStale {
+		staleTTL = int64(qn.cfg.Cache.StaleTTL / time.Second)
+	}
 	if f.en != nil {
-		staleTTL := int64(-1)
-		if f.result == ResultStale {
-			staleTTL = int64(qn.cfg.Cache.StaleTTL / time.Second)
-		}
 		if rcode, ttl, cacheable, ok := f.en.replyFacts(f.at, staleTTL); ok {
-			return rcode, ttl, cacheable
+			return rcode, staleReplyTTL(ttl, cacheable, staleTTL), cacheable
 		}
 	}
 	w, _ := walkReply(reply, nil)
 	ttl, cacheable = answerTTL(w.facts)
-	return w.rcode, ttl, cacheable
+	return w.rcode, staleReplyTTL(ttl, cacheable, staleTTL), cacheable
 }
 
 // writeReply appends the client's reply for f to dst.
@@ -372,6 +375,9 @@ type question struct {
 	// the question shares an upstream question, says with whom.
 	trace  *Trace
 	shared *sharedTraces
+	// proto is the client's protocol (QuestionContext.SetProto), for the
+	// events.
+	proto string
 
 	// held are the pooled buffers of the ask whose reply the question's
 	// entry lies in (askBuffers.entry), kept until its reply is written:

@@ -9,7 +9,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
-// Followers without a goroutine (issue 18). A question whose key a flight
+// Followers without a goroutine. A question whose key a flight
 // already asks, and that would only wait for it, need not wait on a
 // goroutine of its own: JoinWire attaches it to the flight as a waiter,
 // and the leader, once it lands, writes the waiter's reply and hands it
@@ -111,7 +111,7 @@ func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func
 	qn := &w.q // fields set one by one: see ResolveWireImmediate
 	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, rt.cfg, rt
 	qn.client, qn.scope = m.client, m.scope
-	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
+	qn.id, qn.start, qn.trace, qn.proto = e.questionIDs.Add(1), start, TraceFrom(ctx), ProtoFrom(ctx)
 	qn.shared = &w.shared // joined and served stay nil unless set
 	qn.setBudget(start)
 	if !qn.budgetEnd.IsZero() {

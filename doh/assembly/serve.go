@@ -109,6 +109,7 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 	if d.Limits != nil {
 		o.WrapClientListener = d.Limits.Listen
 		o.Admit = d.Limits.Admit
+		o.HoldConn = d.Limits.HoldConn
 		o.Connections = d.Limits.Connections
 	}
 	if d.Resolver != nil {

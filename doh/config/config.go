@@ -12,7 +12,8 @@ import (
 // DefaultSource names the embedded default in errors and logs.
 const DefaultSource = "(embedded default)"
 
-// Config is the whole file. The YAML keys are those of SPEC §5.
+// Config is the whole file. Its YAML keys are documented in README.md
+// ("Configuration"); config_test.go's fullFile writes every one out.
 type Config struct {
 	Listen          Listen              `yaml:"listen"`
 	TLS             TLS                 `yaml:"tls"`
@@ -35,6 +36,7 @@ type Listen struct {
 	HTTPS          string   `yaml:"https"` // "" turns it off
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
 	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
+	DoQ            string   `yaml:"doq"`   // DNS over QUIC (RFC 9250), a UDP address; "" = off
 	DNS            string   `yaml:"dns"`   // plain DNS, UDP and TCP; "" = off
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`

@@ -10,8 +10,9 @@
 // the rest of a running dohfwd from it.
 //
 // Besides the DoH listeners, listen.dot (DNS over TLS, with the HTTPS
-// listener's certificates) and listen.dns (plain DNS on UDP and TCP) are
-// off unless set. The ddr section only names what Discovery of Designated
+// listener's certificates), listen.doq (DNS over QUIC, RFC 9250, on UDP,
+// with the same certificates) and listen.dns (plain DNS on UDP and TCP)
+// are off unless set. The ddr section only names what Discovery of Designated
 // Resolvers advertises (ddr.names, ddr.addresses); DDR itself is on
 // whenever an encrypted listener is. apple_profile signs the Apple
 // configuration profile when set.
@@ -39,7 +40,8 @@
 // The cache keys: max_entries (0 turns the cache off), min_ttl, max_ttl
 // and negative_max_ttl clamp what is kept; stale_max (default 24h, 0
 // off) keeps expired answers for serve-stale (RFC 8767), answered with
-// TTL stale_ttl (default 30s, at least 1s) and EDE 3; stale_answer_after
+// TTL and Cache-Control max-age stale_ttl (default 30s, at least 1s; for
+// NXDOMAIN and NODATA too) and EDE 3; stale_answer_after
 // (default 1.8s, 0 off) is the client response timer after which a
 // question with a stale answer gets it while its upstream question goes
 // on; prefetch_min_hits (default 2, 0 off) is how often an entry must be

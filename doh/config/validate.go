@@ -21,7 +21,8 @@ func (c *Config) validate(x *keyIndex) error {
 	bad := func(path, format string, a ...any) { es.add(x.errorAt(c.Source, path, fmt.Sprintf(format, a...))) }
 
 	for _, l := range []struct{ key, addr string }{
-		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP}, {"listen.dot", c.Listen.DoT}, {"listen.dns", c.Listen.DNS},
+		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP}, {"listen.dot", c.Listen.DoT}, {"listen.doq", c.Listen.DoQ},
+		{"listen.dns", c.Listen.DNS},
 		{"listen.admin", c.Listen.Admin}, {"tls.acme.http_listen", c.TLS.ACME.HTTPListen},
 	} {
 		if err := checkListenAddr(l.addr); err != nil {
