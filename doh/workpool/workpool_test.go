@@ -61,55 +61,43 @@ func TestNeverQueues(t *testing.T) {
 	waitUntil(t, "the waiting goroutines to end", func() bool { return p.Idle() == 0 })
 }
 
-// TestIdleGoroutinesEnd: after a burst, the goroutines no job needs end
-// within two windows while a trickle goes on, which starts few (a job
-// goes to the goroutine that waited longest, so a trickle's goroutines
-// all look unneeded at the counts: one start a window at most); once the
-// jobs stop, none lives and no count runs.
+// TestIdleGoroutinesEnd: kept goroutines that get no job for IdleTime
+// end, so a burst leaves none behind; one that gets a job in time stays.
 func TestIdleGoroutinesEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		var running sync.WaitGroup
-		p := New(64, func(block bool) {
-			if block {
+		p := New(8, func(i int) {
+			if i > 0 {
 				running.Done()
 				<-release
 			}
 		})
-		defer p.Stop()
-		for range 40 {
+		for i := 1; i <= 5; i++ {
 			running.Add(1)
-			p.Run(true)
+			p.Run(i)
 		}
 		running.Wait()
 		close(release)
 		synctest.Wait()
-		if n := p.Idle(); n != 40 {
-			t.Fatalf("%d goroutines waiting after the burst, want 40", n)
+		if n := p.Idle(); n != 5 {
+			t.Fatalf("%d goroutines waiting after the burst, want 5", n)
 		}
-		// A trickle: one job at a time, ten between counts, for two windows.
-		for range 2 * trimSamples * 10 {
-			p.Run(false)
-			time.Sleep(trimInterval / 10)
-		}
+		time.Sleep(IdleTime / 2)
+		p.Run(0) // one of them gets a job, and waits IdleTime again
 		synctest.Wait()
-		if n := p.Live(); n > 1 {
-			t.Errorf("%d goroutines live under a trickle two windows after the burst, want at most the one it uses", n)
-		}
-		started := p.Started()
-		time.Sleep(2 * trimSamples * trimInterval)
+		time.Sleep(IdleTime/2 + time.Millisecond)
 		synctest.Wait()
-		if n := p.Live(); n != 0 {
-			t.Errorf("%d goroutines live two windows after the last job, want 0", n)
+		if n := p.Idle(); n != 1 {
+			t.Fatalf("%d goroutines waiting IdleTime after the burst, want the 1 that got a job since", n)
 		}
-		if started > 40+3 {
-			t.Errorf("%d goroutines started for a burst of 40 and a trickle of two windows, want at most 43", started)
+		time.Sleep(IdleTime)
+		synctest.Wait()
+		if n := p.Idle(); n != 0 {
+			t.Fatalf("%d goroutines waiting, want none", n)
 		}
-		p.trim.mu.Lock()
-		armed := p.trim.timer != nil
-		p.trim.mu.Unlock()
-		if armed {
-			t.Error("the count still runs with no goroutine live")
+		if n := p.Started(); n != 5 {
+			t.Errorf("%d goroutines started, want 5", n)
 		}
 	})
 }
