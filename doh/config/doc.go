@@ -51,4 +51,6 @@
 // prefix (prefix_v4 /24, prefix_v6 /56): client_qps and client_burst (a
 // token bucket), client_in_flight (upstream transactions), and
 // client_connections; connections bounds all clients together.
+// streams_per_connection (default 250, read at start) is how many requests
+// one HTTP/2 connection may have open at once.
 package config

@@ -361,8 +361,9 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 		next.Listen.DNS != old.Listen.DNS || !reflect.DeepEqual(next.DDR, old.DDR) ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
 		!reflect.DeepEqual(next.Listen.TrustedProxies, old.Listen.TrustedProxies) ||
-		!reflect.DeepEqual(next.Listen.ProxyProtocol, old.Listen.ProxyProtocol) || !reflect.DeepEqual(next.TLS, old.TLS) {
-		log.Warn().Msg("listen, tls and ddr changes take effect at the next restart")
+		!reflect.DeepEqual(next.Listen.ProxyProtocol, old.Listen.ProxyProtocol) || !reflect.DeepEqual(next.TLS, old.TLS) ||
+		next.Limits.StreamsPerConnection != old.Limits.StreamsPerConnection {
+		log.Warn().Msg("listen, tls, ddr and limits.streams_per_connection changes take effect at the next restart")
 	}
 	log.Info().Str("config", next.Source).Int("scopes", len(next.Scopes)).
 		Int("fallback_servers", len(next.FallbackServers)).Int("hosts", len(next.Hosts)).
