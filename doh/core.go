@@ -12,6 +12,7 @@ import (
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/dnswire"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // This file is the DoH semantics, once, for every transport: a [Request]
@@ -69,6 +70,9 @@ type Request struct {
 	Body    []byte
 	BodyErr error
 	Peer    netip.AddrPort
+	// Local is the server's side of the connection, when known (for the
+	// wiretap).
+	Local netip.AddrPort
 }
 
 // Response is what the client gets: a status, the header fields in the
@@ -94,6 +98,8 @@ type call struct {
 	// takes the resolver's (Response.QName) or makes it from raw, and
 	// only for an observer.
 	nameLater bool
+	// tapped: the wiretap was handed the question (tapClient).
+	tapped bool
 
 	in  []byte // the decoded GET query, or the JSON form's query
 	out []byte // the response body
@@ -133,7 +139,7 @@ func (c *call) reset() {
 	c.resp = Response{Header: rh}
 	c.x = Exchange{}
 	c.raw = nil
-	c.onDoHPath, c.page, c.admitted, c.nameLater = false, false, false, false
+	c.onDoHPath, c.page, c.admitted, c.nameLater, c.tapped = false, false, false, false, false
 	c.received = time.Time{}
 	c.miss = engine.Miss{}
 	c.qctx = engine.QuestionContext{}
@@ -191,6 +197,7 @@ type Handler struct {
 
 	serverTiming bool
 	traceContext bool
+	tap          wiretap.Tap // nil: off
 
 	// serve, when set, answers every request instead of the core (see
 	// HandlerFor); the fields above are then unused.
@@ -201,7 +208,7 @@ type Handler struct {
 // proxies, observer, setup pages and operator headers.
 func NewHandler(r Resolver, o Options) *Handler {
 	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
-		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext}
+		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext, tap: o.Wiretap}
 	h.immediate, _ = r.(ImmediateResolver)
 	if h.immediate != nil {
 		h.starter, _ = r.(MissStarter)
@@ -430,6 +437,10 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 	}
 	c.x.Resolved, c.x.Response = true, r
+	if h.tap != nil {
+		// Before the JSON form is written over the reply in c.out.
+		h.tapClient(c, r.Wire, r.Answered)
+	}
 	switch {
 	case len(r.Wire) < headerSize: // a resolver that breaks its contract
 		h.writeErrorReply(c, dnswire.RcodeServerFailure)
@@ -526,6 +537,15 @@ func (c *call) cancelled() { c.x.Status = StatusClientClosed }
 
 // finish ends a request after its response was written (or dropped).
 func (h *Handler) finish(c *call) {
+	if h.tap != nil && c.raw != nil && !c.tapped {
+		// A question answered here (a DNS error) or not at all (refused
+		// by the limits, or its client went away).
+		var reply []byte
+		if c.x.Format == FormatWire && c.resp.Status == statusOK {
+			reply = c.resp.Body
+		}
+		h.tapClient(c, reply, time.Time{})
+	}
 	if h.observe != nil && !c.page {
 		if c.nameLater {
 			if c.x.QName = c.x.Response.QName; c.x.QName == "" {
@@ -655,4 +675,24 @@ func requestTrace(h Header) engine.Trace {
 		return NewTrace(nil)
 	}
 	return NewTrace(tp[:])
+}
+
+// tapClient hands the wiretap c's question and reply (nil: none was sent),
+// answered at answered (zero: now).
+func (h *Handler) tapClient(c *call, reply []byte, answered time.Time) {
+	c.tapped = true
+	received := c.x.Start
+	if received.IsZero() {
+		received = c.received
+	}
+	if answered.IsZero() {
+		answered = time.Now()
+	}
+	if received.IsZero() {
+		received = answered
+	}
+	if len(reply) < headerSize {
+		reply = nil
+	}
+	wiretap.Client(h.tap, wiretap.DoH, c.req.Peer, c.req.Local, c.raw, received, reply, answered)
 }

@@ -3,6 +3,7 @@
 package doh
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -28,6 +29,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if peer, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		req.Peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
+	}
+	if h.tap != nil {
+		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			req.Local = addrPortOf(local)
+		}
 	}
 	if r.Method == http.MethodPost && r.ContentLength <= MaxMessageSize && r.Body != nil {
 		req.Body, req.BodyErr = readMessage(r.Body, req.Body[:0])
@@ -134,3 +140,19 @@ var sharedValues = func() map[string][]string {
 // RequestTrace returns the trace of a request with headers h: the
 // caller's from traceparent, else a new one; its span is new either way.
 func RequestTrace(h http.Header) engine.Trace { return NewTrace(h["Traceparent"]) }
+
+// addrPortOf is a's address and port, the zero AddrPort when it has none.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
+		if a != nil {
+			ap, _ = netip.ParseAddrPort(a.String())
+		}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

@@ -272,3 +272,22 @@ func (c transportsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	})
 }
+
+// CollectDnstap exports the dnstap messages written and dropped, read from
+// counts at scrape time (zeros while dnstap is off).
+func (m *Metrics) CollectDnstap(counts func() (sent, dropped uint64)) {
+	m.Registry.MustRegister(dnstapCollector{counts})
+}
+
+type dnstapCollector struct{ counts func() (sent, dropped uint64) }
+
+var descDnstap = prometheus.NewDesc("dohfwd_dnstap_messages_total",
+	"dnstap messages written to the collector (sent) and dropped: the queue was full, as while the collector is away, or a write failed.", []string{"result"}, nil)
+
+func (dnstapCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descDnstap }
+
+func (c dnstapCollector) Collect(ch chan<- prometheus.Metric) {
+	sent, dropped := c.counts()
+	ch <- prometheus.MustNewConstMetric(descDnstap, prometheus.CounterValue, float64(sent), "sent")
+	ch <- prometheus.MustNewConstMetric(descDnstap, prometheus.CounterValue, float64(dropped), "dropped")
+}

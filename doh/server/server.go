@@ -37,6 +37,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/telemetry"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // Backend is what the server needs from what answers behind the handler:
@@ -99,6 +100,13 @@ type Options struct {
 	// Connections, when set, counts the client connections open, for
 	// /status.
 	Connections func() int64
+	// Wiretap, when set, is handed the DoT and plain DNS listeners'
+	// questions and answers (dnsserver.Server.Wiretap); the DoH handler
+	// carries its own.
+	Wiretap wiretap.Tap
+	// Dnstap, when set, counts the dnstap messages written and dropped,
+	// for /status.
+	Dnstap func() (sent, dropped uint64)
 }
 
 // httpServer is what Run needs of a listener's server: *http.Server (the
@@ -280,6 +288,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 			Version: o.Version, Started: time.Now(),
 			Config: func() string { return current.Load().Source }, Connections: o.Connections,
 			Transports: transports,
+			Dnstap:     o.Dnstap,
 		})
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
