@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -192,6 +193,9 @@ type Handler struct {
 	serverTiming bool
 	traceContext bool
 
+	// altSvc, when set, is the Alt-Svc every response carries (SetAltSvc).
+	altSvc atomic.Pointer[string]
+
 	// serve, when set, answers every request instead of the core (see
 	// HandlerFor); the fields above are then unused.
 	serve RequestServer
@@ -214,6 +218,17 @@ func NewHandler(r Resolver, o Options) *Handler {
 	}
 	h.notFound = "not found: DNS queries go to " + h.path + " (RFC 8484) or " + JSONPath + " (JSON)"
 	return h
+}
+
+// SetAltSvc makes every response carry Alt-Svc: v (RFC 7838), from now
+// on; "" stops it. The HTTP/3 listener sets it once its port is bound, so
+// HTTP/2 and HTTP/1.1 clients learn where to move (RFC 9114 §3.1.1).
+func (h *Handler) SetAltSvc(v string) {
+	if v == "" {
+		h.altSvc.Store(nil)
+		return
+	}
+	h.altSvc.Store(&v)
 }
 
 // Path is the path h serves RFC 8484 at (Options.Path, DefaultPath if
@@ -243,6 +258,9 @@ func (h *Handler) begin(c *call) (done bool) {
 	}
 	r := &c.req
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
+	if v := h.altSvc.Load(); v != nil {
+		c.resp.Header = append(c.resp.Header, HeaderField{"alt-svc", *v})
+	}
 	if h.observe != nil {
 		c.x.Start = c.received
 		if c.x.Start.IsZero() {

@@ -110,6 +110,7 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		o.WrapClientListener = d.Limits.Listen
 		o.Admit = d.Limits.Admit
 		o.Connections = d.Limits.Connections
+		o.QUICConns = d.Limits
 	}
 	if d.Resolver != nil {
 		// The DoT and plain DNS listeners answer from the same resolver.

@@ -20,6 +20,8 @@ func (l *listener) addr() net.Addr {
 func (l *listener) serve() error {
 	var err error
 	switch {
+	case l.h3 != nil:
+		err = l.h3.Serve(l.pc)
 	case l.dns != nil && l.pc != nil:
 		err = l.dns.ServePacket(l.pc)
 	case l.dns != nil:
@@ -34,6 +36,10 @@ func (l *listener) serve() error {
 }
 
 func (l *listener) shutdown(ctx context.Context) {
+	if l.h3 != nil {
+		l.h3.Shutdown(ctx)
+		return
+	}
 	if l.dns != nil {
 		l.dns.Shutdown(ctx)
 		return
@@ -42,6 +48,10 @@ func (l *listener) shutdown(ctx context.Context) {
 }
 
 func (l *listener) close() {
+	if l.h3 != nil {
+		l.h3.Close()
+		return
+	}
 	if l.dns != nil {
 		l.dns.Close()
 		return

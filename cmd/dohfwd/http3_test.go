@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// http3Addr is the address of d's HTTP/3 listener, from its listening
+// event.
+func (d *dohfwd) http3Addr() string {
+	d.t.Helper()
+	ev := d.waitEvent(10*time.Second, func(ev map[string]any) bool {
+		return ev["message"] == "listening" && ev["listener"] == "http3"
+	})
+	return ev["addr"].(string)
+}
+
+// h3Client is quic-go's HTTP/3 client trusting d's test CA.
+func (d *dohfwd) h3Client() *http.Client {
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: d.pki.Pool}}
+	d.t.Cleanup(func() { tr.Close() })
+	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
+}
+
+// h3Request is one row of the table both HTTP versions are asked.
+type h3Request struct {
+	name    string
+	method  string
+	target  string // path and query
+	ctype   string
+	accept  string
+	body    []byte
+	status  int
+	padded  bool // the answer's length is a multiple of 468
+	noStore bool // Cache-Control: no-store
+}
+
+// The same requests over HTTP/2 and HTTP/3 (one handler serves all
+// HTTP versions) get the same status, headers and body: every HTTP error
+// status, GET, POST, JSON, Cache-Control, padding, Server-Timing, the
+// setup page and the profile. HTTP/2 answers advertise HTTP/3 with
+// Alt-Svc on the UDP port it listens on.
+func TestHTTP3AnswersAsHTTP2(t *testing.T) {
+	t.Parallel()
+	d, _, _ := startFrontendServer(t)
+	h3addr := d.http3Addr()
+	h3port := netip.MustParseAddrPort(h3addr).Port()
+	h2c, h3c := d.client(), d.h3Client()
+
+	pack := func(m *dns.Msg) []byte {
+		b, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b64 := func(m *dns.Msg) string { return base64.RawURLEncoding.EncodeToString(pack(m)) }
+	padded := newQuery("www.e2e.test", dns.TypeA)
+	padded.SetEdns0(1232, false)
+	padded.IsEdns0().Option = append(padded.IsEdns0().Option, &dns.EDNS0_PADDING{Padding: make([]byte, 64)})
+	response := newQuery("www.e2e.test", dns.TypeA)
+	response.Response = true
+	query := newQuery("www.e2e.test", dns.TypeA)
+	query.Id = 0
+
+	rows := []h3Request{
+		{name: "GET wire", method: "GET", target: "/dns-query?dns=" + b64(query), accept: "application/dns-message", status: 200},
+		{name: "POST wire", method: "POST", target: "/dns-query", ctype: "application/dns-message", body: pack(newQuery("www.e2e.test", dns.TypeAAAA)), status: 200},
+		{name: "POST padded", method: "POST", target: "/dns-query", ctype: "application/dns-message", body: pack(padded), status: 200, padded: true},
+		{name: "NXDOMAIN", method: "POST", target: "/dns-query", ctype: "application/dns-message", body: pack(newQuery("nope.e2e.test", dns.TypeA)), status: 200},
+		{name: "SERVFAIL", method: "POST", target: "/dns-query", ctype: "application/dns-message", body: pack(newQuery("x.fail.test", dns.TypeA)), status: 200, noStore: true},
+		{name: "JSON resolve", method: "GET", target: "/resolve?name=www.example.com&type=A", status: 200},
+		{name: "JSON on the DoH path", method: "GET", target: "/dns-query?name=www.example.com&type=AAAA", accept: "application/dns-json", status: 200},
+		{name: "no dns parameter", method: "GET", target: "/dns-query", status: 400},
+		{name: "bad base64", method: "GET", target: "/dns-query?dns=!!!", status: 400},
+		{name: "a response", method: "POST", target: "/dns-query", ctype: "application/dns-message", body: pack(response), status: 400},
+		{name: "PUT", method: "PUT", target: "/dns-query", ctype: "application/dns-message", body: pack(query), status: 405},
+		{name: "HEAD", method: "HEAD", target: "/dns-query?dns=" + b64(query), status: 405},
+		{name: "too large", method: "POST", target: "/dns-query", ctype: "application/dns-message", body: make([]byte, 70000), status: 413},
+		{name: "wrong media type", method: "POST", target: "/dns-query", ctype: "text/plain", body: pack(query), status: 415},
+		{name: "other path", method: "GET", target: "/nope", status: 404},
+		{name: "setup page", method: "GET", target: "/", accept: "text/html", status: 200},
+		{name: "Apple profile", method: "GET", target: "/apple.mobileconfig", status: 200},
+	}
+	base := "https://" + d.HTTPS
+	h3base := "https://" + h3addr
+	for _, r := range rows {
+		h2res, h2body := doRow(t, h2c, base, r)
+		h3res, h3body := doRow(t, h3c, h3base, r)
+		if h2res.ProtoMajor != 2 || h3res.ProtoMajor != 3 {
+			t.Fatalf("%s: protocols %s and %s, want HTTP/2 and HTTP/3", r.name, h2res.Proto, h3res.Proto)
+		}
+		for _, c := range []struct {
+			v    string
+			res  *http.Response
+			body []byte
+		}{{"HTTP/2", h2res, h2body}, {"HTTP/3", h3res, h3body}} {
+			if c.res.StatusCode != r.status {
+				t.Errorf("%s over %s: status %d, want %d (%s)", r.name, c.v, c.res.StatusCode, r.status, c.body)
+			}
+			if want := fmt.Sprintf(`h3=":%d"; ma=86400`, h3port); c.res.Header.Get("Alt-Svc") != want {
+				t.Errorf("%s over %s: Alt-Svc %q, want %q", r.name, c.v, c.res.Header.Get("Alt-Svc"), want)
+			}
+			if r.padded && len(c.body)%468 != 0 {
+				t.Errorf("%s over %s: answer of %d bytes, not padded to 468", r.name, c.v, len(c.body))
+			}
+			if r.noStore && c.res.Header.Get("Cache-Control") != "no-store" {
+				t.Errorf("%s over %s: Cache-Control %q, want no-store", r.name, c.v, c.res.Header.Get("Cache-Control"))
+			}
+			if r.status == 200 && r.target != "/" && r.target != "/apple.mobileconfig" && c.res.Header.Get("Server-Timing") == "" {
+				t.Errorf("%s over %s: no Server-Timing", r.name, c.v)
+			}
+		}
+		if diff := headerDiff(h2res.Header, h3res.Header); diff != "" {
+			t.Errorf("%s: headers differ between HTTP/2 and HTTP/3:\n%s", r.name, diff)
+		}
+		if a, b := comparableBody(h2res, h2body), comparableBody(h3res, h3body); !bytes.Equal(a, b) {
+			t.Errorf("%s: bodies differ:\nHTTP/2: %q\nHTTP/3: %q", r.name, a, b)
+		}
+	}
+}
+
+func doRow(t *testing.T, c *http.Client, base string, r h3Request) (*http.Response, []byte) {
+	t.Helper()
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequest(r.method, base+r.target, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ctype != "" {
+		req.Header.Set("Content-Type", r.ctype)
+	}
+	if r.accept != "" {
+		req.Header.Set("Accept", r.accept)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", r.method, base+r.target, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", r.method, base+r.target, err)
+	}
+	return res, b
+}
+
+// headerDiff lists the header fields that differ, leaving out those that
+// change from one response to the next: the date, the trace, the timing
+// (a second ask is a cache hit) and max-age (the TTL counts down).
+func headerDiff(a, b http.Header) string {
+	skip := map[string]bool{"Date": true, "Traceresponse": true, "Server-Timing": true}
+	var keys []string
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out strings.Builder
+	for _, k := range keys {
+		if skip[k] {
+			continue
+		}
+		va, vb := strings.Join(a[k], ", "), strings.Join(b[k], ", ")
+		if k == "Cache-Control" && maxAgeClose(va, vb) {
+			continue
+		}
+		if va != vb {
+			fmt.Fprintf(&out, "  %s: %q vs %q\n", k, va, vb)
+		}
+	}
+	return out.String()
+}
+
+var maxAge = regexp.MustCompile(`max-age=(\d+)`)
+
+// maxAgeClose reports whether a and b are max-age values a second apart
+// at most.
+func maxAgeClose(a, b string) bool {
+	ma, mb := maxAge.FindStringSubmatch(a), maxAge.FindStringSubmatch(b)
+	if ma == nil || mb == nil {
+		return false
+	}
+	x, _ := strconv.Atoi(ma[1])
+	y, _ := strconv.Atoi(mb[1])
+	return x-y <= 1 && y-x <= 1
+}
+
+var jsonTTL = regexp.MustCompile(`"TTL":\d+`)
+
+// comparableBody is body with its TTLs zeroed (a cache hit's count down).
+func comparableBody(res *http.Response, body []byte) []byte {
+	switch res.Header.Get("Content-Type") {
+	case "application/dns-message":
+		m := new(dns.Msg)
+		if m.Unpack(body) != nil {
+			return body
+		}
+		for _, rrs := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+			for _, rr := range rrs {
+				rr.Header().Ttl = 0
+			}
+		}
+		b, _ := m.Pack()
+		return b
+	case "application/dns-json":
+		return jsonTTL.ReplaceAll(body, []byte(`"TTL":0`))
+	}
+	return body
+}
