@@ -442,12 +442,9 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 }
 
 // questionContext is the context c's question is resolved under: ctx,
-// naming the client (when Admit is set) and carrying the trace (when
-// TraceContext is on).
+// naming the client (when Admit is set) and its protocol (for the
+// question's events) and carrying the trace (when TraceContext is on).
 func (h *Handler) questionContext(ctx context.Context, c *call) context.Context {
-	if h.admit == nil && !h.traceContext {
-		return ctx
-	}
 	var client netip.Addr
 	var tr *engine.Trace
 	if h.admit != nil {
@@ -456,7 +453,26 @@ func (h *Handler) questionContext(ctx context.Context, c *call) context.Context 
 	if h.traceContext {
 		tr = &c.x.Trace
 	}
-	return c.qctx.Set(ctx, client, tr)
+	qctx := c.qctx.Set(ctx, client, tr)
+	c.qctx.SetProto(eventProto(c.req.Proto))
+	return qctx
+}
+
+// eventProto is the proto field of a question's events for an HTTP
+// version: its ALPN name (RFC 7301), as the DoT and DoQ listeners name
+// theirs.
+func eventProto(httpProto string) string {
+	switch httpProto {
+	case "HTTP/2.0":
+		return "h2"
+	case "HTTP/3.0":
+		return "h3"
+	case "HTTP/1.1":
+		return "http/1.1"
+	case "HTTP/1.0":
+		return "http/1.0"
+	}
+	return ""
 }
 
 // startMiss begins the miss answer(ctx, c, false) left in c, when the

@@ -132,6 +132,13 @@ func TestHTTP3AnswersAsHTTP2(t *testing.T) {
 			t.Errorf("%s: bodies differ:\nHTTP/2: %q\nHTTP/3: %q", r.name, a, b)
 		}
 	}
+	// The SERVFAIL is asked upstream over both: its attempt events name
+	// the client's protocol.
+	for _, proto := range []string{"h2", "h3"} {
+		d.waitEvent(5*time.Second, func(ev map[string]any) bool {
+			return ev["message"] == "attempt" && ev["qname"] == "x.fail.test." && ev["proto"] == proto
+		})
+	}
 }
 
 func doRow(t *testing.T, c *http.Client, base string, r h3Request) (*http.Response, []byte) {
