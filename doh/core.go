@@ -454,14 +454,14 @@ func (h *Handler) questionContext(ctx context.Context, c *call) context.Context 
 		tr = &c.x.Trace
 	}
 	qctx := c.qctx.Set(ctx, client, tr)
-	c.qctx.SetProto(eventProto(c.req.Proto))
+	c.qctx.SetProto(ProtoALPN(c.req.Proto))
 	return qctx
 }
 
-// eventProto is the proto field of a question's events for an HTTP
-// version: its ALPN name (RFC 7301), as the DoT and DoQ listeners name
-// theirs.
-func eventProto(httpProto string) string {
+// ProtoALPN is the ALPN name (RFC 7301) of an HTTP version as Go names
+// it (Request.Proto, Exchange.Proto): the proto of a question's events
+// and of the request metrics; "" for another.
+func ProtoALPN(httpProto string) string {
 	switch httpProto {
 	case "HTTP/2.0":
 		return "h2"
