@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +21,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -235,4 +241,140 @@ func comparableBody(res *http.Response, body []byte) []byte {
 		return jsonTTL.ReplaceAll(body, []byte(`"TTL":0`))
 	}
 	return body
+}
+
+// The HTTP/3 listener serves the TLS listeners' certificate and follows
+// its reload: once the files change, a new QUIC connection gets the new
+// certificate, and a connection opened before goes on answering with the
+// old one (it is not dropped).
+func TestHTTP3CertificateReloadKeepsOpenConnections(t *testing.T) {
+	t.Parallel()
+	nsd := startNSD(t)
+	old := newPKI(t)
+	d := startDohfwd(t, scopeYAML(nsd), old)
+	h3addr := d.http3Addr()
+	get := func(c *http.Client) (*http.Response, error) {
+		wire, _ := newQuery("www.e2e.test", dns.TypeA).Pack()
+		res, err := c.Get("https://" + h3addr + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire))
+		if err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		return res, err
+	}
+	before := d.h3Client()
+	res, err := get(before)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("before the reload: %v %v", res, err)
+	}
+	oldSerial := res.TLS.PeerCertificates[0].SerialNumber
+
+	next := newPKI(t) // another CA, another key
+	for _, f := range [][2]string{{next.Cert, old.Cert}, {next.Key, old.Key}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f[1]+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(f[1]+".tmp", f[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.waitEvent(10*time.Second, func(ev map[string]any) bool { return ev["message"] == "certificate reloaded from files" })
+
+	// The open connection: only the old CA is trusted, so an answer
+	// proves no new handshake was made.
+	res, err = get(before)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the connection opened before the reload: %v %v", res, err)
+	}
+	if res.TLS.PeerCertificates[0].SerialNumber.Cmp(oldSerial) != 0 {
+		t.Fatal("the open connection's certificate changed")
+	}
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: next.Pool}}
+	t.Cleanup(func() { tr.Close() })
+	res, err = get(&http.Client{Transport: tr, Timeout: 15 * time.Second})
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("a new connection after the reload, trusting the new CA: %v %v", res, err)
+	}
+	if !res.TLS.PeerCertificates[0].Equal(mustCert(t, next.Cert)) {
+		t.Fatal("a new connection did not get the reloaded certificate")
+	}
+}
+
+func mustCert(t *testing.T, file string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A QUIC connection's address counts like a TCP peer's:
+// client_connections and connections refuse the HTTP/3 handshakes past
+// them, and a closed connection frees its slot.
+func TestHTTP3ConnectionLimits(t *testing.T) {
+	t.Parallel()
+	d := startDohfwd(t, limitsYAML("  client_connections: 2\n  connections: 3\n", "127.0.0.1:1"), newPKI(t))
+	h3addr, err := net.ResolveUDPAddr("udp", d.http3Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(src string) (*quic.Conn, error) {
+		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := quic.Dial(ctx, pc, h3addr, &tls.Config{RootCAs: d.pki.Pool, ServerName: "localhost",
+			NextProtos: []string{http3.NextProtoH3}}, nil)
+		if err != nil {
+			pc.Close()
+			return nil, err
+		}
+		t.Cleanup(func() { c.CloseWithError(0, ""); pc.Close() })
+		return c, nil
+	}
+	mustDial := func(src string) *quic.Conn {
+		c, err := dial(src)
+		if err != nil {
+			t.Fatalf("QUIC connection from %s refused: %v", src, err)
+		}
+		return c
+	}
+	a1 := mustDial("127.0.0.1")
+	mustDial("127.0.0.1")
+	if _, err := dial("127.0.0.1"); err == nil {
+		t.Fatal("a third QUIC connection from one client was taken")
+	}
+	mustDial("127.0.0.2")
+	if _, err := dial("127.0.0.3"); err == nil {
+		t.Fatal("a fourth connection in all was taken")
+	}
+	if v := d.metric("dohfwd_connections_open"); v != 3 {
+		t.Errorf("dohfwd_connections_open %v, want 3", v)
+	}
+	a1.CloseWithError(0, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for d.metric("dohfwd_connections_open") > 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	mustDial("127.0.0.1")
+	// A refused client may send its Initial again before it reads the
+	// refusal: each is refused and counted.
+	if v := d.metric(`dohfwd_limit_refusals_total{limit="client_connections"}`); v < 1 {
+		t.Errorf("client_connections refusals %v, want at least 1", v)
+	}
+	if v := d.metric(`dohfwd_limit_refusals_total{limit="connections"}`); v < 1 {
+		t.Errorf("connections refusals %v, want at least 1", v)
+	}
 }
