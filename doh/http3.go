@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,17 +26,16 @@ import (
 const ProtoHTTP3 = "HTTP/3.0"
 
 // H3Options are what an HTTP/3 listener adds to the HTTP listeners'
-// limits: the client connection limits, which a QUIC connection meets
-// at its handshake rather than at accept, and when to ask for address
-// validation.
+// limits: the connection limits, which a QUIC connection meets once its
+// handshake has validated its address rather than at accept, and the
+// address-validation policy.
 type H3Options struct {
-	// Conns counts connections against the per-client and total limits;
-	// nil counts none.
-	Conns quicconf.ConnLimiter
-	// RetryAbove is how many connection attempts a second come in before
-	// new ones must first prove their address with a Retry; 0 =
-	// quicconf.DefaultRetryAbove.
-	RetryAbove int
+	// HoldConn counts each connection against the per-client and total
+	// connection limits (limits.Limiter.HoldConn); nil counts none.
+	HoldConn func(client netip.Addr) (release func(), ok bool)
+	// Gate decides when new connections must prove their address with a
+	// Retry; nil: never.
+	Gate *quicconf.Gate
 }
 
 // H3Server serves DoH over HTTP/3 (RFC 9114) on one UDP socket, with
@@ -50,8 +50,7 @@ type H3Server struct {
 	active atomic.Int64 // requests in flight
 
 	mu   sync.Mutex
-	tr   *quic.Transport
-	ln   *quic.Listener
+	ln   *quicconf.Listener
 	down bool
 }
 
@@ -59,18 +58,17 @@ type H3Server struct {
 // per connection, header size, read, write and idle timeouts). tlsConfig
 // holds the certificates (GetCertificate, which is asked at each
 // handshake, so renewed and reloaded certificates reach new connections
-// while open ones keep theirs); it is not changed.
+// while open ones keep theirs); it is not changed. 0-RTT is off
+// (quicconf).
 func NewH3Server(h http.Handler, tlsConfig *tls.Config, l Limits, o H3Options) *H3Server {
 	l = l.withDefaults()
-	if o.RetryAbove <= 0 {
-		o.RetryAbove = quicconf.DefaultRetryAbove
-	}
 	s := &H3Server{
 		tls: quicconf.TLS(tlsConfig, http3.NextProtoH3),
 		quic: quicconf.Config(quicconf.Limits{
-			MaxStreams:       int64(l.MaxConcurrentStreams),
-			HandshakeTimeout: l.ReadHeaderTimeout,
+			MaxStreams:       int(l.MaxConcurrentStreams),
+			UniStreams:       true, // HTTP/3's control and QPACK streams
 			IdleTimeout:      l.IdleTimeout,
+			HandshakeTimeout: l.ReadHeaderTimeout,
 		}),
 		opts: o,
 	}
@@ -113,17 +111,15 @@ func (s *H3Server) Serve(pc net.PacketConn) error {
 		pc.Close()
 		return http.ErrServerClosed
 	}
-	s.tr = quicconf.Transport(pc, s.opts.Conns, s.opts.RetryAbove)
-	ln, err := s.tr.Listen(s.tls, s.quic)
+	ln, err := quicconf.Listen(pc, s.tls, s.quic, s.opts.Gate)
 	if err != nil {
 		s.mu.Unlock()
-		s.tr.Close()
 		return fmt.Errorf("doh: http3 listener: %w", err)
 	}
 	s.ln = ln
 	s.mu.Unlock()
-	err = s.srv.ServeListener(ln)
-	if errors.Is(err, quic.ErrServerClosed) {
+	err = s.srv.ServeListener(limitedListener{ln, s.opts.HoldConn})
+	if errors.Is(err, quic.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = http.ErrServerClosed
 	}
 	return err
@@ -132,27 +128,66 @@ func (s *H3Server) Serve(pc net.PacketConn) error {
 // Shutdown sends every connection a GOAWAY and waits until their
 // requests are answered, or ctx ends; then it closes the socket.
 func (s *H3Server) Shutdown(ctx context.Context) error {
+	s.stopAccepting()
 	err := s.srv.Shutdown(ctx)
-	s.closeTransport()
+	s.close()
 	return err
 }
 
 // Close closes every connection and the socket.
 func (s *H3Server) Close() error {
 	err := s.srv.Close()
-	s.closeTransport()
+	s.close()
 	return err
 }
 
-func (s *H3Server) closeTransport() {
+func (s *H3Server) stopAccepting() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = true
+	if s.ln != nil {
+		s.ln.StopAccepting()
+	}
+}
+
+func (s *H3Server) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down = true
 	if s.ln != nil {
 		s.ln.Close()
 	}
-	if s.tr != nil {
-		s.tr.Close()
+}
+
+// h3ExcessiveLoad is H3_EXCESSIVE_LOAD (RFC 9114 §8.1): a connection
+// over the connection limits is closed with it.
+const h3ExcessiveLoad = 0x0107
+
+// limitedListener counts each accepted connection (its address validated
+// by the handshake) against the connection limits, as a TCP connection is
+// counted at accept, and closes one over them.
+type limitedListener struct {
+	*quicconf.Listener
+	hold func(client netip.Addr) (release func(), ok bool)
+}
+
+func (l limitedListener) Accept(ctx context.Context) (*quic.Conn, error) {
+	for {
+		c, err := l.Listener.Accept(ctx)
+		if err != nil || l.hold == nil {
+			return c, err
+		}
+		var client netip.Addr
+		if u, ok := c.RemoteAddr().(*net.UDPAddr); ok {
+			client = u.AddrPort().Addr().Unmap()
+		}
+		release, ok := l.hold(client)
+		if !ok {
+			c.CloseWithError(h3ExcessiveLoad, "too many connections")
+			continue
+		}
+		context.AfterFunc(c.Context(), release)
+		return c, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -319,8 +320,9 @@ func mustCert(t *testing.T, file string) *x509.Certificate {
 }
 
 // A QUIC connection's address counts like a TCP peer's:
-// client_connections and connections refuse the HTTP/3 handshakes past
-// them, and a closed connection frees its slot.
+// client_connections and connections close the HTTP/3 connections past
+// them once their handshake is done (H3_EXCESSIVE_LOAD), and a closed
+// connection frees its slot.
 func TestHTTP3ConnectionLimits(t *testing.T) {
 	t.Parallel()
 	d := startDohfwd(t, limitsYAML("  client_connections: 2\n  connections: 3\n", "127.0.0.1:1"), newPKI(t))
@@ -342,6 +344,11 @@ func TestHTTP3ConnectionLimits(t *testing.T) {
 			return nil, err
 		}
 		t.Cleanup(func() { c.CloseWithError(0, ""); pc.Close() })
+		// A connection taken gets the server's HTTP/3 control stream
+		// (its SETTINGS); one refused is closed instead.
+		if _, err := c.AcceptUniStream(ctx); err != nil {
+			return nil, err
+		}
 		return c, nil
 	}
 	mustDial := func(src string) *quic.Conn {
@@ -353,8 +360,9 @@ func TestHTTP3ConnectionLimits(t *testing.T) {
 	}
 	a1 := mustDial("127.0.0.1")
 	mustDial("127.0.0.1")
-	if _, err := dial("127.0.0.1"); err == nil {
-		t.Fatal("a third QUIC connection from one client was taken")
+	var appErr *quic.ApplicationError
+	if _, err := dial("127.0.0.1"); !errors.As(err, &appErr) || appErr.ErrorCode != 0x0107 {
+		t.Fatalf("a third QUIC connection from one client: %v, want it closed with H3_EXCESSIVE_LOAD (0x107)", err)
 	}
 	mustDial("127.0.0.2")
 	if _, err := dial("127.0.0.3"); err == nil {
@@ -369,12 +377,10 @@ func TestHTTP3ConnectionLimits(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	mustDial("127.0.0.1")
-	// A refused client may send its Initial again before it reads the
-	// refusal: each is refused and counted.
-	if v := d.metric(`dohfwd_limit_refusals_total{limit="client_connections"}`); v < 1 {
-		t.Errorf("client_connections refusals %v, want at least 1", v)
+	if v := d.metric(`dohfwd_limit_refusals_total{limit="client_connections"}`); v != 1 {
+		t.Errorf("client_connections refusals %v, want 1", v)
 	}
-	if v := d.metric(`dohfwd_limit_refusals_total{limit="connections"}`); v < 1 {
-		t.Errorf("connections refusals %v, want at least 1", v)
+	if v := d.metric(`dohfwd_limit_refusals_total{limit="connections"}`); v != 1 {
+		t.Errorf("connections refusals %v, want 1", v)
 	}
 }

@@ -109,8 +109,8 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 	if d.Limits != nil {
 		o.WrapClientListener = d.Limits.Listen
 		o.Admit = d.Limits.Admit
+		o.HoldConn = d.Limits.HoldConn
 		o.Connections = d.Limits.Connections
-		o.QUICConns = d.Limits
 	}
 	if d.Resolver != nil {
 		// The DoT and plain DNS listeners answer from the same resolver.

@@ -89,16 +89,16 @@ type Options struct {
 	// Admit, when set, is asked for each DoT and plain DNS question
 	// (dnsserver.Server.Admit); the DoH handler carries its own.
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
+	// HoldConn, when set, counts each QUIC connection against the
+	// connection limits, as WrapClientListener counts TCP ones
+	// (limits.Limiter.HoldConn).
+	HoldConn func(client netip.Addr) (release func(), ok bool)
 	// Reloaded, when set, is told of each configuration a SIGHUP reload
 	// applied, after the backend took it.
 	Reloaded func(*config.Config)
 	// Connections, when set, counts the client connections open, for
 	// /status.
 	Connections func() int64
-	// QUICConns, when set, counts the HTTP/3 listener's connections
-	// against the connection limits (limits.Limiter): a QUIC connection's
-	// address counts like a TCP peer's.
-	QUICConns quicconf.ConnLimiter
 }
 
 // httpServer is what Run needs of a listener's server: *http.Server (the
@@ -313,13 +313,14 @@ func listenHTTP3(o Options, tcp net.Addr, certificates *tls.Config) (*listener, 
 	if err != nil {
 		return nil, fmt.Errorf("listen.http3 (udp %s): %w", ta, err)
 	}
-	h3o := doh.H3Options{Conns: o.QUICConns}
-	if n := o.Config.Limits.Connections; n > 0 && n < quicconf.DefaultRetryAbove {
-		// More new connections a second than may be open at once are
-		// a flood: they prove their address first.
-		h3o.RetryAbove = n
+	// New connections prove their address with a Retry when they come
+	// faster than limits.connections a second, or when too many
+	// handshakes of unvalidated addresses are under way (quicconf.Gate).
+	gate := &quicconf.Gate{}
+	if n := o.Config.Limits.Connections; n > 0 {
+		gate.Rate, gate.Burst = float64(n), n
 	}
-	srv := doh.NewH3Server(o.Handler, certificates, o.Limits, h3o)
+	srv := doh.NewH3Server(o.Handler, certificates, o.Limits, doh.H3Options{HoldConn: o.HoldConn, Gate: gate})
 	if h, ok := o.Handler.(*doh.Handler); ok {
 		h.SetAltSvc(doh.AltSvc(pc.LocalAddr().(*net.UDPAddr).Port))
 	}
