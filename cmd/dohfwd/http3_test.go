@@ -9,11 +9,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"go/build"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,6 +27,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // http3Addr is the address of d's HTTP/3 listener, from its listening
@@ -383,4 +388,54 @@ func TestHTTP3ConnectionLimits(t *testing.T) {
 	if v := d.metric(`dohfwd_limit_refusals_total{limit="connections"}`); v != 1 {
 		t.Errorf("connections refusals %v, want 1", v)
 	}
+}
+
+// AdGuard dnsproxy with dohfwd's HTTP/3 listener as its upstream
+// (`-u h3://`), verifying the certificate against the test CA, answers
+// plain DNS clients with what dohfwd's upstream knows, and dohfwd counts
+// the requests under proto h3.
+func TestDnsproxyOverHTTP3(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(build.Default.GOPATH, "bin", "dnsproxy")
+	if _, err := os.Stat(bin); err != nil {
+		testtool.Missing(t, "dnsproxy (scripts/setup.d/25-quic-clients.sh builds it): %v", err)
+	}
+	d := startDohfwd(t, scopeYAML(startNSD(t)), newPKI(t))
+	h3addr := d.http3Addr()
+	listen := strconv.Itoa(freePort(t))
+	cmd := exec.Command(bin, "-l", "127.0.0.1", "-p", listen, "-u", "h3://"+h3addr+"/dns-query", "--timeout=5s")
+	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+d.pki.CA) // Go's roots: the test CA alone
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("dnsproxy:\n%s", out.String())
+		}
+	})
+	c := &dns.Client{Timeout: 2 * time.Second}
+	var m *dns.Msg
+	var err error
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if m, _, err = c.Exchange(newQuery("www.e2e.test", dns.TypeA), "127.0.0.1:"+listen); err == nil {
+			break
+		}
+	}
+	if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
+		t.Fatalf("through dnsproxy: %v, %v", m, err)
+	}
+	m, _, err = c.Exchange(newQuery("v6.e2e.test", dns.TypeAAAA), "127.0.0.1:"+listen)
+	if err != nil || len(m.Answer) != 1 {
+		t.Fatalf("through dnsproxy: %v, %v", m, err)
+	}
+	if n := d.metric(`dohfwd_doh_requests_total{proto="h3",rcode="NOERROR",status="200"}`); n < 2 {
+		t.Errorf(`dohfwd_doh_requests_total{proto="h3",rcode="NOERROR",status="200"} = %v, want 2 or more`, n)
+	}
+	d.waitEvent(5*time.Second, func(ev map[string]any) bool {
+		return ev["message"] == "question" && ev["qname"] == "v6.e2e.test." && ev["proto"] == "h3"
+	})
 }
