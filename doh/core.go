@@ -193,8 +193,9 @@ type Handler struct {
 	serverTiming bool
 	traceContext bool
 
-	// altSvc, when set, is the Alt-Svc every response carries (SetAltSvc).
-	altSvc atomic.Pointer[string]
+	// altSvc, when set, says what Alt-Svc every response carries
+	// (SetAltSvc).
+	altSvc atomic.Pointer[altSvc]
 
 	// serve, when set, answers every request instead of the core (see
 	// HandlerFor); the fields above are then unused.
@@ -220,16 +221,54 @@ func NewHandler(r Resolver, o Options) *Handler {
 	return h
 }
 
-// SetAltSvc makes every response carry Alt-Svc: v (RFC 7838), from now
-// on; "" stops it. The HTTP/3 listener sets it once its port is bound, so
-// HTTP/2 and HTTP/1.1 clients learn where to move (RFC 9114 §3.1.1).
-func (h *Handler) SetAltSvc(v string) {
-	if v == "" {
+// SetAltSvc makes every response advertise HTTP/3 (Alt-Svc, RFC 7838;
+// RFC 9114 §3.1.1) from now on, so HTTP/2 and HTTP/1.1 clients learn
+// where to move; udpPort 0 stops it. The HTTP/3 listener sets it once
+// its port is bound. With sameAsTCP (the QUIC side is bound on the HTTPS
+// listener's own port) the port advertised is the one the client named
+// in its Host or :authority (443 when none): behind a balancer or a
+// Service that maps 443 to the listener's port for TCP and UDP alike,
+// that is the port that reaches the QUIC side. Otherwise it is udpPort.
+func (h *Handler) SetAltSvc(udpPort int, sameAsTCP bool) {
+	if udpPort == 0 {
 		h.altSvc.Store(nil)
 		return
 	}
-	h.altSvc.Store(&v)
+	h.altSvc.Store(&altSvc{port: strconv.Itoa(udpPort), bound: AltSvcValue(udpPort),
+		https: AltSvcValue(443), followHost: sameAsTCP})
 }
+
+// altSvc is the Alt-Svc a handler advertises.
+type altSvc struct {
+	port, bound string // the UDP port, and its value
+	https       string // the value for port 443
+	followHost  bool
+}
+
+// value is the Alt-Svc for a request that named host.
+func (a *altSvc) value(host string) string {
+	if !a.followHost {
+		return a.bound
+	}
+	port := "443"
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		port = host[i+1:]
+	}
+	switch port {
+	case a.port:
+		return a.bound
+	case "443":
+		return a.https
+	}
+	if n, err := strconv.Atoi(port); err == nil && n > 0 && n < 65536 {
+		return AltSvcValue(n)
+	}
+	return a.bound
+}
+
+// AltSvcValue is the Alt-Svc value that advertises HTTP/3 on port of the
+// same host for a day.
+func AltSvcValue(port int) string { return `h3=":` + strconv.Itoa(port) + `"; ma=86400` }
 
 // Path is the path h serves RFC 8484 at (Options.Path, DefaultPath if
 // none).
@@ -258,8 +297,8 @@ func (h *Handler) begin(c *call) (done bool) {
 	}
 	r := &c.req
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
-	if v := h.altSvc.Load(); v != nil {
-		c.resp.Header = append(c.resp.Header, HeaderField{"alt-svc", *v})
+	if a := h.altSvc.Load(); a != nil {
+		c.resp.Header = append(c.resp.Header, HeaderField{"alt-svc", a.value(r.Host)})
 	}
 	if h.observe != nil {
 		c.x.Start = c.received

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,7 +189,3 @@ func (l limitedListener) Accept(ctx context.Context) (*quic.Conn, error) {
 		return c, nil
 	}
 }
-
-// AltSvc is the Alt-Svc value that advertises HTTP/3 on port for a day
-// (RFC 7838; RFC 9114 §3.1.1).
-func AltSvc(port int) string { return `h3=":` + strconv.Itoa(port) + `"; ma=86400` }

@@ -322,7 +322,8 @@ func listenHTTP3(o Options, tcp net.Addr, certificates *tls.Config) (*listener, 
 	}
 	srv := doh.NewH3Server(o.Handler, certificates, o.Limits, doh.H3Options{HoldConn: o.HoldConn, Gate: gate})
 	if h, ok := o.Handler.(*doh.Handler); ok {
-		h.SetAltSvc(doh.AltSvc(pc.LocalAddr().(*net.UDPAddr).Port))
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		h.SetAltSvc(port, port == ta.Port)
 	}
 	return &listener{name: "http3", h3: srv, pc: pc}, nil
 }
