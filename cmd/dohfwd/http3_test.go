@@ -439,3 +439,33 @@ func TestDnsproxyOverHTTP3(t *testing.T) {
 		return ev["message"] == "question" && ev["qname"] == "v6.e2e.test." && ev["proto"] == "h3"
 	})
 }
+
+// A client over client_qps gets 429 with Retry-After over HTTP/3 as over
+// HTTP/2: the same admission, counted the same.
+func TestHTTP3ClientOverItsRateGets429(t *testing.T) {
+	t.Parallel()
+	d := startDohfwd(t, limitsYAML("  client_qps: 1\n  client_burst: 1\n", startNSD(t)), newPKI(t))
+	c := d.h3Client()
+	wire, _ := newQuery("www.e2e.test", dns.TypeA).Pack()
+	url := "https://" + d.http3Addr() + "/dns-query?dns=" + base64.RawURLEncoding.EncodeToString(wire)
+	statuses := []int{}
+	var retryAfter string
+	for range 3 {
+		res, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		statuses = append(statuses, res.StatusCode)
+		if res.StatusCode == 429 {
+			retryAfter = res.Header.Get("Retry-After")
+		}
+	}
+	if statuses[0] != 200 || statuses[2] != 429 || retryAfter == "" {
+		t.Fatalf("statuses %v, Retry-After %q: want 200 first, then 429 with Retry-After", statuses, retryAfter)
+	}
+	if v := d.metric(`dohfwd_limit_refusals_total{limit="client_qps"}`); v < 1 {
+		t.Errorf("client_qps refusals %v, want at least 1", v)
+	}
+}
