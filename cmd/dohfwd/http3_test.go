@@ -9,14 +9,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"go/build"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -396,10 +394,7 @@ func TestHTTP3ConnectionLimits(t *testing.T) {
 // the requests under proto h3.
 func TestDnsproxyOverHTTP3(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(build.Default.GOPATH, "bin", "dnsproxy")
-	if _, err := os.Stat(bin); err != nil {
-		testtool.Missing(t, "dnsproxy (scripts/setup.d/25-quic-clients.sh builds it): %v", err)
-	}
+	bin := testtool.Find(t, "dnsproxy", "scripts/setup.d/25-quic-clients.sh builds it")
 	d := startDohfwd(t, scopeYAML(startNSD(t)), newPKI(t))
 	h3addr := d.http3Addr()
 	listen := strconv.Itoa(freePort(t))
