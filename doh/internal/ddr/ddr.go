@@ -38,6 +38,9 @@ type Endpoint struct {
 	// Path is the DoH path, e.g. "/dns-query"; the dohpath parameter is
 	// its URI template, Path + "{?dns}".
 	Path string
+	// HTTP3: the DoH listener also serves HTTP/3 on the same port (UDP):
+	// alpn lists h3 after h2 (RFC 9461 §3.1).
+	HTTP3 bool
 }
 
 // Designation is what this server advertises.
@@ -82,11 +85,14 @@ func records(d Designation) (answer, additional []record) {
 			// SvcParams in rising key order (RFC 9460 §2.2).
 			rdata := binary.BigEndian.AppendUint16(nil, prio)
 			rdata = append(rdata, target...)
-			alpn := "h2"
-			if e.Protocol == DoT {
-				alpn = "dot"
+			alpn := []byte("\x02h2")
+			switch {
+			case e.Protocol == DoT:
+				alpn = []byte("\x03dot")
+			case e.HTTP3:
+				alpn = []byte("\x02h2\x02h3")
 			}
-			rdata = appendParam(rdata, dnswire.SvcParamALPN, append([]byte{byte(len(alpn))}, alpn...))
+			rdata = appendParam(rdata, dnswire.SvcParamALPN, alpn)
 			rdata = appendParam(rdata, dnswire.SvcParamPort, binary.BigEndian.AppendUint16(nil, e.Port))
 			if len(v4) > 0 {
 				rdata = appendParam(rdata, dnswire.SvcParamIPv4Hint, v4)
