@@ -19,6 +19,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
@@ -462,5 +465,48 @@ func TestHTTP3ClientOverItsRateGets429(t *testing.T) {
 	}
 	if v := d.metric(`dohfwd_limit_refusals_total{limit="client_qps"}`); v < 1 {
 		t.Errorf("client_qps refusals %v, want at least 1", v)
+	}
+}
+
+// SIGTERM answers the HTTP/3 questions in flight before dohfwd exits 0,
+// as it does HTTP/2's.
+func TestHTTP3SIGTERMDrainsInFlight(t *testing.T) {
+	t.Parallel()
+	slow := upstreamtest.Start(t, upstreamtest.Delay(800*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.9")))
+	d := startDohfwd(t, scopeYAML(slow.String()), newPKI(t))
+	c, base := d.h3Client(), "https://"+d.http3Addr()
+	const n = 10
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i := range n {
+		wg.Go(func() {
+			wire, _ := newQuery(fmt.Sprintf("q%d.drain.test", i), dns.TypeA).Pack()
+			res, err := c.Post(base+"/dns-query", "application/dns-message", bytes.NewReader(wire))
+			if err != nil {
+				errs <- fmt.Sprintf("q%d: %v", i, err)
+				return
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			m := new(dns.Msg)
+			if res.StatusCode != 200 || m.Unpack(body) != nil || len(m.Answer) != 1 {
+				errs <- fmt.Sprintf("q%d: %d %v", i, res.StatusCode, m)
+			}
+		})
+	}
+	for end := time.Now().Add(5 * time.Second); len(slow.Queries()) < n && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error("lost in the drain:", e)
+	}
+	if code := d.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if ev := d.Events(func(ev map[string]any) bool { return ev["message"] == "stopped" }); len(ev) != 1 || ev[0]["complete"] != true {
+		t.Fatalf("stopped event: %v", ev)
 	}
 }
