@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -508,5 +509,82 @@ func TestHTTP3SIGTERMDrainsInFlight(t *testing.T) {
 	}
 	if ev := d.Events(func(ev map[string]any) bool { return ev["message"] == "stopped" }); len(ev) != 1 || ev[0]["complete"] != true {
 		t.Fatalf("stopped event: %v", ev)
+	}
+}
+
+// silentConn is a client socket that sends what quic-go writes and reads
+// what the server sends without ever handing it to quic-go: a client
+// whose address never answers, as a spoofed one. It counts the bytes
+// each way and the Retry packets received.
+type silentConn struct {
+	net.PacketConn
+	sent, received, retries atomic.Int64
+}
+
+func (c *silentConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	c.sent.Add(int64(len(b)))
+	return c.PacketConn.WriteTo(b, addr)
+}
+
+func (c *silentConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	for {
+		n, _, err := c.PacketConn.ReadFrom(b)
+		if err != nil {
+			return 0, nil, err
+		}
+		c.received.Add(int64(n))
+		if n > 0 && b[0]&0x80 != 0 && (b[0]>>4)&3 == 3 { // long header, type Retry (QUIC v1)
+			c.retries.Add(1)
+		}
+	}
+}
+
+// Handshakes from addresses that never answer: the server sends each at
+// most three times the bytes it received (RFC 9000 §8), and once 64 of
+// them are under way, new ones get a stateless Retry instead of a
+// handshake (quicconf.Gate), so a flood of Initials from spoofed
+// addresses holds no more state.
+func TestHTTP3UnvalidatedHandshakesAreBounded(t *testing.T) {
+	t.Parallel()
+	d := startDohfwd(t, scopeYAML("127.0.0.1:1"), newPKI(t))
+	addr, err := net.ResolveUDPAddr("udp", d.http3Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 80
+	conns := make([]*silentConn, n)
+	var wg sync.WaitGroup
+	for i := range conns {
+		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		conns[i] = &silentConn{PacketConn: pc}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			tr := &quic.Transport{Conn: conns[i]}
+			defer tr.Close()
+			if c, err := tr.Dial(ctx, addr, &tls.Config{RootCAs: d.pki.Pool, ServerName: "localhost",
+				NextProtos: []string{http3.NextProtoH3}}, nil); err == nil {
+				c.CloseWithError(0, "")
+				t.Errorf("client %d: a handshake completed without the client reading a packet", i)
+			}
+		})
+	}
+	wg.Wait()
+	retried := 0
+	for i, c := range conns {
+		if c.retries.Load() > 0 {
+			retried++
+			continue
+		}
+		if s, r := c.sent.Load(), c.received.Load(); r > 3*s {
+			t.Errorf("client %d: sent %d bytes, the server answered %d: more than 3x before validation", i, s, r)
+		}
+	}
+	if retried == 0 || retried > n-64 {
+		t.Errorf("%d of %d unanswered handshakes got a Retry, want between 1 and %d (past 64 under way)", retried, n, n-64)
 	}
 }
