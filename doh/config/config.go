@@ -35,7 +35,11 @@ type Config struct {
 
 // Listen holds the listeners' addresses and the DoH path.
 type Listen struct {
-	HTTPS          string   `yaml:"https"` // "" turns it off
+	HTTPS string `yaml:"https"` // "" turns it off
+	// HTTP3 serves DoH over HTTP/3 (QUIC, RFC 9114) on the UDP port of
+	// the HTTPS listener's address, and HTTP/2 and HTTP/1.1 answers
+	// advertise it (Alt-Svc); false leaves the HTTPS listener TCP only.
+	HTTP3          bool     `yaml:"http3"`
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
 	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
 	DoQ            string   `yaml:"doq"`   // DNS over QUIC (RFC 9250), a UDP address; "" = off
@@ -257,7 +261,7 @@ var resolvConf = "/etc/resolv.conf"
 // the system scope.
 func defaults() *Config {
 	return &Config{
-		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
+		Listen: Listen{HTTPS: "127.0.0.1:8443", HTTP3: true, Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
 			ProxyProtocol: []string{}, ServerTiming: true, TraceContext: true},
 		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{},
 			Redis: Redis{KeyPrefix: "dohfwd", LockLease: 30 * time.Second}}},
