@@ -587,4 +587,12 @@ func TestHTTP3UnvalidatedHandshakesAreBounded(t *testing.T) {
 	if retried == 0 || retried > n-64 {
 		t.Errorf("%d of %d unanswered handshakes got a Retry, want between 1 and %d (past 64 under way)", retried, n, n-64)
 	}
+	// Each Retry is counted, under h3; HTTP/3 has no DNS listener's
+	// question count (its requests are dohfwd_doh_requests_total's).
+	if v := d.metric(`dohfwd_quic_retries_total{transport="h3"}`); int(v) < retried {
+		t.Errorf(`dohfwd_quic_retries_total{transport="h3"} = %v, %d clients saw a Retry`, v, retried)
+	}
+	if h3, _ := d.status()["transports"].(map[string]any)["h3"].(map[string]any); h3 == nil || h3["quic_retries"] == nil || h3["questions"] != nil {
+		t.Errorf("/status transports.h3 = %v, want quic_retries and no questions", h3)
+	}
 }

@@ -258,22 +258,23 @@ func (c limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimitPrefixes, prometheus.GaugeValue, float64(c.l.Prefixes()))
 }
 
-// CollectTransports exports the DNS listeners' counters by transport
-// (dot, doq, dns), read from each at scrape time; quicRetries counts only
-// where quic is true.
-func (m *Metrics) CollectTransports(each func(yield func(transport string, questions uint64, quic bool, quicRetries uint64))) {
+// CollectTransports exports the listeners' counters by transport, read
+// from each at scrape time: a DNS listener's questions (dot, doq, dns) and
+// a QUIC listener's Retries (doq, h3); nil is a counter the transport does
+// not have.
+func (m *Metrics) CollectTransports(each func(yield func(transport string, questions, quicRetries *uint64))) {
 	m.Registry.MustRegister(transportsCollector{each})
 }
 
 type transportsCollector struct {
-	each func(yield func(transport string, questions uint64, quic bool, quicRetries uint64))
+	each func(yield func(transport string, questions, quicRetries *uint64))
 }
 
 var (
 	descTransportQuestions = prometheus.NewDesc("dohfwd_dns_questions_total",
 		"Questions the DNS listeners put to the engine (or refused for the client's limits), by transport (dot, doq, dns).", []string{"transport"}, nil)
 	descQUICRetries = prometheus.NewDesc("dohfwd_quic_retries_total",
-		"New QUIC connections asked to validate their address with a Retry, by transport.", []string{"transport"}, nil)
+		"New QUIC connections asked to validate their address with a Retry, by transport (doq, h3).", []string{"transport"}, nil)
 )
 
 func (transportsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -282,10 +283,12 @@ func (transportsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c transportsCollector) Collect(ch chan<- prometheus.Metric) {
-	c.each(func(transport string, questions uint64, quic bool, quicRetries uint64) {
-		ch <- prometheus.MustNewConstMetric(descTransportQuestions, prometheus.CounterValue, float64(questions), transport)
-		if quic {
-			ch <- prometheus.MustNewConstMetric(descQUICRetries, prometheus.CounterValue, float64(quicRetries), transport)
+	c.each(func(transport string, questions, quicRetries *uint64) {
+		if questions != nil {
+			ch <- prometheus.MustNewConstMetric(descTransportQuestions, prometheus.CounterValue, float64(*questions), transport)
+		}
+		if quicRetries != nil {
+			ch <- prometheus.MustNewConstMetric(descQUICRetries, prometheus.CounterValue, float64(*quicRetries), transport)
 		}
 	})
 }

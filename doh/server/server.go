@@ -129,9 +129,9 @@ type listener struct {
 
 	dns *dnsserver.Server
 	pc  net.PacketConn
-	// quic, with dns, is a DNS-over-QUIC listener (pc is its socket),
-	// gate its address-validation policy.
+	// quic, with dns, is a DNS-over-QUIC listener (pc is its socket).
 	quic dnsserver.QUICListener
+	// gate is a QUIC listener's (DoQ or HTTP/3) address-validation policy.
 	gate *quicconf.Gate
 }
 
@@ -281,11 +281,11 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		return fail(err)
 	}
 	out = append(out, dnsListeners...)
-	transports := transportCounters(dnsListeners)
+	transports := transportCounters(out)
 	if o.Metrics != nil {
-		o.Metrics.CollectTransports(func(yield func(string, uint64, bool, uint64)) {
+		o.Metrics.CollectTransports(func(yield func(string, *uint64, *uint64)) {
 			for name, c := range transports() {
-				yield(name, c.Questions, name == "doq", c.QUICRetries)
+				yield(name, c.Questions, c.QUICRetries)
 			}
 		})
 	}
@@ -350,7 +350,7 @@ func listenHTTP3(o Options, tcp net.Addr, certificates *tls.Config) (*listener, 
 		port := pc.LocalAddr().(*net.UDPAddr).Port
 		h.SetAltSvc(port, port == ta.Port)
 	}
-	return &listener{name: "http3", h3: srv, pc: pc}, nil
+	return &listener{name: "http3", h3: srv, pc: pc, gate: gate}, nil
 }
 
 // wrapClients applies WrapClientListener, if any.
