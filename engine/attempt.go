@@ -77,6 +77,7 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 				tx.transport = TCP
 			}
 			tx.source = qn.scope.source(tx.server.addr)
+			tx.cookies, tx.mixCase = qn.scope.cookies, qn.scope.mixCase
 			if !e.inFlight.acquire() {
 				if !qn.background {
 					e.counters.refused.Add(1)

@@ -29,6 +29,13 @@ type Config struct {
 	Probe           bool
 	// ForwardECS keeps a client's EDNS Client Subnet option upstream.
 	ForwardECS bool
+	// UpstreamCookies sends every server DNS cookies (RFC 7873) and
+	// ignores replies that do not carry its own; Upstream0x20 asks every
+	// name in random case and ignores replies that do not keep it. A
+	// scope may opt out of either (ScopeConfig); the fallback servers
+	// have both when these are on. dohfwd's configuration turns both on.
+	UpstreamCookies bool
+	Upstream0x20    bool
 	// EDEHideServers leaves the attempts (servers, transports, outcomes)
 	// out of an unavailable answer's Extended DNS Error; its info-code
 	// and reason stay.
@@ -49,6 +56,14 @@ type ScopeConfig struct {
 	Search       []string
 	SourcesV4    []string
 	SourcesV6    []string
+	// NoUpstreamCookies sends the scope's servers no DNS cookies (RFC
+	// 7873) when Config.UpstreamCookies is on, for servers that mishandle
+	// them.
+	NoUpstreamCookies bool
+	// NoUpstream0x20 asks the scope's servers each name in the case the
+	// client wrote it, not in random case, and matches replies without
+	// regard to case, when Config.Upstream0x20 is on.
+	NoUpstream0x20 bool
 }
 
 // The cache's TTL bounds. Zero MaxTTL and NegativeMaxTTL take these.

@@ -27,6 +27,9 @@ type scope struct {
 	nextV4       atomic.Uint32 // round-robin position in sourcesV4
 	nextV6       atomic.Uint32
 	reported     bool // false for the fallback servers: their demotion is not reported
+	// cookies and mixCase: DNS cookies (cookie.go) and 0x20 (namecase.go)
+	// toward the scope's servers.
+	cookies, mixCase bool
 }
 
 // source returns the egress address for a transaction to server: the
@@ -188,7 +191,8 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 			return nil, fmt.Errorf("scope %q: name is taken", sc.Name)
 		}
 		seen[sc.Name] = true
-		s := &scope{name: sc.Name, defaultRoute: sc.DefaultRoute, reported: true}
+		s := &scope{name: sc.Name, defaultRoute: sc.DefaultRoute, reported: true,
+			cookies: cfg.UpstreamCookies && !sc.NoUpstreamCookies, mixCase: cfg.Upstream0x20 && !sc.NoUpstream0x20}
 		for _, d := range sc.Domains {
 			fqdn, err := domainASCII(d)
 			if err != nil {
@@ -227,7 +231,7 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 	if err != nil {
 		return nil, fmt.Errorf("fallback_servers: %w", err)
 	}
-	r.fallback = &scope{name: FallbackScope, servers: fb}
+	r.fallback = &scope{name: FallbackScope, servers: fb, cookies: cfg.UpstreamCookies, mixCase: cfg.Upstream0x20}
 	if r.local, err = buildLocal(cfg.Hosts); err != nil {
 		return nil, err
 	}

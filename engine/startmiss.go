@@ -145,6 +145,7 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	pick := c.next(now.Sub(e.epoch), nil)
 	tx.server, tx.transport = c.servers[pick], e.first
 	tx.source = sc.source(tx.server.addr)
+	tx.cookies, tx.mixCase = sc.cookies, sc.mixCase
 	if !e.inFlight.acquire() {
 		askBuffersPool.Put(bufs)
 		return false
@@ -312,7 +313,7 @@ func (e *Engine) FinishStarted(ctx context.Context, m *Miss, reply []byte, from 
 		}
 	}
 	s := &bufs.first
-	if !replyEnds(reply, tx.query[2:], tx.transport, &s.res) || !endsHere(s.res.outcome) {
+	if replyEnds(tx, reply, tx.transport, &s.res) != matchExact || !endsHere(s.res.outcome) {
 		s.res = exchangeResult{}
 		return resp, false
 	}
