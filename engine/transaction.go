@@ -51,7 +51,7 @@ type transaction struct {
 	// gotServerCookie says the reply matched carried a server cookie
 	// with the client's (checkCookie).
 	gotServerCookie bool
-	baseLen                              int
+	baseLen         int
 }
 
 // begin readies tx's query for its first send (prepare).
