@@ -26,6 +26,11 @@ type ServerStatus struct {
 	DemotedUntil *time.Time `json:"demoted_until,omitempty"`
 	// Recent are the outcomes of its latest attempts, oldest first.
 	Recent []string `json:"recent"`
+	// Cookie says the server returned a server cookie (RFC 7873) that
+	// the engine sends back; CaseNotKept that it was found not to keep
+	// the question's case and is asked in lower case (0x20 off for it).
+	Cookie      bool `json:"cookie"`
+	CaseNotKept bool `json:"case_not_kept,omitempty"`
 }
 
 // Status reports the scopes with their servers' demotion at this moment;
@@ -41,7 +46,7 @@ func (e *Engine) Status() Status {
 	for _, s := range r.scopes {
 		ss := ScopeStatus{Name: s.name, Domains: s.domains, Servers: []ServerStatus{}}
 		for _, u := range s.servers {
-			sv := ServerStatus{Address: u.key, Recent: u.recentList()}
+			sv := ServerStatus{Address: u.key, Recent: u.recentList(), Cookie: u.cookie.known(), CaseNotKept: u.caseless.Load()}
 			if until := u.markUntil(); demotedAt(until, now) {
 				t := e.epoch.Add(until)
 				sv.Demoted, sv.DemotedUntil = true, &t
