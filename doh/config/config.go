@@ -118,6 +118,14 @@ type Scope struct {
 	Search       []string `yaml:"search"`
 	SourcesV4    []string `yaml:"sources_v4"`
 	SourcesV6    []string `yaml:"sources_v6"`
+	// UpstreamCookies sends the scope's servers DNS cookies (RFC 7873)
+	// and ignores replies without their own; nil is true. False is for
+	// servers that mishandle cookies.
+	UpstreamCookies *bool `yaml:"upstream_cookies"`
+	// Upstream0x20 asks the scope's servers each name in random case and
+	// ignores replies that do not keep it; nil is true. A server found
+	// not to keep case is asked in lower case anyway.
+	Upstream0x20 *bool `yaml:"upstream_0x20"`
 }
 
 // Cache bounds the answer cache.

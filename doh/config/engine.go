@@ -19,6 +19,8 @@ func (c *Config) EngineConfig() engine.Config {
 		Probe:              c.Engine.Probe,
 		ForwardECS:         c.Engine.ForwardECS,
 		EDEHideServers:     !c.Engine.EDEServers,
+		UpstreamCookies:    true,
+		Upstream0x20:       true,
 		FallbackServers:    slices.Clone(c.FallbackServers),
 		Hosts:              asciiHosts(c.Hosts),
 		Cache: engine.CacheConfig{
@@ -38,6 +40,8 @@ func (c *Config) EngineConfig() engine.Config {
 			Name: s.Name, Domains: asciiNames(s.Domains), DefaultRoute: s.DefaultRoute,
 			Servers: slices.Clone(s.Servers), Search: asciiNames(s.Search),
 			SourcesV4: slices.Clone(s.SourcesV4), SourcesV6: slices.Clone(s.SourcesV6),
+			NoUpstreamCookies: s.UpstreamCookies != nil && !*s.UpstreamCookies,
+			NoUpstream0x20:    s.Upstream0x20 != nil && !*s.Upstream0x20,
 		})
 	}
 	return ec
