@@ -27,7 +27,9 @@ type Config struct {
 	// the attempt rules.
 	QuestionTimeout time.Duration
 	Probe           bool
-	// ForwardECS keeps a client's EDNS Client Subnet option upstream.
+	// ForwardECS keeps a client's EDNS Client Subnet option upstream in
+	// every scope whose ECS policy is ECSDefault, and for the fallback
+	// servers.
 	ForwardECS bool
 	// UpstreamCookies sends every server DNS cookies (RFC 7873) and
 	// ignores replies that do not carry its own; Upstream0x20 asks every
@@ -56,6 +58,9 @@ type ScopeConfig struct {
 	Search       []string
 	SourcesV4    []string
 	SourcesV6    []string
+	// ECS is what becomes of a client's EDNS Client Subnet option (RFC
+	// 7871) in the scope's queries.
+	ECS ECSPolicy
 	// NoUpstreamCookies sends the scope's servers no DNS cookies (RFC
 	// 7873) when Config.UpstreamCookies is on, for servers that mishandle
 	// them.
@@ -65,6 +70,17 @@ type ScopeConfig struct {
 	// regard to case, when Config.Upstream0x20 is on.
 	NoUpstream0x20 bool
 }
+
+// ECSPolicy says whether a client's EDNS Client Subnet option reaches a
+// scope's servers. Answers never carry one back: the engine strips it
+// from every reply it stores (hopOptionsRemoved).
+type ECSPolicy uint8
+
+const (
+	ECSDefault ECSPolicy = iota // as Config.ForwardECS says
+	ECSStrip                    // the option never reaches an upstream
+	ECSPass                     // the option goes upstream as the client wrote it; the answer is neither cached nor shared
+)
 
 // The cache's TTL bounds. Zero MaxTTL and NegativeMaxTTL take these.
 const (

@@ -30,6 +30,9 @@ type scope struct {
 	// cookies and mixCase: DNS cookies (cookie.go) and 0x20 (namecase.go)
 	// toward the scope's servers.
 	cookies, mixCase bool
+	// forwardECS sends a client's EDNS Client Subnet option to the
+	// scope's servers (ECSPass).
+	forwardECS bool
 }
 
 // source returns the egress address for a transaction to server: the
@@ -192,7 +195,11 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 		}
 		seen[sc.Name] = true
 		s := &scope{name: sc.Name, defaultRoute: sc.DefaultRoute, reported: true,
-			cookies: cfg.UpstreamCookies && !sc.NoUpstreamCookies, mixCase: cfg.Upstream0x20 && !sc.NoUpstream0x20}
+			cookies: cfg.UpstreamCookies && !sc.NoUpstreamCookies, mixCase: cfg.Upstream0x20 && !sc.NoUpstream0x20,
+			forwardECS: sc.ECS == ECSPass || sc.ECS == ECSDefault && cfg.ForwardECS}
+		if sc.ECS > ECSPass {
+			return nil, fmt.Errorf("scope %q: ECS policy %d: want strip or pass", sc.Name, sc.ECS)
+		}
 		for _, d := range sc.Domains {
 			fqdn, err := domainASCII(d)
 			if err != nil {
@@ -231,7 +238,8 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 	if err != nil {
 		return nil, fmt.Errorf("fallback_servers: %w", err)
 	}
-	r.fallback = &scope{name: FallbackScope, servers: fb, cookies: cfg.UpstreamCookies, mixCase: cfg.Upstream0x20}
+	r.fallback = &scope{name: FallbackScope, servers: fb, cookies: cfg.UpstreamCookies, mixCase: cfg.Upstream0x20,
+		forwardECS: cfg.ForwardECS}
 	if r.local, err = buildLocal(cfg.Hosts); err != nil {
 		return nil, err
 	}
@@ -264,7 +272,7 @@ func sameRouting(a, b *Config) bool {
 	for i := range a.Scopes {
 		x, y := a.Scopes[i], b.Scopes[i]
 		if x.Name != y.Name || x.DefaultRoute != y.DefaultRoute || !slices.Equal(x.Domains, y.Domains) ||
-			!slices.Equal(x.Servers, y.Servers) || !slices.Equal(x.Search, y.Search) {
+			!slices.Equal(x.Servers, y.Servers) || !slices.Equal(x.Search, y.Search) || x.ECS != y.ECS {
 			return false
 		}
 	}

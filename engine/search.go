@@ -177,7 +177,7 @@ func (qn *question) lookup(name string, searched bool, r *found) {
 			return
 		}
 	}
-	if rt.cfg.ForwardECS && qn.client.ecs {
+	if qn.scope.forwardECS && qn.client.ecs {
 		qn.askUpstream(name, searched, r)
 		return
 	}

@@ -87,7 +87,7 @@ func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomai
 func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.first != nil || e.first == TCP && !e.openNow || len(sc.servers) == 0 ||
-		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
+		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || sc.forwardECS && cq.ecs || ctx.Err() != nil {
 		return false
 	}
 	start := time.Now()

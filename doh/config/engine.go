@@ -40,9 +40,14 @@ func (c *Config) EngineConfig() engine.Config {
 			Name: s.Name, Domains: asciiNames(s.Domains), DefaultRoute: s.DefaultRoute,
 			Servers: slices.Clone(s.Servers), Search: asciiNames(s.Search),
 			SourcesV4: slices.Clone(s.SourcesV4), SourcesV6: slices.Clone(s.SourcesV6),
+			ECS:               ecsPolicies[s.ECS],
 			NoUpstreamCookies: s.UpstreamCookies != nil && !*s.UpstreamCookies,
 			NoUpstream0x20:    s.Upstream0x20 != nil && !*s.Upstream0x20,
 		})
 	}
 	return ec
 }
+
+// ecsPolicies are the values of a scope's ecs key ("" defers to
+// engine.forward_ecs).
+var ecsPolicies = map[string]engine.ECSPolicy{"": engine.ECSDefault, "strip": engine.ECSStrip, "pass": engine.ECSPass}

@@ -108,6 +108,13 @@ func (c *Config) validate(x *keyIndex) error {
 		checkNames(key+".domains", s.Domains, engine.ParseDomain, bad)
 		checkNames(key+".search", s.Search, engine.ParseSearchDomain, bad)
 		checkServers(key+".servers", s.Servers, bad)
+		if _, ok := ecsPolicies[s.ECS]; !ok {
+			if s.ECS == "add" {
+				bad(key+".ecs", "add is not supported yet: want strip or pass")
+			} else {
+				bad(key+".ecs", "%q: want strip or pass", s.ECS)
+			}
+		}
 		for j, a := range s.SourcesV4 {
 			if _, err := engine.ParseSource(a, 4); err != nil {
 				bad(fmt.Sprintf("%s.sources_v4[%d]", key, j), "%v", err)
