@@ -63,16 +63,18 @@ var upstreamAnswers = []struct {
 // fresh socket per transaction, and the pool of connected sockets.
 func BenchmarkForwardUDP(b *testing.B) {
 	for _, sockets := range []struct {
-		name string
-		net  engine.NativeNetwork
-	}{{"fresh", engine.NativeNetwork{FreshSockets: true}}, {"pooled", engine.NativeNetwork{}}} {
+		name     string
+		net      engine.NativeNetwork
+		hardened bool // DNS cookies and 0x20 on, as dohfwd's configuration has them
+	}{{"fresh", engine.NativeNetwork{FreshSockets: true}, false}, {"pooled", engine.NativeNetwork{}, false},
+		{"pooled-cookies-0x20", engine.NativeNetwork{}, true}} {
 		for _, shape := range upstreamAnswers {
-			b.Run(sockets.name+"/"+shape.name, func(b *testing.B) { benchmarkForwardUDP(b, sockets.net, shape.opts) })
+			b.Run(sockets.name+"/"+shape.name, func(b *testing.B) { benchmarkForwardUDP(b, sockets.net, shape.opts, sockets.hardened) })
 		}
 	}
 }
 
-func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions) {
+func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions, hardened bool) {
 	addr, metric := "", "own-cpu-ns/op"
 	if _, ok := upstreamtest.NSDPath(); ok {
 		addr = startNSDWith(b, opts)
@@ -80,7 +82,8 @@ func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest
 		addr = upstreamtest.Start(b, upstreamtest.Answer("@ 60 IN A 192.0.2.80")).String()
 		metric = "cpu-with-upstream-ns/op"
 	}
-	e, err := engine.New(engine.Config{Scopes: []engine.ScopeConfig{{Name: "test", DefaultRoute: true, Servers: []string{addr}}}},
+	e, err := engine.New(engine.Config{UpstreamCookies: hardened, Upstream0x20: hardened,
+		Scopes: []engine.ScopeConfig{{Name: "test", DefaultRoute: true, Servers: []string{addr}}}},
 		engine.Options{Network: network})
 	if err != nil {
 		b.Fatal(err)

@@ -71,7 +71,8 @@ func (e *Engine) InFlight() int64 { return e.inFlight.n.Load() }
 // MergeStatuses folds the statuses of several engines that run the same
 // configuration (the instances of an edge host) into one: the scopes of
 // the first, a server shown demoted when any engine has it demoted (until
-// the latest mark), and the sums of the counters, in-flight numbers and
+// the latest mark) and with a cookie or not keeping case when any engine
+// found so, and the sums of the counters, in-flight numbers and
 // ceilings.
 func MergeStatuses(all []Status) Status {
 	if len(all) == 0 {
@@ -91,9 +92,11 @@ func MergeStatuses(all []Status) Status {
 		for si := range min(len(out.Scopes), len(st.Scopes)) {
 			mine, theirs := out.Scopes[si].Servers, st.Scopes[si].Servers
 			for vi := range min(len(mine), len(theirs)) {
+				cookie, caseless := mine[vi].Cookie || theirs[vi].Cookie, mine[vi].CaseNotKept || theirs[vi].CaseNotKept
 				if t := theirs[vi]; t.Demoted && (!mine[vi].Demoted || t.DemotedUntil.After(*mine[vi].DemotedUntil)) {
 					mine[vi] = t
 				}
+				mine[vi].Cookie, mine[vi].CaseNotKept = cookie, caseless
 			}
 		}
 	}
