@@ -25,6 +25,8 @@ var smallMaxAges = func() []string {
 //   - NXDOMAIN, and NOERROR without answers (NODATA): the negative TTL of
 //     RFC 2308, the smaller of the SOA's TTL and its MINIMUM; with no SOA
 //     the answer is not kept (RFC 2308 section 5);
+//   - a stale answer (RFC 8767), positive or negative: the stale TTL
+//     every record of it carries (engine's staleReplyTTL);
 //   - anything else (SERVFAIL, which includes the engine's unavailable,
 //     REFUSED, FORMERR, NOTIMP, ...) says something about this moment or
 //     this request, not about the name: not kept.

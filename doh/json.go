@@ -46,8 +46,11 @@ type jsonError struct {
 }
 
 // jsonQuery appends the query a JSON request asks to dst: RD set, ID
-// 0, EDNS with DO when do is set, CD when cd is set; and the question's
-// name (as asked, fully qualified) and type.
+// 0, EDNS (DO when do is set), CD when cd is set; and the question's
+// name (as asked, fully qualified) and type. EDNS always: an Extended DNS
+// Error (RFC 8914), the JSON form's Comment, rides in the reply's OPT
+// record, which a reply to a query without one may not carry (RFC 6891
+// section 7); a stale answer's EDE 3 included.
 func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint16, err error) {
 	name := v.Get("name")
 	if name == "" {
@@ -79,9 +82,11 @@ func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint
 	}
 	b := dnswire.NewBuilder(dst, dnswire.Header{Flags: flags})
 	b.Question(wireName, qtype, dnswire.ClassINET)
+	var ednsFlags uint32
 	if do {
-		b.OPT(dnswire.DefaultMsgSize, dnswire.EDNSFlagDO, nil)
+		ednsFlags = dnswire.EDNSFlagDO
 	}
+	b.OPT(dnswire.DefaultMsgSize, ednsFlags, nil)
 	query, err = b.Finish()
 	return query, qname, qtype, err
 }

@@ -168,7 +168,7 @@ func TestJSONFromWireMalformed(t *testing.T) {
 }
 
 // The JSON request's query: the same message miekg/dns built from the
-// same parameters (SetQuestion, ID 0, CD, EDNS with DO).
+// same parameters (SetQuestion, ID 0, CD, EDNS, DO).
 func TestJSONQueryAsMiekg(t *testing.T) {
 	for _, raw := range []string{
 		"name=example.org", "name=Example.ORG.&type=aaaa", "name=.&type=NS", "name=example.org&type=TYPE65280",
@@ -329,8 +329,8 @@ func TestCheckQueryRefusesCuts(t *testing.T) {
 }
 
 // miekgJSONQuery is how the query was built with miekg/dns, the
-// reference for jsonQuery: the query a JSON request asks: RD set, ID 0, EDNS with
-// DO when do is set, CD when cd is set.
+// reference for jsonQuery: the query a JSON request asks: RD set, ID 0, EDNS
+// (DO when do is set), CD when cd is set.
 func miekgJSONQuery(v url.Values) (*dns.Msg, error) {
 	name := v.Get("name")
 	if name == "" {
@@ -355,9 +355,7 @@ func miekgJSONQuery(v url.Values) (*dns.Msg, error) {
 	q.SetQuestion(dns.Fqdn(name), qtype)
 	q.Id = 0
 	q.CheckingDisabled = cd
-	if do {
-		q.SetEdns0(dns.DefaultMsgSize, true)
-	}
+	q.SetEdns0(dns.DefaultMsgSize, do)
 	return q, nil
 }
 

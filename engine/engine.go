@@ -141,7 +141,8 @@ type Response struct {
 	Rcode int
 	// TTL is the answer's TTL as the reply carries it, for Cache-Control;
 	// Cacheable is false when the reply must not be kept (SERVFAIL,
-	// unavailable, a negative answer without SOA). See answerTTL.
+	// unavailable, a negative answer without SOA). See answerTTL; a stale
+	// answer's, negative or not, is the stale TTL (staleReplyTTL).
 	TTL       uint32
 	Cacheable bool
 	Result    Result
@@ -257,20 +258,21 @@ func (qn *question) respond(resp *Response, dst []byte, f *found) {
 
 // replyFacts are the rcode and answerTTL of reply, the client's reply
 // writeReply made for f: from its entry's facts when it has them (no walk
-// of the reply), else from a walk.
+// of the reply), else from a walk. A stale answer's TTL is the stale TTL
+// whatever its rcode (staleReplyTTL).
 func (qn *question) replyFacts(reply []byte, f *found) (rcode int, ttl uint32, cacheable bool) {
+	staleTTL := int64(-1)
+	if f.result == ResultStale {
+		staleTTL = int64(qn.cfg.Cache.StaleTTL / time.Second)
+	}
 	if f.en != nil {
-		staleTTL := int64(-1)
-		if f.result == ResultStale {
-			staleTTL = int64(qn.cfg.Cache.StaleTTL / time.Second)
-		}
 		if rcode, ttl, cacheable, ok := f.en.replyFacts(f.at, staleTTL); ok {
-			return rcode, ttl, cacheable
+			return rcode, staleReplyTTL(ttl, cacheable, staleTTL), cacheable
 		}
 	}
 	w, _ := walkReply(reply, nil)
 	ttl, cacheable = answerTTL(w.facts)
-	return w.rcode, ttl, cacheable
+	return w.rcode, staleReplyTTL(ttl, cacheable, staleTTL), cacheable
 }
 
 // writeReply appends the client's reply for f to dst.

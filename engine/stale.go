@@ -10,7 +10,9 @@ import (
 // CacheConfig.StaleMax. A question whose result would be unavailable
 // (attempts spent, ceiling refusal, an empty scope, its own timeout) and
 // that finds such an entry is answered from it: every record's TTL set
-// to StaleTTL and an EDE option with info-code 3 (Stale Answer). The
+// to StaleTTL, its Cache-Control TTL StaleTTL (staleReplyTTL), and an
+// EDE option with info-code 3 (Stale Answer) when the client sent EDNS
+// (RFC 6891 section 7: no OPT record in a reply to a query without). The
 // question still spends its attempts exactly as it would have: a stale
 // answer is a local answer given after the upstream result is known, or,
 // with the client response timer (StaleAnswerAfter, RFC 8767 §5), while
@@ -31,6 +33,20 @@ var staleEDE = []byte{
 // carries EDE 3.
 func (en *entry) appendStale(dst []byte, cq *clientQuery, qname []byte, ttl time.Duration) []byte {
 	return en.write(dst, cq, qname, time.Time{}, int64(ttl/time.Second))
+}
+
+// staleReplyTTL is the TTL of a reply whose answerTTL is ttl: itself, or
+// for a stale answer (staleTTL >= 0) the stale TTL, which every record of
+// it carries. A negative stale answer too: the SOA's MINIMUM bounds how
+// long the upstream's denial may be kept (RFC 2308), but this reply is not
+// that denial as the upstream gave it, it is what RFC 8767 lets stand in
+// for one that cannot be had now, for the stale TTL (its records, its
+// Cache-Control max-age), the same as a positive stale answer.
+func staleReplyTTL(ttl uint32, cacheable bool, staleTTL int64) uint32 {
+	if staleTTL >= 0 && cacheable {
+		return uint32(staleTTL)
+	}
+	return ttl
 }
 
 // staleEntry is what the cache holds for key when it is only good for a

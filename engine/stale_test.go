@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -242,40 +243,48 @@ func TestStaleClientCancelChargesNoServer(t *testing.T) {
 }
 
 // staleNegativeReply answers NXDOMAIN for A and NODATA for TXT, with a SOA of
-// TTL 300 and MINIMUM 60.
-var staleNegativeReply = memnet.Reply{Msg: func(q *dns.Msg) *dns.Msg {
-	rcode := dns.RcodeNameError
-	if q.Question[0].Qtype == dns.TypeTXT {
-		rcode = dns.RcodeSuccess
-	}
-	m := new(dns.Msg)
-	m.SetRcode(q, rcode)
-	soa, _ := dns.NewRR(soaText(300, 60))
-	m.Ns = append(m.Ns, soa)
-	return m
-}}
+// TTL 300 and MINIMUM minimum.
+func staleNegativeReply(minimum uint32) memnet.Reply {
+	return memnet.Reply{Msg: func(q *dns.Msg) *dns.Msg {
+		rcode := dns.RcodeNameError
+		if q.Question[0].Qtype == dns.TypeTXT {
+			rcode = dns.RcodeSuccess
+		}
+		m := new(dns.Msg)
+		m.SetRcode(q, rcode)
+		soa, _ := dns.NewRR(soaText(300, minimum))
+		m.Ns = append(m.Ns, soa)
+		return m
+	}}
+}
 
+// A stale NXDOMAIN or NODATA keeps its SOA, every TTL and the
+// Cache-Control TTL the stale TTL (30), whether the SOA's MINIMUM is above
+// it (60) or below it (5): the MINIMUM bounds the upstream's denial, not
+// how long a stale answer stands.
 func TestStaleNegative(t *testing.T) {
-	for _, c := range []struct {
-		qtype uint16
-		rcode int
-	}{{dns.TypeA, dns.RcodeNameError}, {dns.TypeTXT, dns.RcodeSuccess}} {
-		t.Run(dns.TypeToString[c.qtype], func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := staleRig(t, 0)
-				r.serve(memnet.Respond(staleNegativeReply))
-				if resp, _ := r.timed(queryFor("gone.example.", c.qtype)); resp.Msg.Rcode != c.rcode || resp.TTL != 60 {
-					t.Fatalf("first: rcode %d TTL %d", resp.Msg.Rcode, resp.TTL)
-				}
-				time.Sleep(61 * time.Second)
-				r.serve(memnet.Silent())
-				resp, _ := r.timed(queryFor("gone.example.", c.qtype))
-				checkStale(t, resp, engine.ReasonAttemptsSpent, c.rcode, 30)
-				if len(resp.Msg.Ns) != 1 || resp.Msg.Ns[0].Header().Rrtype != dns.TypeSOA {
-					t.Fatalf("stale negative answer without its SOA: %v", resp.Msg.Ns)
-				}
+	for _, minimum := range []uint32{60, 5} {
+		for _, c := range []struct {
+			qtype uint16
+			rcode int
+		}{{dns.TypeA, dns.RcodeNameError}, {dns.TypeTXT, dns.RcodeSuccess}} {
+			t.Run(fmt.Sprintf("%s/minimum=%d", dns.TypeToString[c.qtype], minimum), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					r := staleRig(t, 0)
+					r.serve(memnet.Respond(staleNegativeReply(minimum)))
+					if resp, _ := r.timed(queryFor("gone.example.", c.qtype)); resp.Msg.Rcode != c.rcode || resp.TTL != minimum {
+						t.Fatalf("first: rcode %d TTL %d", resp.Msg.Rcode, resp.TTL)
+					}
+					time.Sleep(time.Duration(minimum+1) * time.Second)
+					r.serve(memnet.Silent())
+					resp, _ := r.timed(queryFor("gone.example.", c.qtype))
+					checkStale(t, resp, engine.ReasonAttemptsSpent, c.rcode, 30)
+					if len(resp.Msg.Ns) != 1 || resp.Msg.Ns[0].Header().Rrtype != dns.TypeSOA {
+						t.Fatalf("stale negative answer without its SOA: %v", resp.Msg.Ns)
+					}
+				})
 			})
-		})
+		}
 	}
 }
 
