@@ -30,7 +30,7 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 	qn.first = nil
 	if !begun {
 		var err error
-		if bufs, err = packQuery(&qn.client, name, qn.scope.forwardECS); err != nil {
+		if bufs, err = packQuery(&qn.client, name, qn.scope.forwardECS, qn.subnet); err != nil {
 			// Nothing can be sent for a name that does not pack; no
 			// server is at fault.
 			r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent

@@ -61,6 +61,9 @@ type ScopeConfig struct {
 	// ECS is what becomes of a client's EDNS Client Subnet option (RFC
 	// 7871) in the scope's queries.
 	ECS ECSPolicy
+	// ECSPrefixV4 and ECSPrefixV6 are the source prefixes ECSAdd sends;
+	// 0 takes DefaultECSPrefixV4 and DefaultECSPrefixV6.
+	ECSPrefixV4, ECSPrefixV6 int
 	// NoUpstreamCookies sends the scope's servers no DNS cookies (RFC
 	// 7873) when Config.UpstreamCookies is on, for servers that mishandle
 	// them.
@@ -80,6 +83,13 @@ const (
 	ECSDefault ECSPolicy = iota // as Config.ForwardECS says
 	ECSStrip                    // the option never reaches an upstream
 	ECSPass                     // the option goes upstream as the client wrote it; the answer is neither cached nor shared
+	ECSAdd                      // the engine sends the client's subnet (WithClient), cached per the scope prefix returned
+)
+
+// The default source prefixes of ECSAdd (RFC 7871 §11.1).
+const (
+	DefaultECSPrefixV4 = 24
+	DefaultECSPrefixV6 = 56
 )
 
 // The cache's TTL bounds. Zero MaxTTL and NegativeMaxTTL take these.

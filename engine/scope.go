@@ -33,6 +33,10 @@ type scope struct {
 	// forwardECS sends a client's EDNS Client Subnet option to the
 	// scope's servers (ECSPass).
 	forwardECS bool
+	// ecsAdd sends the client's subnet at prefix4 or prefix6 bits
+	// (ECSAdd, ecs.go).
+	ecsAdd           bool
+	prefix4, prefix6 int
 }
 
 // source returns the egress address for a transaction to server: the
@@ -197,8 +201,18 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 		s := &scope{name: sc.Name, defaultRoute: sc.DefaultRoute, reported: true,
 			cookies: cfg.UpstreamCookies && !sc.NoUpstreamCookies, mixCase: cfg.Upstream0x20 && !sc.NoUpstream0x20,
 			forwardECS: sc.ECS == ECSPass || sc.ECS == ECSDefault && cfg.ForwardECS}
-		if sc.ECS > ECSPass {
-			return nil, fmt.Errorf("scope %q: ECS policy %d: want strip or pass", sc.Name, sc.ECS)
+		if sc.ECS > ECSAdd {
+			return nil, fmt.Errorf("scope %q: ECS policy %d: want strip, pass or add", sc.Name, sc.ECS)
+		}
+		s.ecsAdd, s.prefix4, s.prefix6 = sc.ECS == ECSAdd, sc.ECSPrefixV4, sc.ECSPrefixV6
+		if s.prefix4 == 0 {
+			s.prefix4 = DefaultECSPrefixV4
+		}
+		if s.prefix6 == 0 {
+			s.prefix6 = DefaultECSPrefixV6
+		}
+		if s.prefix4 < 0 || s.prefix4 > 32 || s.prefix6 < 0 || s.prefix6 > 128 {
+			return nil, fmt.Errorf("scope %q: ECS prefixes /%d and /%d: want at most /32 and /128", sc.Name, s.prefix4, s.prefix6)
 		}
 		for _, d := range sc.Domains {
 			fqdn, err := domainASCII(d)
@@ -272,7 +286,8 @@ func sameRouting(a, b *Config) bool {
 	for i := range a.Scopes {
 		x, y := a.Scopes[i], b.Scopes[i]
 		if x.Name != y.Name || x.DefaultRoute != y.DefaultRoute || !slices.Equal(x.Domains, y.Domains) ||
-			!slices.Equal(x.Servers, y.Servers) || !slices.Equal(x.Search, y.Search) || x.ECS != y.ECS {
+			!slices.Equal(x.Servers, y.Servers) || !slices.Equal(x.Search, y.Search) || x.ECS != y.ECS ||
+			x.ECSPrefixV4 != y.ECSPrefixV4 || x.ECSPrefixV6 != y.ECSPrefixV6 {
 			return false
 		}
 	}

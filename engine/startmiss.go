@@ -87,7 +87,7 @@ func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomai
 func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.first != nil || e.first == TCP && !e.openNow || len(sc.servers) == 0 ||
-		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || sc.forwardECS && cq.ecs || ctx.Err() != nil {
+		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || sc.forwardECS && cq.ecs || sc.ecsAdd || ctx.Err() != nil {
 		return false
 	}
 	start := time.Now()
@@ -125,7 +125,7 @@ func (m *Miss) Started() bool { return m.led != nil }
 // the question's ask then finds for itself as ever. It sets m.first and
 // reports whether the upstream loop took the transaction (then).
 func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, sc *scope, now time.Time, m *Miss, then MissContinuation) bool {
-	bufs, err := packQuery(cq, cq.name, false)
+	bufs, err := packQuery(cq, cq.name, false, netip.Prefix{})
 	if err != nil {
 		return false
 	}
