@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -100,4 +105,137 @@ func upstreamECS(t *testing.T, up *upstreamtest.Server, name string) string {
 	}
 	t.Fatalf("the upstream was not asked %s", name)
 	return ""
+}
+
+// ecsAddUpstream answers with the query's ECS option echoed, at scope
+// prefix 24 (the answer is for that /24 only).
+func ecsAddUpstream(t *testing.T) *upstreamtest.Server {
+	return upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
+		a := upstreamtest.Answer("@ 60 IN A 192.0.2.1")(q)
+		if q.Msg != nil && len(a.Replies) > 0 {
+			if o := q.Msg.IsEdns0(); o != nil {
+				for _, opt := range o.Option {
+					if s, ok := opt.(*dns.EDNS0_SUBNET); ok {
+						echo := *s
+						echo.SourceScope = 24
+						r := a.Replies[0].Msg.IsEdns0()
+						r.Option = append(r.Option, &echo)
+					}
+				}
+			}
+		}
+		return a
+	})
+}
+
+// ecs: add sends the client's subnet from every front end: the peer's
+// address cut to /24, or the address a trusted X-Forwarded-For or a PROXY
+// protocol header gives (cut to /56 for IPv6). The client's own ECS
+// option is not what is sent, and no answer carries one back. An answer
+// for a /24 serves that /24 from the cache, and another /24 is asked
+// again.
+func TestECSAddOnEveryFrontEnd(t *testing.T) {
+	t.Parallel()
+	up := ecsAddUpstream(t)
+	yaml := fmt.Sprintf(`listen:
+  https: 127.0.0.1:0
+  http: 127.0.0.1:0
+  dot: 127.0.0.1:0
+  dns: 127.0.0.1:0
+  admin: 127.0.0.1:0
+  trusted_proxies: [127.0.0.3/32]
+  proxy_protocol: [127.0.0.2/32]
+scopes:
+  - name: add
+    default_route: true
+    servers: [%s]
+    ecs: add
+fallback_servers: [127.0.0.1:1]
+log:
+  format: json
+`, up)
+	d := startDohfwd(t, yaml, newPKI(t))
+	tls := []string{"+tls-ca=" + d.pki.CA, "+tls-hostname=localhost"}
+	fronts := []struct {
+		listener string
+		args     []string
+	}{
+		{"https", append([]string{"+https"}, tls...)},
+		{"http", []string{"+http-plain"}},
+		{"dot", append([]string{"+tls"}, tls...)},
+		{"dns-udp", []string{"+notcp"}},
+		{"dns-tcp", []string{"+tcp"}},
+	}
+	for i, f := range fronts {
+		host, port, _ := net.SplitHostPort(d.listenerAddr(f.listener))
+		name := fmt.Sprintf("add%d.e2e.test", i)
+		args := append([]string{"@" + host, "-p", port, "-b", "127.0.0.1", "+tries=1", "+timeout=5", "+subnet=203.0.113.0/24"}, f.args...)
+		out := runTool(t, "dig", append(args, name, "A")...)
+		if !strings.Contains(out, "status: NOERROR") || strings.Contains(out, "CLIENT-SUBNET") {
+			t.Fatalf("%s: want an answer without ECS:\n%s", f.listener, out)
+		}
+		if sent := upstreamECS(t, up, name); sent != "127.0.0.0/24" {
+			t.Fatalf("%s: sent %q upstream, want the client's 127.0.0.0/24", f.listener, sent)
+		}
+	}
+
+	// The cache: the same /24 is answered from it, another /24 is asked.
+	host, port, _ := net.SplitHostPort(d.listenerAddr("dns-udp"))
+	asked := func(name string) int {
+		n := 0
+		for _, q := range up.Queries() {
+			if q.Msg != nil && strings.EqualFold(q.Msg.Question[0].Name, name+".") {
+				n++
+			}
+		}
+		return n
+	}
+	for i, from := range []string{"127.0.0.1", "127.0.0.9", "127.0.1.1"} {
+		out := runTool(t, "dig", "@"+host, "-p", port, "-b", from, "+tries=1", "+timeout=5", "cached.e2e.test", "A")
+		if !strings.Contains(out, "status: NOERROR") {
+			t.Fatalf("from %s:\n%s", from, out)
+		}
+		if want := []int{1, 1, 2}[i]; asked("cached.e2e.test") != want {
+			t.Fatalf("after the question from %s the upstream was asked %d times, want %d", from, asked("cached.e2e.test"), want)
+		}
+	}
+
+	// A trusted proxy's X-Forwarded-For names the client.
+	c := d.clientFrom("127.0.0.3")
+	req := newQuery("xff.e2e.test.", dns.TypeA)
+	wire, _ := req.Pack()
+	hreq, _ := http.NewRequest("POST", d.URL(), bytes.NewReader(wire))
+	hreq.Header.Set("content-type", "application/dns-message")
+	hreq.Header.Set("x-forwarded-for", "198.51.100.77")
+	res, err := c.Do(hreq)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("DoH through the trusted proxy: %v %v", res, err)
+	}
+	res.Body.Close()
+	if sent := upstreamECS(t, up, "xff.e2e.test"); sent != "198.51.100.0/24" {
+		t.Fatalf("X-Forwarded-For: sent %q upstream, want 198.51.100.0/24", sent)
+	}
+
+	// A PROXY protocol v2 header from the balancer names the client.
+	conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 2 * time.Second}).Dial("tcp", d.HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hdr := []byte("\r\n\r\n\x00\r\nQUIT\n\x21\x21\x00\x24")
+	hdr = append(hdr, net.ParseIP("2001:db8:aa:bb::53")...)
+	hdr = append(hdr, net.ParseIP("2001:db8::1")...)
+	hdr = append(hdr, 40053>>8, 40053&0xff, 443>>8, 443&0xff)
+	conn.Write(hdr)
+	pq := newQuery("proxied.e2e.test.", dns.TypeA)
+	pwire, _ := pq.Pack()
+	fmt.Fprintf(conn, "GET /dns-query?dns=%s HTTP/1.1\r\nHost: doh.test\r\n\r\n", base64.RawURLEncoding.EncodeToString(pwire))
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	pres, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || pres.StatusCode != http.StatusOK {
+		t.Fatalf("DoH behind PROXY protocol: %v %v", pres, err)
+	}
+	if sent := upstreamECS(t, up, "proxied.e2e.test"); sent != "2001:db8:aa::/56" {
+		t.Fatalf("PROXY protocol: sent %q upstream, want 2001:db8:aa::/56", sent)
+	}
 }

@@ -126,6 +126,10 @@ type Scope struct {
 	// cached). "" is engine.forward_ecs's choice: pass when true, else
 	// strip.
 	ECS string `yaml:"ecs"`
+	// IPv4Prefix and IPv6Prefix are the source prefixes of ecs: add (0:
+	// 24 and 56).
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+	IPv6Prefix int `yaml:"ipv6_prefix"`
 	// UpstreamCookies sends the scope's servers DNS cookies (RFC 7873)
 	// and ignores replies without their own; nil is true. False is for
 	// servers that mishandle cookies.

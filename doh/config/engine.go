@@ -41,6 +41,8 @@ func (c *Config) EngineConfig() engine.Config {
 			Servers: slices.Clone(s.Servers), Search: asciiNames(s.Search),
 			SourcesV4: slices.Clone(s.SourcesV4), SourcesV6: slices.Clone(s.SourcesV6),
 			ECS:               ecsPolicies[s.ECS],
+			ECSPrefixV4:       s.IPv4Prefix,
+			ECSPrefixV6:       s.IPv6Prefix,
 			NoUpstreamCookies: s.UpstreamCookies != nil && !*s.UpstreamCookies,
 			NoUpstream0x20:    s.Upstream0x20 != nil && !*s.Upstream0x20,
 		})
@@ -50,4 +52,4 @@ func (c *Config) EngineConfig() engine.Config {
 
 // ecsPolicies are the values of a scope's ecs key ("" defers to
 // engine.forward_ecs).
-var ecsPolicies = map[string]engine.ECSPolicy{"": engine.ECSDefault, "strip": engine.ECSStrip, "pass": engine.ECSPass}
+var ecsPolicies = map[string]engine.ECSPolicy{"": engine.ECSDefault, "strip": engine.ECSStrip, "pass": engine.ECSPass, "add": engine.ECSAdd}

@@ -39,7 +39,7 @@ scopes:
 
 // An ECS policy the engine does not have is refused by file, line and key.
 func TestScopeECSRefused(t *testing.T) {
-	for _, v := range []string{"add", "leak"} {
+	for _, v := range []string{"leak", "strip\n    ipv4_prefix: 20"} {
 		_, err := Parse("t.yaml", []byte("scopes:\n  - name: a\n    servers: [192.0.2.1]\n    ecs: "+v+"\n"))
 		if err == nil || !strings.Contains(err.Error(), "t.yaml:4: scopes[0].ecs") {
 			t.Fatalf("ecs: %s: error %v, want one at t.yaml:4 naming scopes[0].ecs", v, err)

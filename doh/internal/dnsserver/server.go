@@ -82,8 +82,8 @@ type Server struct {
 	OnDrop func(peer net.Addr, reason string)
 	// Admit, if set, is asked for each question about to be resolved,
 	// with the client's address; a refused client gets REFUSED with EDE
-	// 18 (Prohibited) and the resolver is not asked. With Admit set the
-	// resolver's context also names the client (engine.WithClient).
+	// 18 (Prohibited) and the resolver is not asked. The resolver's
+	// context names the client (engine.WithClient) either way.
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
 
 	mu        sync.Mutex
@@ -137,8 +137,8 @@ func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dn
 		if ok, _ := s.Admit(client); !ok {
 			return refusedReply(q)
 		}
-		ctx = engine.WithClient(ctx, client)
 	}
+	ctx = engine.WithClient(ctx, client)
 	// The query is packed again and the reply unpacked: packReply
 	// truncates and pads an unpacked reply.
 	raw, err := q.Pack()
