@@ -36,7 +36,10 @@ TEST_EXTRA :=
 # coordinator can fail a duration run at its end with "context deadline
 # exceeded" and no input (go.dev/issue/75804, fixed in Go 1.27); a count
 # has no deadline to race (a few seconds per target here).
-FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./engine:FuzzUpstreamReply ./doh/config:FuzzParse
+FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./doh:FuzzJSONFromWire \
+	./doh:FuzzReqDecoder ./doh:FuzzHuffDecode ./doh/config:FuzzParse \
+	./engine:FuzzUpstreamReply ./engine/dnswire:FuzzParserAsMiekg \
+	./engine/dnswire:FuzzRdataText ./engine/dnswire:FuzzUnpackName
 FUZZTIME_SHORT ?= 15000x
 FUZZTIME ?= 2m
 TEST_EXTRA += fuzz-short

@@ -483,7 +483,7 @@ func TestStreamsPastTheLimit(t *testing.T) {
 	close(res.release)
 }
 
-// TestHeaderStallCut (issue 13): a header block that is not completed
+// TestHeaderStallCut (slowloris on HTTP/2 headers): a header block that is not completed
 // within the header timeout (5 s) closes the connection, whether the
 // client falls silent or trickles a CONTINUATION every second; the idle
 // timeout (2 min) does not apply.

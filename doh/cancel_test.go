@@ -16,7 +16,8 @@ import (
 // TestClientCancelNotCharged: an HTTP/2 client that resets its stream
 // while the engine waits on a silent upstream cancels the question; the
 // engine counts it cancelled, charges nothing to the server and demotes
-// nothing (SPEC §3, budget 1).
+// nothing: the client's context is the first of a transaction's three
+// time budgets (engine/budget_test.go).
 func TestClientCancelNotCharged(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Start(t, upstreamtest.Drop())

@@ -22,11 +22,7 @@ import (
 // bind9-dnsutils).
 func needTool(t *testing.T, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		testtool.Missing(t, "%s is not installed; `make test` installs it (scripts/setup.d)", name)
-	}
-	return p
+	return testtool.Find(t, name, "`make test` installs it (scripts/setup.d)")
 }
 
 func writeCA(t *testing.T) string {

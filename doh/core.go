@@ -354,6 +354,17 @@ func (h *Handler) beginJSON(c *call) bool {
 	}
 	c.x.QName, c.x.QType = qname, qtype
 	c.in, c.raw = q, q
+	// The question read; the query made of it gets the verdict a wire
+	// query gets (a meta type's DNS error).
+	if v := dnswire.CheckQuery(q); v.Verdict != dnswire.Accepted {
+		c.x.Problem = v.Problem
+		if v.Verdict == dnswire.Unreadable { // not expected: jsonQuery made it
+			h.failJSON(c, statusBadRequest, v.Problem)
+			return true
+		}
+		h.writeErrorReply(c, v.Rcode)
+		return true
+	}
 	return false
 }
 

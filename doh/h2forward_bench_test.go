@@ -98,7 +98,7 @@ func forwardRequests(b testing.TB, n int) [][]byte {
 // engine with its cache off, over a pooled UDP socket to nsd (a separate
 // process, so its allocations are not counted). One request at a time;
 // distinct names. Allocations per op are per forwarded question end to
-// end (issue 12 targets ≤ 10). Figures only: nothing is asserted.
+// end (the target is 10 or fewer). Figures only: nothing is asserted.
 func BenchmarkH2Forward(b *testing.B) { benchH2Forward(b, Options{}) }
 
 // BenchmarkH2ForwardOperator is BenchmarkH2Forward with the handler as

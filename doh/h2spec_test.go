@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // notApplicable lists the h2spec cases a listener is not held to, by
@@ -22,25 +24,11 @@ var notApplicable = map[string]string{
 		"and net/http answers the invalid request line with 400 and closes it",
 }
 
-// h2specPath finds h2spec (scripts/setup.d/20-h2spec.sh installs it). A
-// missing h2spec fails the test under CI=true.
+// h2specPath finds h2spec (scripts/setup.d/20-h2spec.sh installs it); a
+// missing h2spec fails the test under CI (testtool.Find).
 func h2specPath(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("h2spec"); err == nil {
-		return p
-	}
-	gopath, err := exec.Command("go", "env", "GOPATH").Output()
-	if err == nil {
-		p := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "h2spec")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("h2spec not installed (scripts/setup.d/20-h2spec.sh installs it)")
-	}
-	t.Skip("h2spec not installed: run scripts/setup.d/20-h2spec.sh")
-	return ""
+	return testtool.Find(t, "h2spec", "scripts/setup.d/20-h2spec.sh installs it")
 }
 
 // TestH2Spec runs h2spec, a real HTTP/2 conformance suite, against the

@@ -50,16 +50,14 @@ type jsonError struct {
 // name (as asked, fully qualified) and type. EDNS always: an Extended DNS
 // Error (RFC 8914), the JSON form's Comment, rides in the reply's OPT
 // record, which a reply to a query without one may not carry (RFC 6891
-// section 7); a stale answer's EDE 3 included.
+// section 7); a stale answer's EDE 3 included. The name and type read as
+// every front end reads them (dnswire.ParseQuestion); the query built is
+// then checked as a wire query is (dnswire.CheckQuery), so a meta type
+// gets the same DNS error here as on the wire.
 func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint16, err error) {
-	name := v.Get("name")
-	if name == "" {
-		return dst, "", 0, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
-	}
-	if err := checkName(name); err != nil {
-		return dst, "", 0, err
-	}
-	if qtype, err = parseType(v.Get("type")); err != nil {
+	var buf [dnswire.MaxNameLen]byte
+	wireName, qname, qtype, err := dnswire.ParseQuestion(buf[:0], v.Get("name"), v.Get("type"))
+	if err != nil {
 		return dst, "", 0, err
 	}
 	do, err := parseFlag("do", v.Get("do"))
@@ -69,12 +67,6 @@ func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint
 	cd, err := parseFlag("cd", v.Get("cd"))
 	if err != nil {
 		return dst, "", 0, err
-	}
-	qname = dnswire.Fqdn(name)
-	var buf [dnswire.MaxNameLen]byte
-	wireName, err := dnswire.PackName(buf[:0], qname)
-	if err != nil { // checkName passed: not expected
-		return dst, "", 0, errors.New("bad name parameter " + strconv.Quote(name) + ": " + err.Error())
 	}
 	flags := dnswire.FlagRD
 	if cd {
@@ -89,42 +81,6 @@ func jsonQuery(v url.Values, dst []byte) (query []byte, qname string, qtype uint
 	b.OPT(dnswire.DefaultMsgSize, ednsFlags, nil)
 	query, err = b.Finish()
 	return query, qname, qtype, err
-}
-
-// checkName accepts a domain name in presentation format, at most 253
-// characters without the final dot.
-func checkName(name string) error {
-	n, ok := dnswire.IsDomainName(name)
-	if !ok || n == 0 && name != "." || len(strings.TrimSuffix(name, ".")) > 253 {
-		return errors.New("bad name parameter " + strconv.Quote(name) + ": not a domain name")
-	}
-	return nil
-}
-
-// parseType reads a query type: a mnemonic ("AAAA", any case), a
-// number ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no
-// sense as a forwarded question are refused.
-func parseType(s string) (uint16, error) {
-	if s == "" {
-		return dnswire.TypeA, nil
-	}
-	var t uint16
-	if n, err := strconv.ParseUint(s, 10, 16); err == nil {
-		t = uint16(n)
-	} else if v, ok := dnswire.TypeFromString(strings.ToUpper(s)); ok {
-		t = v
-	} else if u := strings.ToUpper(s); strings.HasPrefix(u, "TYPE") {
-		if n, err := strconv.ParseUint(u[4:], 10, 16); err == nil {
-			t = uint16(n)
-		}
-	}
-	switch t {
-	case 0:
-		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": want a type name (A, AAAA, ...) or number 1-65535")
-	case dnswire.TypeOPT, dnswire.TypeTSIG, dnswire.TypeTKEY, dnswire.TypeAXFR, dnswire.TypeIXFR, dnswire.TypeMAILA, dnswire.TypeMAILB:
-		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dnswire.TypeString(t) + " cannot be asked here")
-	}
-	return t, nil
 }
 
 // parseFlag reads a 0/1/true/false parameter; "" is false.

@@ -174,6 +174,9 @@ func TestJSONQueryAsMiekg(t *testing.T) {
 		"name=example.org", "name=Example.ORG.&type=aaaa", "name=.&type=NS", "name=example.org&type=TYPE65280",
 		"name=example.org&type=65&do=1", "name=example.org&cd=true", "name=a\\.b.example&type=txt&do=true&cd=1",
 		"name=xn--bcher-kva.example&type=nsap-ptr",
+		// Meta types read: the query made of them gets the wire verdict
+		// (cmd/dohfwd TestOneQueryCheckEveryFrontEnd).
+		"name=x&type=AXFR", "name=x&type=opt",
 	} {
 		v, _ := url.ParseQuery(raw)
 		want, wantErr := miekgJSONQuery(v)
@@ -190,7 +193,7 @@ func TestJSONQueryAsMiekg(t *testing.T) {
 		}
 	}
 	for _, raw := range []string{"", "name=a..b", "name=" + strings.Repeat("a.", 130), "name=x&type=NOPE", "name=x&type=0",
-		"name=x&type=65536", "name=x&type=AXFR", "name=x&type=opt", "name=x&do=maybe", "name=x&cd=2", "name=x&type=Reserved"} {
+		"name=x&type=65536", "name=x&do=maybe", "name=x&cd=2", "name=x&type=Reserved"} {
 		v, _ := url.ParseQuery(raw)
 		_, wantErr := miekgJSONQuery(v)
 		_, _, _, err := jsonQuery(v, nil)
@@ -363,15 +366,17 @@ func miekgJSONQuery(v url.Values) (*dns.Msg, error) {
 // characters without the final dot.
 func miekgCheckName(name string) error {
 	n, ok := dns.IsDomainName(name)
-	if !ok || n == 0 && name != "." || len(strings.TrimSuffix(name, ".")) > 253 {
+	if len(strings.TrimSuffix(name, ".")) > 253 {
+		return errors.New("bad name parameter " + strconv.Quote(name) + ": longer than 255 octets in wire form (253 characters)")
+	}
+	if !ok || n == 0 && name != "." {
 		return errors.New("bad name parameter " + strconv.Quote(name) + ": not a domain name")
 	}
 	return nil
 }
 
 // miekgParseType reads a query type: a mnemonic ("AAAA", any case), a number
-// ("28"), or RFC 3597 "TYPE28". "" is A. Meta types that make no sense as a
-// forwarded question are refused.
+// ("28"), or RFC 3597 "TYPE28". "" is A.
 func miekgParseType(s string) (uint16, error) {
 	if s == "" {
 		return dns.TypeA, nil
@@ -386,11 +391,8 @@ func miekgParseType(s string) (uint16, error) {
 			t = uint16(n)
 		}
 	}
-	switch t {
-	case 0:
-		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": want a type name (A, AAAA, ...) or number 1-65535")
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
-		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": " + dns.Type(t).String() + " cannot be asked here")
+	if t == 0 {
+		return 0, errors.New("bad type parameter " + strconv.Quote(s) + ": want a type name (A, AAAA, ...), TYPEn or a number 1-65535")
 	}
 	return t, nil
 }
@@ -526,4 +528,13 @@ func FuzzJSONFromWire(f *testing.F) {
 func knownForm(rrtype uint16) bool {
 	out, err := dnswire.AppendRdataText(nil, make([]byte, 4), rrtype, 0, 4)
 	return err != nil || string(out) != `\# 4 00000000`
+}
+
+// opcodeName is an opcode's mnemonic, or its number when it has none.
+func opcodeName(op int) string {
+	switch op {
+	case dnswire.OpcodeQuery, dnswire.OpcodeIQuery, dnswire.OpcodeStatus, dnswire.OpcodeNotify, dnswire.OpcodeUpdate:
+		return dnswire.OpcodeString(op)
+	}
+	return strconv.Itoa(op)
 }

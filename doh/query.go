@@ -6,7 +6,6 @@ import (
 	"io"
 	"mime"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/dohfwd/dohfwd/engine/dnswire"
@@ -142,15 +141,6 @@ const (
 	flagQR     = 0x80 // in byte 2
 )
 
-// opcodeName is an opcode's mnemonic, or its number when it has none.
-func opcodeName(op int) string {
-	switch op {
-	case dnswire.OpcodeQuery, dnswire.OpcodeIQuery, dnswire.OpcodeStatus, dnswire.OpcodeNotify, dnswire.OpcodeUpdate:
-		return dnswire.OpcodeString(op)
-	}
-	return strconv.Itoa(op)
-}
-
 // plainQueryType reports whether raw is a query that checkQuery would
 // pass as it is, read from the bytes alone: QR clear, opcode QUERY, one
 // question whose name is plain (uncompressed labels of letters, digits,
@@ -189,8 +179,7 @@ func plainQueryType(raw []byte) (qtype uint16, ok bool) {
 		return 0, false
 	}
 	qtype = uint16(raw[nameEnd])<<8 | uint16(raw[nameEnd+1])
-	switch qtype {
-	case dnswire.TypeOPT, dnswire.TypeTSIG, dnswire.TypeTKEY, dnswire.TypeAXFR, dnswire.TypeIXFR, dnswire.TypeMAILA, dnswire.TypeMAILB:
+	if dnswire.RefusedType(qtype) >= 0 {
 		return 0, false
 	}
 	off = nameEnd + 4
@@ -236,7 +225,7 @@ func plainOPT(rr []byte) bool {
 			return false
 		}
 		// Cookie and Padding only: they read whatever they hold; others
-		// (ECS …) may not (optProblem), so checkQuery decides.
+		// (ECS …) may not, so dnswire.CheckQuery decides.
 		if data[0] != 0 || data[1] != 10 && data[1] != 12 {
 			return false
 		}
@@ -261,119 +250,24 @@ type queryCheck struct {
 	qtype   uint16
 }
 
-// checkQuery reads a wire query and sorts it into one of three cases:
-//   - status != 200: not a query we can answer at all (the problem says
-//     why); no DNS response.
-//   - rcode ≥ 0: a query answered here with a DNS error (NOTIMP, FORMERR,
-//     BADVERS); problem says why.
-//   - otherwise the query is ready for the resolver: QR clear, opcode
-//     QUERY, one question, records that read.
+// checkQuery is dnswire.CheckQuery's verdict, the one every front end
+// gives, in HTTP terms:
+//   - status != 200: an Unreadable query, not one we can answer at all
+//     (the problem says why); no DNS response.
+//   - rcode ≥ 0: a Refused query, answered here with a DNS error
+//     (NOTIMP, FORMERR, BADVERS); problem says why.
+//   - otherwise the query is Accepted, ready for the resolver.
 func checkQuery(raw []byte) queryCheck {
-	c := queryCheck{status: statusOK, rcode: -1}
-	if len(raw) < headerSize {
-		return queryCheck{status: statusBadRequest, rcode: -1, problem: "undecodable DNS message: shorter than the 12-byte header"}
+	v := dnswire.CheckQuery(raw)
+	c := queryCheck{status: statusOK, rcode: -1, problem: v.Problem, qtype: v.Type}
+	switch v.Verdict {
+	case dnswire.Unreadable:
+		return queryCheck{status: statusBadRequest, rcode: -1, problem: v.Problem}
+	case dnswire.Refused:
+		c.rcode = v.Rcode
 	}
-	if raw[2]&flagQR != 0 {
-		return queryCheck{status: statusBadRequest, rcode: -1, problem: "not a query: the message is a response (QR set)"}
-	}
-	p, _ := dnswire.NewParser(raw)
-	h := p.Header()
-	var qerr error
-	if q, ok := p.Question(); ok {
-		if c.qname, _, qerr = dnswire.UnpackName(raw, q.NameOff); qerr == nil {
-			c.qtype = q.Type
-		}
-	} else if qerr = p.Err(); qerr == nil {
-		qerr = errors.New("the question is missing")
-	}
-	if h.Counts[0] != 1 {
-		c.qname, c.qtype = "", 0
-	}
-	if op := h.Opcode(); op != dnswire.OpcodeQuery {
-		// The header says what it is; answer it even if the rest is odd.
-		c.rcode, c.problem = dnswire.RcodeNotImplemented, "opcode "+opcodeName(op)+" is not implemented"
-		return c
-	}
-	if h.Counts[0] != 1 {
-		return queryCheck{status: statusBadRequest, rcode: -1, problem: "want exactly one question, QDCOUNT is " + strconv.Itoa(int(h.Counts[0]))}
-	}
-	if qerr != nil {
-		return queryCheck{status: statusBadRequest, rcode: -1, problem: "undecodable DNS message: " + qerr.Error()}
-	}
-	// Header and question read: what is wrong from here is FORMERR, or
-	// another DNS error.
-	c.rcode = dnswire.RcodeFormatError
-	opts, version, records := 0, 0, false
-	for {
-		rr, ok := p.Next()
-		if !ok {
-			break
-		}
-		if rr.Section != dnswire.SectionAdditional {
-			records = true
-			continue
-		}
-		if rr.Type != dnswire.TypeOPT {
-			continue
-		}
-		if why := optProblem(rr.Rdata(raw)); why != "" {
-			c.problem = "malformed DNS message: " + why
-			return c
-		}
-		opts++
-		if raw[rr.Off] != 0 && c.problem == "" {
-			c.problem = "malformed query: OPT record with a name other than the root"
-		}
-		version = int(dnswire.ReadOPT(raw, rr).Version)
-	}
-	switch {
-	case p.Err() != nil:
-		c.problem = "malformed DNS message: " + p.Err().Error()
-	case records:
-		c.problem = "malformed query: records in the answer or authority section"
-	case c.problem != "":
-	case opts > 1:
-		c.problem = "malformed query: more than one OPT record"
-	default:
-		switch c.qtype {
-		case dnswire.TypeOPT, dnswire.TypeTSIG, dnswire.TypeTKEY:
-			c.problem = "malformed query: " + dnswire.TypeString(c.qtype) + " as the question type"
-		case dnswire.TypeAXFR, dnswire.TypeIXFR, dnswire.TypeMAILA, dnswire.TypeMAILB:
-			c.rcode, c.problem = dnswire.RcodeNotImplemented, "question type "+dnswire.TypeString(c.qtype)+" is not implemented"
-		default:
-			if opts == 1 && version != 0 {
-				c.rcode, c.problem = dnswire.RcodeBadVers, "EDNS version "+strconv.Itoa(version)+" is not supported"
-			} else {
-				c.rcode = -1
-			}
-		}
+	if v.NameOff != 0 {
+		c.qname, _, _ = dnswire.UnpackName(raw, v.NameOff)
 	}
 	return c
-}
-
-// optProblem says what is wrong with an OPT record's options, "" when
-// they read: each whole, and a client subnet (RFC 7871 §6) of a known
-// family within its prefix lengths, as miekg/dns reads them.
-func optProblem(data []byte) string {
-	off := 0
-	for off < len(data) {
-		code, value, next, ok := dnswire.NextOption(data, off)
-		if !ok {
-			return "an EDNS option runs past its record"
-		}
-		if code == dnswire.EDNS0SUBNET {
-			if len(value) < 4 {
-				return "client subnet option cut short"
-			}
-			family, source, scope := int(value[0])<<8|int(value[1]), value[2], value[3]
-			switch {
-			case family == 0 && source != 0, family > 2:
-				return "client subnet: bad address family"
-			case family == 1 && (source > 32 || scope > 32), family == 2 && (source > 128 || scope > 128):
-				return "client subnet: bad netmask"
-			}
-		}
-		off = next
-	}
-	return ""
 }

@@ -1,4 +1,4 @@
-# The edge build (issue 6), included by the Makefile.
+# The edge build (the engine as a WebAssembly module; edge/README.md), included by the Makefile.
 #   make wasm          dist/dohfwd.wasm: the engine and DoH handling as a wasip1 reactor
 #   make wasm-workers  copies it next to the Workers glue (edge/workers/dohfwd.wasm), with
 #                      edge/workers/dohfwd.config.json: dohfwd.yaml there, encoded for the module

@@ -33,7 +33,7 @@ func BenchmarkForwardUDPOneAtATime(b *testing.B) {
 
 // benchNetworks are the ways of waiting for a UDP reply compared: the
 // runtime's poller (engine.NativeNetwork), and a receiver thread of our
-// own (receiverNetwork, design (b) of issue 12).
+// own (receiverNetwork, receiver_bench_test.go).
 var benchNetworks = []struct {
 	name    string
 	network func(testing.TB) engine.Network

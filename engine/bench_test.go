@@ -59,7 +59,7 @@ var upstreamAnswers = []struct {
 // Without nsd it falls back to the in-process Go upstream, whose CPU is
 // then included: the metric is named differently so nobody mistakes it.
 //
-// The socket choices of SPEC §1.3 run side by side in the same run: a
+// The socket choices of pool.go (fresh or pooled) run side by side in the same run: a
 // fresh socket per transaction, and the pool of connected sockets.
 func BenchmarkForwardUDP(b *testing.B) {
 	for _, sockets := range []struct {

@@ -12,7 +12,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Time budgets (SPEC §3): the client's context, the question timeout and
+// Time budgets: the client's context, the question timeout and
 // the transaction's 2 s; the earliest wins; a transaction ended by the
 // client's or the question's budget is not charged to the server.
 

@@ -12,7 +12,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// A TCP-first started miss (issue 18: the Workers host runs the engine
+// A TCP-first started miss (the Workers host runs the engine
 // TCP-only) ends as a UDP one does: its stream, read in as many pieces as
 // the host's reads bring, goes to FinishStarted once it holds a whole
 // message, and anything but an answer or NXDOMAIN from it is left to

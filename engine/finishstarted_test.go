@@ -13,7 +13,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// A started miss finished without a goroutine (issue 18): the edge
+// A started miss finished without a goroutine: the edge
 // module learns of the started transaction's reply from its host's read
 // event and hands it to FinishStarted, which ends the question there when
 // the reply ends it on its own, exactly as ResolveWireMiss would have.

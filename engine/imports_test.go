@@ -23,10 +23,9 @@ func TestEngineImportsNoHTTP(t *testing.T) {
 	}
 }
 
+// TestEngineBuildsForWasip1 runs under -short too: the build takes
+// seconds once cached, and a skip would pass without checking.
 func TestEngineBuildsForWasip1(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds for wasip1: skipped in -short")
-	}
 	cmd := exec.Command("go", "build", "-o", os.DevNull, ".")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if out, err := cmd.CombinedOutput(); err != nil {

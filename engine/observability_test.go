@@ -11,7 +11,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Observability (SPEC §5): counters, the in-flight gauge, the status
+// Observability (README.md, "Logs" and "Metrics"): counters, the in-flight gauge, the status
 // snapshot, one event per attempt and one per question.
 
 func TestEventsAndCounters(t *testing.T) {

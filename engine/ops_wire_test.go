@@ -14,7 +14,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Issue 14's operator views on the wire-level path: the EDE list is in
+// The operator views (README.md, "Why an answer was what it was") on the
+// wire-level path: the EDE list is in
 // the bytes ResolveWire writes, and the trace and attempt facts survive
 // the stale client timer's detached upstream question.
 

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Socket reuse (SPEC §1.3). Opening, connecting and closing a UDP socket
+// Socket reuse. Opening, connecting and closing a UDP socket
 // per transaction is most of a forwarded question's system calls, so a
 // transaction may take a connected UDP socket that an earlier one left in
 // good order. The rules that keep this as safe as a fresh socket:

@@ -18,7 +18,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The socket-reuse rules of SPEC §1.3, on real loopback sockets: a pooled
+// The socket-reuse rules of pool.go, on real loopback sockets: a pooled
 // socket is chosen at random among at least 256, any failure closes it,
 // and a server's sockets go when it leaves the configuration or the
 // engine stops.
@@ -60,7 +60,7 @@ func TestSocketPoolSpoofingFloor(t *testing.T) {
 	checkSpoofingFloor(t, e, up.Queries(), n)
 }
 
-// checkSpoofingFloor asserts SPEC §1.3's floor over the n queries qs the
+// checkSpoofingFloor asserts the spoofing floor of pool.go over the n queries qs the
 // upstream read from e: at least 256 source ports and at most 600 (the
 // pool is reused), no port favoured, random IDs, at least 160 ports in
 // every window of 512 questions once the pool filled, and the pool at

@@ -11,7 +11,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Prefetch (issue 15), under synctest on memnet.
+// Prefetch (README.md, "Serve-stale and prefetch"), under synctest on memnet.
 
 // prefetchRig is a rig whose two servers answer with TTL 100 and whose
 // cache prefetches entries asked twice.

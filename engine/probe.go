@@ -8,7 +8,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
-// Background probes (SPEC §4, `probe: true`). Under the time-based marks a
+// Background probes (`probe: true`, off by default). Under the time-based marks a
 // dead server loses its mark after the demotion period and the next client
 // question pays its timeout. With probes on, each demoted server is asked
 // a probe question shortly before its mark ends: a failure moves the mark

@@ -9,7 +9,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine/memnet"
 )
 
-// SPEC §4 (optional probe): with probe on, a dead server is probed just
+// The optional probe (`probe: true`): with probe on, a dead server is probed just
 // before its mark ends, the failed probe moves the mark forward, and a
 // client question long after the first failure is not sent to it first.
 // Without probes the same question pays the dead server's 2 s.

@@ -14,7 +14,8 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// receiverNetwork is design (b) of issue 12, kept as a benchmark peer for
+// receiverNetwork is the receiver-thread design the upstream loop
+// (uploop_linux.go) was measured against, kept as a benchmark peer for
 // the native network: pooled connected UDP sockets as raw non-blocking
 // descriptors outside the runtime's poller, and one receiver per network
 // (a goroutine locked to its OS thread) in its own epoll_wait over them,

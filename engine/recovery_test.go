@@ -13,7 +13,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// TestRecoveryWhileAllFail is SPEC §4 (sticky recovery): with every server
+// TestRecoveryWhileAllFail is sticky recovery
+// ([*engine-servers.demotion-marks-address-for-30-seconds]): with every server
 // failing for ten minutes under one question a second, then one of them
 // recovering, at any position, client questions are answered by it within
 // 35 s. Failing servers either stay silent (each attempt costs the full

@@ -7,7 +7,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
-// candidates appends to dst the names a question is asked as (SPEC §1.4):
+// candidates appends to dst the names a question is asked as:
 // for a single-label name routed to a scope with search domains, the name
 // under each search domain in order, then the name itself; any other name
 // only as given. A candidate too long to be a name (over 255 octets) is
@@ -124,7 +124,8 @@ func candidateReply(src []byte, cq *clientQuery, asked, candidate string) ([]byt
 	return m, err == nil && p.Err() == nil
 }
 
-// resolve runs the question (SPEC §1.4, §1.5): a local answer if the name
+// resolve runs the question: a local answer (RFC 6761 names, static
+// hosts, the cache) if the name
 // is the engine's own; else each candidate in order, from the cache or
 // upstream, until one has an answer. NXDOMAIN moves to the next candidate
 // without spending an attempt; failures share the question's attempts.

@@ -13,7 +13,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Serve-stale (issue 15, RFC 8767), under synctest on memnet: every
+// Serve-stale (RFC 8767), under synctest on memnet: every
 // duration below is exact.
 
 // staleRig is a rig whose scope "main" has two servers answering

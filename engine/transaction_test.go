@@ -14,7 +14,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Transactions (SPEC §1.3): fresh socket, random ID, matching, the
+// Transactions (transaction.go): fresh socket, random ID, matching, the
 // upstream query's EDNS, the client's ID.
 
 func TestTransactionFreshSocketAndRandomID(t *testing.T) {

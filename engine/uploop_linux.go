@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The upstream loop (issue 12): dnsdist's design inside the Go
+// The upstream loop: dnsdist's design inside the Go
 // runtime. One goroutine owns an epoll set of the pooled upstream UDP
 // sockets (raw non-blocking connected descriptors, not in the runtime's
 // poller) and is woken through the runtime's poller by the epoll

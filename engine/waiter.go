@@ -9,7 +9,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
-// Followers without a goroutine (issue 18). A question whose key a flight
+// Followers without a goroutine. A question whose key a flight
 // already asks, and that would only wait for it, need not wait on a
 // goroutine of its own: JoinWire attaches it to the flight as a waiter,
 // and the leader, once it lands, writes the waiter's reply and hands it

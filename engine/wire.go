@@ -8,7 +8,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
-// Replies travel as bytes (SPEC §1.3; issue 12): the engine matches an
+// Replies travel as bytes: the engine matches an
 // upstream reply from its header and question, reads what it needs (rcode,
 // TC, TTLs, where the OPT record is) by walking its records without
 // unpacking them, stores it packed, and writes each client's reply by

@@ -12,7 +12,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The wire path (issue 12): upstream replies are matched, walked, stored
+// The wire path (wire.go): upstream replies are matched, walked, stored
 // and written to the client as bytes. These tests send real replies over
 // loopback and read what a client gets.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figures for the edge build (issue 6), all from one run on one machine:
+# Figures for the edge build (edge/README.md), all from one run on one machine:
 #   1. requests per second through `dohfwd-edge` (the module under wazero)
 #      against `dohfwd serve`, same upstream (nsd on loopback), same load;
 #   2. the latency each adds per request (one client, one stream);

@@ -4,19 +4,19 @@
 #    (a separate process), with our own CPU per question from getrusage
 #    (own-cpu-ns/op) and allocations per question;
 #    fresh socket per transaction and the pool of connected sockets side
-#    by side (SPEC §1.3), the wire path (ResolveWire) either way;
+#    by side (engine/pool.go), the wire path (ResolveWire) either way;
 #  - BenchmarkForwardUDPParallel, BenchmarkForwardUDPOneAtATime: pooled
 #    sockets, distinct names, 40 questions in flight and one at a time,
 #    waiting for replies on the runtime's poller (the native network) and
-#    on a receiver thread of our own (issue 12's design (b), test code);
+#    on a receiver thread of our own (engine/receiver_bench_test.go);
 #  - BenchmarkCacheHitWire: a cache hit, bytes in and bytes out;
 #  - BenchmarkStaleCacheHit, BenchmarkStaleForward: a cache hit and a
 #    forwarded miss with the cache on, serve-stale and prefetch off and on
-#    side by side (issue 15: not slower with them on);
+#    side by side (the target: not slower with them on);
 #  - BenchmarkInFlight4096: heap (and goroutine stacks) with 4 096
 #    transactions in flight to a blackhole, and the descriptors held then
 #    and after.
-# Targets (issue 2): <= 15 us own CPU and <= 30 allocs per question;
+# Targets: <= 15 us own CPU and <= 30 allocs per question;
 # <= 48 MiB heap for 4 096 in flight.
 #
 # BASE_REV=REV also runs BenchmarkForwardUDP and BenchmarkResolveInMemory

@@ -131,20 +131,16 @@ firefox IN A 127.0.0.1
 	})
 }
 
-// needBrowserTool finds a tool of the browser test. Missing, it fails the
-// test, unless scripts/setup.d/60-browsers.sh tried and could not install
-// it: then the test skips, loudly.
+// needBrowserTool finds a tool of the browser test; missing, it fails the
+// test under CI and skips it loudly elsewhere (testtool.Find), saying why
+// scripts/setup.d/60-browsers.sh could not install it when it tried.
 func needBrowserTool(t *testing.T, name string) string {
 	t.Helper()
-	if path, err := exec.LookPath(name); err == nil {
-		return path
-	}
+	how := "scripts/setup.d/60-browsers.sh installs it"
 	if why, err := os.ReadFile(browserSetupMarker); err == nil {
-		testtool.Missing(t, "%s is not installed and scripts/setup.d/60-browsers.sh could not install it (%s): "+
-			"dohfwd is NOT tested with real browsers", name, strings.TrimSpace(string(why)))
+		how = "scripts/setup.d/60-browsers.sh could not install it: " + strings.TrimSpace(string(why))
 	}
-	t.Fatalf("%s is not installed: run scripts/setup.sh (make test does; scripts/setup.d/60-browsers.sh installs it)", name)
-	return ""
+	return testtool.Find(t, name, how+"; dohfwd is NOT tested with real browsers")
 }
 
 func randomHex(t *testing.T, n int) string {

@@ -18,25 +18,15 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // findPebbleBinary locates Pebble (scripts/setup.d/30-pebble.sh installs
-// it into GOBIN); missing, the test fails.
+// it into GOBIN); missing, the test fails under CI (testtool.Find).
 func findPebbleBinary(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("pebble"); err == nil {
-		return p
-	}
-	out, _ := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
-	for _, dir := range strings.Fields(string(out)) {
-		for _, p := range []string{filepath.Join(dir, "pebble"), filepath.Join(dir, "bin", "pebble")} {
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-	}
-	t.Fatal("pebble is not installed: run scripts/setup.sh (scripts/setup.d/30-pebble.sh installs it)")
-	return ""
+	return testtool.Find(t, "pebble", "scripts/setup.d/30-pebble.sh installs it")
 }
 
 // DoT serves the certificate obtained from an ACME CA (Let's Encrypt's

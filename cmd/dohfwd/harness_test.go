@@ -28,6 +28,8 @@ import (
 
 	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // The end-to-end tests run the real binary, built once by TestMain, on
@@ -56,17 +58,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needTool fails loudly when a tool the test uses is missing: make test's
-// setup installs them.
+// needTool finds a tool the test uses; a missing one fails the test under
+// CI and skips it loudly elsewhere (testtool.Find): make test's setup
+// installs them.
 func needTool(t *testing.T, name string) string {
 	t.Helper()
-	for _, p := range []string{name, "/usr/sbin/" + name} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	t.Fatalf("%s is not installed: run scripts/setup.sh (make test does)", name)
-	return ""
+	return testtool.Find(t, name, "scripts/setup.sh installs it; make test runs it")
 }
 
 // testZone is what nsd serves: names only this upstream knows.

@@ -7,20 +7,16 @@ package admin
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/miekg/dns"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // StatusSource gives the engine's status snapshot.
@@ -81,20 +77,23 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 	})
 	if ex, ok := src.(Explainer); ok {
 		mux.HandleFunc("GET /explain", func(w http.ResponseWriter, r *http.Request) {
-			q, err := ExplainQuery(r.URL.Query().Get("name"), r.URL.Query().Get("type"))
+			raw, v, err := ExplainQuery(r.URL.Query().Get("name"), r.URL.Query().Get("type"))
+			switch {
+			case err != nil:
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "verdict": dnswire.Unreadable.String()})
+				return
+			case v.Verdict != dnswire.Accepted:
+				// Refused as every front end refuses it: nothing to explain.
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": v.Problem, "verdict": v.Verdict.String(),
+					"rcode": dnswire.RcodeString(v.Rcode)})
+				return
+			}
+			x, err := ex.Explain(raw)
 			if err != nil {
 				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 				return
 			}
-			raw, err := q.Pack()
-			if err == nil {
-				var x engine.Explanation
-				if x, err = ex.Explain(raw); err == nil {
-					writeJSON(w, http.StatusOK, x)
-					return
-				}
-			}
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			writeJSON(w, http.StatusOK, x)
 		})
 	}
 	mux.HandleFunc("GET /{$}", servePage)
@@ -119,28 +118,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// ExplainQuery is the query GET /explain explains: name with RD set, type
-// a mnemonic or a number ("" is A).
-func ExplainQuery(name, qtype string) (*dns.Msg, error) {
-	if name == "" {
-		return nil, errors.New("missing name parameter: want ?name=NAME&type=TYPE")
+// ExplainQuery is the query GET /explain explains, RD set: its name and
+// type read as the DoH JSON form reads them (dnswire.ParseQuestion), and
+// the query gets the verdict a wire query gets at every front end
+// (dnswire.CheckQuery): a meta type is refused here as it is there.
+func ExplainQuery(name, qtype string) ([]byte, dnswire.QueryCheck, error) {
+	var buf [dnswire.MaxNameLen]byte
+	wire, _, t, err := dnswire.ParseQuestion(buf[:0], name, qtype)
+	if err != nil {
+		return nil, dnswire.QueryCheck{}, err
 	}
-	if _, ok := dns.IsDomainName(name); !ok {
-		return nil, errors.New("name " + strconv.Quote(name) + " is not a domain name")
+	b := dnswire.NewBuilder(nil, dnswire.Header{Flags: dnswire.FlagRD})
+	b.Question(wire, t, dnswire.ClassINET)
+	raw, err := b.Finish()
+	if err != nil {
+		return nil, dnswire.QueryCheck{}, err
 	}
-	t := dns.TypeA
-	if qtype != "" {
-		if n, err := strconv.ParseUint(qtype, 10, 16); err == nil && n > 0 {
-			t = uint16(n)
-		} else if v, ok := dns.StringToType[strings.ToUpper(qtype)]; ok {
-			t = v
-		} else {
-			return nil, errors.New("type " + strconv.Quote(qtype) + " is not a DNS type")
-		}
-	}
-	q := new(dns.Msg)
-	q.SetQuestion(dns.Fqdn(name), t)
-	return q, nil
+	return raw, dnswire.CheckQuery(raw), nil
 }
 
 // openFiles counts this process's open descriptors, or -1.

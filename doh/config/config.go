@@ -12,7 +12,8 @@ import (
 // DefaultSource names the embedded default in errors and logs.
 const DefaultSource = "(embedded default)"
 
-// Config is the whole file. The YAML keys are those of SPEC §5.
+// Config is the whole file. Its YAML keys are documented in README.md
+// ("Configuration"); config_test.go's fullFile writes every one out.
 type Config struct {
 	Listen          Listen              `yaml:"listen"`
 	TLS             TLS                 `yaml:"tls"`

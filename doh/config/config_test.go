@@ -53,7 +53,7 @@ func TestEmptyFileIsAllDefaults(t *testing.T) {
 	}
 }
 
-// The SPEC §5 example file, every key written out.
+// The example file of README.md's "Configuration", every key written out.
 const fullFile = `listen:
   https: 127.0.0.1:8443
   http: "127.0.0.1:8080"

@@ -124,7 +124,7 @@ func TestWazeroBegunConcurrentStreamsAllAnswered(t *testing.T) {
 	}
 }
 
-// SPEC §3 for a begun question: its client goes away while the server is
+// A client that goes away cancels its question, for a begun question: its client goes away while the server is
 // silent; the module's engine counts the transaction cancelled, not
 // charged (clientCancelNotCharged), and the answer that still comes back
 // is dropped; the question had been begun on the reader.

@@ -16,8 +16,8 @@ import (
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
-// SPEC §3, "a client that goes away cancels its question" and "not charged
-// to the server", through the module (the host's front end hands it the
+// "A client that goes away cancels its question" and "not charged to the
+// server" (engine/budget_test.go), through the module (the host's front end hands it the
 // question, abi.EventQuery, and cancels it with EventCancel): the client gives up on a question
 // whose server stays silent; the module's engine counts the transaction
 // cancelled (not a timeout, not upstream_failed), does not demote the

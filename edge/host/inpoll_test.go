@@ -13,7 +13,8 @@ import (
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
-// A miss that continues in the module's poll (issue 18): its first query
+// A miss that continues in the module's poll, so no goroutine of the
+// module waits on it (edge/README.md, "Goroutine switches per question"): its first query
 // is sent in the poll that delivers the question (engine.StartMiss) and
 // its reply's read event is finished in the poll that delivers it
 // (engine.FinishStarted), with no goroutine of the module parked or woken

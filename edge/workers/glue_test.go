@@ -25,10 +25,7 @@ import (
 // node with in as JSON on stdin and decodes its JSON output into out.
 func runGlue(t *testing.T, script string, in, out any) {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testtool.Missing(t, "node is not installed: the glue's RFC 8484 functions are NOT tested against the Go side")
-	}
+	node := testtool.Find(t, "node", "the glue's RFC 8484 functions are NOT tested against the Go side without it")
 	dir := t.TempDir()
 	src, err := os.ReadFile("rfc8484.mjs")
 	if err != nil {

@@ -279,7 +279,7 @@ log:
 
 	// Several requests in flight at once in the one instance of the
 	// isolate: GETs and POSTs side by side. Each is a TCP miss the module
-	// finishes in the poll that brings its reply (issue 18), with no
+	// finishes in the poll that brings its reply (engine.FinishStarted), with no
 	// goroutine of its own parked or woken.
 	t.Run("GET and POST over TCP", func(t *testing.T) {
 		before := status(t, base)

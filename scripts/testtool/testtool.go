@@ -8,7 +8,10 @@ package testtool
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -29,4 +32,32 @@ func Missing(t testing.TB, format string, args ...any) {
 		return
 	}
 	t.Skipf("!!! SKIPPED LOUDLY: %s (with CI=true this fails)", msg)
+}
+
+// Find returns the path of the tool name: on PATH, in /usr/sbin or /sbin
+// (nsd, redis-server and the like, for a PATH without them), or where `go
+// install` puts it ($GOBIN, $GOPATH/bin: pebble, h2spec). A tool found
+// nowhere ends t as Missing says; install says how to get it.
+func Find(t testing.TB, name, install string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	dirs := []string{"/usr/sbin", "/sbin", os.Getenv("GOBIN")}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		for _, p := range filepath.SplitList(strings.TrimSpace(string(out))) {
+			dirs = append(dirs, filepath.Join(p, "bin"))
+		}
+	}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	Missing(t, "%s is not installed (%s)", name, install)
+	return ""
 }

@@ -28,3 +28,17 @@ func TestMissingFailsUnderCI(t *testing.T) {
 		}
 	}
 }
+
+// Find returns a tool on PATH and, under CI=true, fails for one that is
+// nowhere.
+func TestFind(t *testing.T) {
+	if p := Find(t, "sh", "every machine has it"); p == "" {
+		t.Fatal("sh not found")
+	}
+	t.Setenv("CI", "true")
+	r := &recorder{TB: t}
+	Find(r, "no-such-tool-dohfwd", "it does not exist")
+	if !r.failed {
+		t.Error("a missing tool did not fail under CI=true")
+	}
+}

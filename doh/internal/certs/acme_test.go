@@ -17,6 +17,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/rs/zerolog"
+
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 const obtainTimeout = 30 * time.Second
@@ -154,10 +156,7 @@ func assertChallengeSolved(t *testing.T, logs, used, unused string) {
 // do; here a GET of the RFC 8484 URL with the chain checked by curl.
 func curlDoH(t *testing.T, addr, domain string, rootPEM []byte) {
 	t.Helper()
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		t.Fatalf("curl is needed for the real-client check and is not installed: %v", err)
-	}
+	curl := testtool.Find(t, "curl", "scripts/setup.d/05-base.sh installs it")
 	root := filepath.Join(t.TempDir(), "pebble-root.pem")
 	if err := os.WriteFile(root, rootPEM, 0o600); err != nil {
 		t.Fatal(err)

@@ -19,12 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // pebbleVersion is the Pebble that scripts/setup.d/30-pebble.sh installs.
@@ -50,31 +51,11 @@ type pebble struct {
 	output    *logBuffer
 }
 
-// findPebble locates the pebble binary on PATH or in GOBIN/GOPATH/bin.
+// findPebble locates the pebble binary on PATH or in GOBIN/GOPATH/bin;
+// missing, it fails the test under CI (testtool.Find).
 func findPebble(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("pebble"); err == nil {
-		return p
-	}
-	var dirs []string
-	if gobin := os.Getenv("GOBIN"); gobin != "" {
-		dirs = append(dirs, gobin)
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, p := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			dirs = append(dirs, filepath.Join(p, "bin"))
-		}
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "pebble")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	t.Fatalf("\n%s\n!!! pebble (Let's Encrypt's test ACME CA) is not installed, so the ACME tests cannot run.\n"+
-		"!!! Install it with: scripts/setup.d/30-pebble.sh  (go install github.com/letsencrypt/pebble/v2/cmd/pebble@%s)\n%s",
-		strings.Repeat("!", 78), pebbleVersion, strings.Repeat("!", 78))
-	return ""
+	return testtool.Find(t, "pebble", "scripts/setup.d/30-pebble.sh: go install github.com/letsencrypt/pebble/v2/cmd/pebble@"+pebbleVersion)
 }
 
 // freePort reserves a loopback TCP port number. Pebble's own listeners need

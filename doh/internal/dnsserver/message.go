@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 const (
@@ -25,30 +26,29 @@ const (
 // sent it is closed.
 var errNotDNS = errors.New("not a DNS query")
 
-// checkQuery reads a wire query. It returns q ready for the resolver (QR
-// clear, opcode QUERY, one question), or reply set to the DNS error the
-// query gets here (FORMERR, NOTIMP, BADVERS), or errNotDNS. The rules are
-// the DoH front end's, so both answer bad queries alike.
+// checkQuery gives a wire query the verdict every front end gives it
+// (dnswire.CheckQuery). It returns q ready for the resolver when it is
+// Accepted; reply set to the DNS error a Refused query gets here (FORMERR,
+// NOTIMP, BADVERS); or, for an Unreadable one, FORMERR when its header
+// reads as a query but QDCOUNT is not 1, else errNotDNS: there is no
+// question to answer (DoH answers both 400).
 func checkQuery(raw []byte) (q, reply *dns.Msg, err error) {
-	if len(raw) < headerSize || raw[2]&flagQR != 0 {
-		return nil, nil, errNotDNS
+	v := dnswire.CheckQuery(raw)
+	rcode := v.Rcode
+	if v.Verdict == dnswire.Unreadable {
+		if len(raw) < headerSize || raw[2]&flagQR != 0 || binary.BigEndian.Uint16(raw[4:]) == 1 {
+			return nil, nil, errNotDNS
+		}
+		rcode = dns.RcodeFormatError
 	}
 	q = new(dns.Msg)
-	unpackErr := q.Unpack(raw)
-	if op := int(raw[2]>>3) & 0xF; op != dns.OpcodeQuery {
-		return q, errorReply(raw, dns.RcodeNotImplemented), nil
-	}
-	if qd := binary.BigEndian.Uint16(raw[4:]); qd != 1 {
-		return q, errorReply(raw, dns.RcodeFormatError), nil
-	}
-	if len(q.Question) != 1 {
-		return nil, nil, errNotDNS // the question itself is unreadable
-	}
-	if unpackErr != nil {
-		return q, errorReply(raw, dns.RcodeFormatError), nil
-	}
-	if rcode := queryProblem(q); rcode != dns.RcodeSuccess {
+	unpackErr := q.Unpack(raw) // partly read when it fails: its ID, its OPT
+	if v.Verdict != dnswire.Accepted {
 		return q, errorReply(raw, rcode), nil
+	}
+	if unpackErr != nil || len(q.Question) != 1 {
+		// Read by dnswire, not by miekg/dns: not expected.
+		return q, errorReply(raw, dns.RcodeFormatError), nil
 	}
 	return q, nil, nil
 }
@@ -101,33 +101,6 @@ func addPadding(m *dns.Msg) *dns.EDNS0_PADDING {
 	opt.Option = append(opt.Option, pad)
 	m.Extra = append(extra, opt)
 	return pad
-}
-
-// queryProblem is the rcode for a parsed query a DNS server refuses to
-// read: records in the answer or authority section, a misplaced or second
-// OPT, a meta type as the question, an EDNS version above 0.
-func queryProblem(q *dns.Msg) int {
-	if len(q.Answer) != 0 || len(q.Ns) != 0 {
-		return dns.RcodeFormatError
-	}
-	opts := 0
-	for _, rr := range q.Extra {
-		if rr.Header().Rrtype == dns.TypeOPT {
-			if opts++; opts > 1 || rr.Header().Name != "." {
-				return dns.RcodeFormatError
-			}
-		}
-	}
-	switch q.Question[0].Qtype {
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY:
-		return dns.RcodeFormatError
-	case dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
-		return dns.RcodeNotImplemented
-	}
-	if o := q.IsEdns0(); o != nil && o.Version() != 0 {
-		return dns.RcodeBadVers
-	}
-	return dns.RcodeSuccess
 }
 
 // packReply packs reply for the client without changing it: the query's

@@ -4,7 +4,6 @@
 package redistest
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/scripts/testtool/syncbuf"
+
+	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // Options choose how the server is reached.
@@ -53,22 +54,12 @@ type Server struct {
 // output is the server's output, written by exec's copying goroutines.
 type output = syncbuf.Buffer
 
-// Find returns the redis-server binary or fails the test loudly: the
-// tests that need it never pass by skipping.
+// Find returns the redis-server binary; missing, it fails the test under
+// CI and skips it loudly elsewhere (testtool.Find).
 func Find(t testing.TB) string {
 	t.Helper()
-	for _, p := range []string{"redis-server", "/usr/bin/redis-server", "/usr/sbin/redis-server"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	t.Fatalf("\n%s\n!!! redis-server is not installed, so the shared certificate store cannot be tested.\n"+
-		"!!! Install it with: scripts/setup.d/35-redis.sh  (apt-get install redis-server)\n%s",
-		bytesRepeat("!", 78), bytesRepeat("!", 78))
-	return ""
+	return testtool.Find(t, "redis-server", "scripts/setup.d/35-redis.sh: apt-get install redis-server")
 }
-
-func bytesRepeat(s string, n int) string { return string(bytes.Repeat([]byte(s), n)) }
 
 // Start runs redis-server on a free loopback port until the test ends.
 func Start(t *testing.T) *Server { t.Helper(); return StartWith(t, Options{}) }
