@@ -142,6 +142,9 @@ func (qn *question) attemptEnded(name string, bufs *askBuffers, pick int, now ti
 	default:
 		return false
 	}
+	if tx.mixCase && name == qn.client.name {
+		restoreCase(res.reply, tx.query[2:], qn.client.qname)
+	}
 	*en = qn.replyEntry(bufs, res.reply)
 	return true
 }

@@ -243,8 +243,8 @@ func TestCaseForgedReplyIgnored(t *testing.T) {
 	if ip := answerIP(t, r); ip != "192.0.2.1" {
 		t.Fatalf("answer %s, want the server's 192.0.2.1", ip)
 	}
-	if got := r.Msg.Question[0].Name; got != name {
-		t.Fatalf("question %q in the answer, want the client's %q", got, name)
+	if got, owner := r.Msg.Question[0].Name, r.Msg.Answer[0].Header().Name; got != name || owner != name {
+		t.Fatalf("question %q, answer's owner %q, want the client's %q", got, owner, name)
 	}
 	asked := up.Queries()[0].Msg.Question[0].Name
 	if asked == name || asked == strings.ToLower(name) || !strings.EqualFold(asked, name) {

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+
+	"github.com/dohfwd/dohfwd/engine/dnswire"
 )
 
 // 0x20 (draft-vixie-dnsext-dns0x20): every transaction asks its name with
@@ -86,5 +89,30 @@ func (e *Engine) caseDiffered(u *upstream) {
 func caseKept(u *upstream) {
 	if u.caseMisses.Load() != 0 {
 		u.caseMisses.Store(0)
+	}
+}
+
+// restoreCase writes the client's name (qname, its wire form) over every
+// copy of the name as the query asked it (in random case) in reply: the
+// question and the owner names a server wrote out in full rather than
+// pointing to the question. The reply then reads as if asked in the
+// client's case, as it did before 0x20. A random-case name is found
+// nowhere else by chance.
+func restoreCase(reply, query, qname []byte) {
+	qe := questionEnd(query)
+	if qe < 0 || len(qname) != qe-4-dnswire.HeaderLen {
+		return
+	}
+	asked := query[dnswire.HeaderLen : qe-4]
+	if string(asked) == string(qname) {
+		return
+	}
+	for i := dnswire.HeaderLen; i < len(reply); {
+		j := bytes.Index(reply[i:], asked)
+		if j < 0 {
+			return
+		}
+		copy(reply[i+j:], qname)
+		i += j + len(asked)
 	}
 }
