@@ -19,7 +19,7 @@ func (c *Config) EngineConfig() engine.Config {
 		Probe:              c.Engine.Probe,
 		ForwardECS:         c.Engine.ForwardECS,
 		EDEHideServers:     !c.Engine.EDEServers,
-		UpstreamCookies:    true,
+		UpstreamCookies:    upstreamCookies,
 		Upstream0x20:       true,
 		FallbackServers:    slices.Clone(c.FallbackServers),
 		Hosts:              asciiHosts(c.Hosts),
