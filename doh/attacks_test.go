@@ -34,8 +34,9 @@ import (
 // Memory bound of one connection, whatever its client does: the 8 KiB
 // read buffer; at most maxPendingWrite (256 KiB) of frames waiting for the
 // socket, plus one frame's reply, before the reader stops reading; at most
-// MaxConcurrentStreams (250) streams, each a pooled request state of about
-// 8 KiB plus its response (at most one DNS message, 64 KiB, held only while
+// MaxConcurrentStreams (250) open streams and as many reset ones whose
+// questions are still stopping (one more closes the connection), each a
+// pooled request state of about 8 KiB plus its response (at most one DNS message, 64 KiB, held only while
 // flow control blocks it, and no longer than WriteTimeout); a header block
 // is decoded as it arrives and cut at twice MaxHeaderBytes (32 KiB).
 

@@ -285,14 +285,24 @@ func (h *Handler) beginWire(c *call) bool {
 	var raw []byte
 	switch r.Method {
 	case methodGet:
-		v, ok := queryParam(r.RawQuery, "dns")
-		if !ok || v == "" {
+		// A dns parameter longer than any DNS message's is refused
+		// before any work on it (CoreDNS's CVE-2026-32936 decoded it).
+		v, ok := escapedQueryParam(r.RawQuery, "dns")
+		if len(v) > maxEscapedParamLen {
+			h.fail(c, statusURITooLong, "URI too long: the dns parameter is longer than a DNS message of 65535 bytes can be")
+			return true
+		}
+		if v = unescapeParam(v); !ok || v == "" {
 			h.fail(c, statusBadRequest, "missing dns parameter: want ?dns=<base64url DNS query>")
 			return true
 		}
 		var err error
 		if c.in, err = decodeDNSParam(v, c.in); err != nil {
-			h.fail(c, statusBadRequest, "bad dns parameter: "+err.Error())
+			status := statusBadRequest
+			if err == errParamTooLong {
+				status = statusURITooLong
+			}
+			h.fail(c, status, "bad dns parameter: "+err.Error())
 			return true
 		}
 		raw = c.in

@@ -91,26 +91,30 @@ type h2conn struct {
 	maxList   int           // SETTINGS_MAX_HEADER_LIST_SIZE
 	idleSince time.Time
 
-	mu          sync.Mutex // guards the rest
-	streams     map[uint32]*stream
-	active      int    // streams not yet freed, reset ones still resolving included
-	resolving   int    // streams a worker is resolving (running)
-	maxID       uint32 // highest client stream ID seen
-	wbuf, spare []byte
-	writing     bool
-	flushQueued bool // a worker is to write what the upstream loop appended (Flush)
-	werr        error
-	wdone       *sync.Cond
-	wdeadline   time.Time
-	enc         *respEncoder
-	block       []byte // the header block being written
-	sendWin     int64  // connection send window
-	peerWin     int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame   int    // the client's SETTINGS_MAX_FRAME_SIZE
-	blocked     []*stream
-	goingAway   bool // a GOAWAY was sent or received: no new streams
-	sentGoAway  bool
-	closed      bool
+	mu        sync.Mutex // guards the rest
+	streams   map[uint32]*stream
+	active    int // streams not yet freed, reset ones still resolving included
+	resolving int // streams a worker is resolving (running)
+	// resetRunning are the streams reset (by either side) whose question
+	// still runs: closed for the client, they do not count against its
+	// stream limit; more of them than the limit end the connection.
+	resetRunning int
+	maxID        uint32 // highest client stream ID seen
+	wbuf, spare  []byte
+	writing      bool
+	flushQueued  bool // a worker is to write what the upstream loop appended (Flush)
+	werr         error
+	wdone        *sync.Cond
+	wdeadline    time.Time
+	enc          *respEncoder
+	block        []byte // the header block being written
+	sendWin      int64  // connection send window
+	peerWin      int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame    int    // the client's SETTINGS_MAX_FRAME_SIZE
+	blocked      []*stream
+	goingAway    bool // a GOAWAY was sent or received: no new streams
+	sentGoAway   bool
+	closed       bool
 }
 
 // stream is one request on a connection.
@@ -192,7 +196,7 @@ func (c *h2conn) serve() {
 	c.flushLocked()
 	c.mu.Unlock()
 
-	c.nc.SetReadDeadline(time.Now().Add(c.limits.ReadHeaderTimeout))
+	c.setReadDeadline(time.Now().Add(c.limits.ReadHeaderTimeout))
 	var preface [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
 		c.fail(http2.ConnectionError(http2.ErrCodeProtocol))
@@ -214,19 +218,25 @@ func (c *h2conn) serve() {
 		default:
 			err = c.process(f)
 		}
+		var se http2.StreamError
+		if errors.As(err, &se) {
+			c.resetStream(se.StreamID, se.Code)
+			err = nil
+		}
+		if err == nil && c.resetRunning > int(c.limits.MaxConcurrentStreams) {
+			// More streams reset than may be open, their questions not
+			// stopped yet: the client resets faster than the work
+			// stops, by RST_STREAM (CVE-2023-44487) or by frames that
+			// make this server reset (MadeYouReset, CVE-2025-8671).
+			err = http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
 		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				c.resetStream(se.StreamID, se.Code)
-				err = nil
-			} else {
-				graceful := c.failLocked(err)
-				c.mu.Unlock()
-				if graceful {
-					c.linger()
-				}
-				return
+			graceful := c.failLocked(err)
+			c.mu.Unlock()
+			if graceful {
+				c.linger()
 			}
+			return
 		}
 		if !c.moreBuffered() {
 			c.endBatch()
@@ -274,7 +284,7 @@ func (c *h2conn) afterAsync() {
 	switch {
 	case c.closed:
 	case c.goingAway && c.active == 0:
-		c.nc.SetReadDeadline(time.Now())
+		c.setReadDeadline(time.Now())
 	case c.active == 0 || len(c.blocked) > 0:
 		c.armDeadline()
 	}
@@ -373,9 +383,18 @@ func (c *h2conn) armDeadline() {
 	// A timer is reset only when the deadline moves earlier, or later by
 	// more than the slack.
 	if d.IsZero() != c.rdeadline.IsZero() || d.Sub(c.rdeadline) >= c.slack || d.Before(c.rdeadline) {
-		c.rdeadline = d
-		c.nc.SetReadDeadline(d)
+		c.setReadDeadline(d)
 	}
+}
+
+// setReadDeadline sets the connection's read deadline and remembers it:
+// armDeadline moves it from there. A deadline set on the socket and not
+// in rdeadline would stay in force unseen: the preface's header timeout
+// would end a connection whose streams all wait on the resolver, and
+// whose client has nothing more to send.
+func (c *h2conn) setReadDeadline(d time.Time) {
+	c.rdeadline = d
+	c.nc.SetReadDeadline(d)
 }
 
 // process handles one frame; c.mu is held.
@@ -538,6 +557,9 @@ func (c *h2conn) resolveOn(ctx context.Context, st *stream, inLoop bool) {
 	defer c.mu.Unlock()
 	st.running = false
 	c.resolving--
+	if st.reset {
+		c.resetRunning--
+	}
 	if !ok || st.reset {
 		st.cancelled()
 		c.finish(st)
@@ -601,6 +623,9 @@ func (c *h2conn) abandon(st *stream) {
 	st.reset = true
 	delete(c.streams, st.id)
 	st.ctx.Cancel()
+	if st.running {
+		c.resetRunning++
+	}
 	if st.running || st.waiting {
 		return // resolve or endBatch finishes it
 	}

@@ -19,21 +19,32 @@ var (
 // queryParam returns the first value of key in a raw URL query, unescaped.
 // It does not build the map url.ParseQuery would: this runs for every GET.
 func queryParam(raw, key string) (string, bool) {
+	v, ok := escapedQueryParam(raw, key)
+	return unescapeParam(v), ok
+}
+
+// unescapeParam unescapes a query parameter's value; "" if it is not
+// escaped right.
+func unescapeParam(v string) string {
+	if !strings.ContainsAny(v, "%+") {
+		return v
+	}
+	u, err := url.QueryUnescape(v)
+	if err != nil {
+		return ""
+	}
+	return u
+}
+
+// escapedQueryParam returns the first value of key in a raw URL query,
+// as sent.
+func escapedQueryParam(raw, key string) (string, bool) {
 	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if k != key {
-			continue
+		if k, v, _ := strings.Cut(pair, "="); k == key {
+			return v, true
 		}
-		if strings.ContainsAny(v, "%+") {
-			u, err := url.QueryUnescape(v)
-			if err != nil {
-				return "", true
-			}
-			v = u
-		}
-		return v, true
 	}
 	return "", false
 }
@@ -46,6 +57,11 @@ func hasQueryParam(raw, key string) bool {
 // maxParamLen is the longest dns parameter that can hold a message of
 // MaxMessageSize bytes.
 var maxParamLen = base64.RawURLEncoding.EncodedLen(MaxMessageSize)
+
+// maxEscapedParamLen is the longest dns parameter, as sent, that can hold
+// such a message: maxParamLen and padding, escaped ("%3D%3D"). Anything
+// longer is refused before it is unescaped or decoded.
+var maxEscapedParamLen = maxParamLen + len("%3D%3D")
 
 // decodeDNSParam decodes a dns parameter into buf. RFC 8484 asks for
 // base64url without padding; trailing '=' padding is accepted too, since

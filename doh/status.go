@@ -9,6 +9,7 @@ const (
 	statusNotFound              = 404
 	statusMethodNotAllowed      = 405
 	statusRequestEntityTooLarge = 413
+	statusURITooLong            = 414
 	statusUnsupportedMediaType  = 415
 	statusTooManyRequests       = 429
 	statusInternalServerError   = 500

@@ -188,6 +188,7 @@ func (qn *question) attempted(name string, tx *transaction, pick int, o Outcome,
 		Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
 		Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
 		Outcome: o, Rcode: rcode, RTT: rtt, End: start.Add(rtt), Demoted: demoted, Trace: qn.trace,
+		Proto: qn.proto,
 	})
 	qn.upstream += rtt
 	// The list is made at the first attempt after which the question

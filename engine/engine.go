@@ -188,6 +188,7 @@ func (e *Engine) ResolveWire(ctx context.Context, query []byte, dst []byte) (res
 		id:     e.questionIDs.Add(1),
 		start:  start,
 		trace:  TraceFrom(ctx),
+		proto:  ProtoFrom(ctx),
 	}
 	if !qn.client.parse(query) {
 		// A compressed question name: rare enough to copy the query.
@@ -247,7 +248,7 @@ func (qn *question) respond(resp *Response, dst []byte, f *found) {
 		Question: qn.id, QName: cq.name, QType: cq.qtype, Scope: qn.scope.name,
 		Result: resp.Result, Reason: resp.Reason, Attempts: qn.spent,
 		CacheHit: resp.CacheHit, Duration: resp.Answered.Sub(qn.start),
-		Trace: qn.trace,
+		Trace: qn.trace, Proto: qn.proto,
 	}
 	ev.End = qn.start.Add(ev.Duration) // the wall time without another clock reading
 	if qn.shared != nil {
@@ -374,6 +375,9 @@ type question struct {
 	// the question shares an upstream question, says with whom.
 	trace  *Trace
 	shared *sharedTraces
+	// proto is the client's protocol (QuestionContext.SetProto), for the
+	// events.
+	proto string
 
 	// held are the pooled buffers of the ask whose reply the question's
 	// entry lies in (askBuffers.entry), kept until its reply is written:

@@ -57,6 +57,7 @@ type AttemptEvent struct {
 	End       time.Time // when the attempt ended: its start's reading plus RTT
 	Demoted   bool      // the attempt demoted the server
 	Trace     *Trace    // the question's trace, nil without one
+	Proto     string    // the client's protocol (QuestionContext.SetProto), "" when not said
 }
 
 // QuestionEvent describes one question at its end.
@@ -72,6 +73,7 @@ type QuestionEvent struct {
 	Duration time.Duration
 	End      time.Time // when the question ended: its start's reading plus Duration
 	Trace    *Trace    // the question's trace, nil without one
+	Proto    string    // the client's protocol (QuestionContext.SetProto), "" when not said
 	// Joined is the trace of the identical question this one waited for
 	// instead of asking; Served the traces of the questions that waited
 	// for this one (nil: none).

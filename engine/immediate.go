@@ -151,7 +151,7 @@ func (qn *question) fromMiss(e *Engine, ctx context.Context, m *Miss) {
 	}
 	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, m.routes.cfg, m.routes
 	qn.client, qn.scope = m.client, m.scope
-	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
+	qn.id, qn.start, qn.trace, qn.proto = e.questionIDs.Add(1), start, TraceFrom(ctx), ProtoFrom(ctx)
 	qn.led, qn.first = m.led, m.first
 	*m = Miss{}
 	qn.setBudget(start)

@@ -37,6 +37,7 @@ type QuestionContext struct {
 	trace     Trace
 	hasClient bool
 	hasTrace  bool
+	proto     string // the client's protocol (SetProto), "" when not said
 }
 
 type traceKey struct{}
@@ -45,6 +46,7 @@ type traceKey struct{}
 // not nil (its value: trace may change afterwards), and returns c.
 func (c *QuestionContext) Set(parent context.Context, client netip.Addr, trace *Trace) context.Context {
 	c.Context, c.client, c.hasClient, c.hasTrace = parent, client, client.IsValid(), trace != nil
+	c.proto = ""
 	if trace != nil {
 		c.trace = *trace
 	}
@@ -87,11 +89,24 @@ func detachedContext(ctx context.Context, trace *Trace) (context.Context, *Trace
 		return context.WithoutCancel(ctx), trace
 	}
 	d := &QuestionContext{Context: context.WithoutCancel(c.Context), client: c.client, hasClient: c.hasClient,
-		trace: c.trace, hasTrace: c.hasTrace}
+		trace: c.trace, hasTrace: c.hasTrace, proto: c.proto}
 	if trace == &c.trace {
 		trace = &d.trace
 	}
 	return d, trace
+}
+
+// SetProto names the protocol the question came by (h2, h3, doq, ...):
+// its attempt and question events carry it as proto. Call it after Set,
+// which forgets it.
+func (c *QuestionContext) SetProto(proto string) { c.proto = proto }
+
+// ProtoFrom returns the client protocol ctx names (SetProto), or "".
+func ProtoFrom(ctx context.Context) string {
+	if c, ok := ctx.(*QuestionContext); ok {
+		return c.proto
+	}
+	return ""
 }
 
 // TraceFrom returns the trace ctx carries, or nil.

@@ -111,7 +111,7 @@ func (e *Engine) JoinWire(ctx context.Context, m *Miss, dst []byte, deliver func
 	qn := &w.q // fields set one by one: see ResolveWireImmediate
 	qn.e, qn.ctx, qn.cfg, qn.routes = e, ctx, rt.cfg, rt
 	qn.client, qn.scope = m.client, m.scope
-	qn.id, qn.start, qn.trace = e.questionIDs.Add(1), start, TraceFrom(ctx)
+	qn.id, qn.start, qn.trace, qn.proto = e.questionIDs.Add(1), start, TraceFrom(ctx), ProtoFrom(ctx)
 	qn.shared = &w.shared // joined and served stay nil unless set
 	qn.setBudget(start)
 	if !qn.budgetEnd.IsZero() {

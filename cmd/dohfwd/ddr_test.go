@@ -16,7 +16,7 @@ import (
 // (RFC 9462).
 func TestPlainDNSAndDDRWithDigAndKdig(t *testing.T) {
 	t.Parallel()
-	yaml := strings.Replace(scopeYAML(startNSD(t)), "listen:\n", "listen:\n  dot: 127.0.0.1:0\n  dns: 127.0.0.1:0\n", 1) +
+	yaml := strings.Replace(scopeYAML(startNSD(t)), "listen:\n", "listen:\n  dot: 127.0.0.1:0\n  doq: 127.0.0.1:0\n  dns: 127.0.0.1:0\n", 1) +
 		"ddr:\n  names: [dns.e2e.test]\n  addresses: [127.0.0.1]\n"
 	d := startDohfwd(t, yaml, newPKI(t))
 	dot, udp, tcp := d.listenerAddr("dot"), d.listenerAddr("dns-udp"), d.listenerAddr("dns-tcp")
@@ -26,6 +26,7 @@ func TestPlainDNSAndDDRWithDigAndKdig(t *testing.T) {
 	host, port, _ := net.SplitHostPort(udp)
 	_, dohPort, _ := net.SplitHostPort(d.HTTPS)
 	_, dotPort, _ := net.SplitHostPort(dot)
+	_, doqPort, _ := net.SplitHostPort(d.listenerAddr("doq"))
 
 	for _, transport := range []string{"+notcp", "+tcp"} {
 		out := runTool(t, "dig", "@"+host, "-p", port, transport, "www.e2e.test", "A", "+noall", "+answer", "+comments")
@@ -36,9 +37,10 @@ func TestPlainDNSAndDDRWithDigAndKdig(t *testing.T) {
 
 	wantDoH := regexp.MustCompile(`1 dns\.e2e\.test\. alpn="?h2"? port=` + dohPort + ` ipv4hint=127\.0\.0\.1 (key7|dohpath)="?/dns-query\{\?dns\}"?`)
 	wantDoT := regexp.MustCompile(`2 dns\.e2e\.test\. alpn="?dot"? port=` + dotPort + ` ipv4hint=127\.0\.0\.1`)
+	wantDoQ := regexp.MustCompile(`3 dns\.e2e\.test\. alpn="?doq"? port=` + doqPort + ` ipv4hint=127\.0\.0\.1`)
 	check := func(how, out string) {
 		t.Helper()
-		if !strings.Contains(out, "NOERROR") || !wantDoH.MatchString(out) || !wantDoT.MatchString(out) {
+		if !strings.Contains(out, "NOERROR") || !wantDoH.MatchString(out) || !wantDoT.MatchString(out) || !wantDoQ.MatchString(out) {
 			t.Errorf("%s:\n%s", how, out)
 		}
 	}
@@ -50,12 +52,13 @@ func TestPlainDNSAndDDRWithDigAndKdig(t *testing.T) {
 
 	// Over DoH too, read as a message: the SVCB parameters themselves.
 	_, m := d.query(d.client(), newQuery("_dns.resolver.arpa", dns.TypeSVCB))
-	if m == nil || len(m.Answer) != 2 {
+	if m == nil || len(m.Answer) != 3 {
 		t.Fatalf("DoH: %v", m)
 	}
 	for i, want := range []string{
 		fmt.Sprintf(`alpn="h2" port="%s" ipv4hint="127.0.0.1" dohpath="/dns-query{?dns}"`, dohPort),
 		fmt.Sprintf(`alpn="dot" port="%s" ipv4hint="127.0.0.1"`, dotPort),
+		fmt.Sprintf(`alpn="doq" port="%s" ipv4hint="127.0.0.1"`, doqPort),
 	} {
 		var kv []string
 		for _, v := range m.Answer[i].(*dns.SVCB).Value {

@@ -22,7 +22,7 @@ import (
 
 // One query check: every front end of the built binary (DoH in the wire
 // form over HTTP/2, the JSON form and the admin /explain through curl,
-// Do53 over UDP and TCP, DoT) gives each question the same verdict,
+// Do53 over UDP and TCP, DoT, DoQ) gives each question the same verdict,
 // dnswire.CheckQuery's: accepted (resolved: NOERROR or NXDOMAIN from nsd),
 // refused with a DNS error, or unreadable (DoH 400; Do53 and DoT do not
 // answer a question that does not read; /explain 400). A question given
@@ -30,7 +30,7 @@ import (
 func TestOneQueryCheckEveryFrontEnd(t *testing.T) {
 	t.Parallel()
 	yaml := strings.Replace(scopeYAML(startNSD(t)), "listen:\n", "listen:\n  dot: 127.0.0.1:0\n  dns: 127.0.0.1:0\n", 1)
-	d := startDohfwd(t, yaml, newPKI(t))
+	d, doq := startDoQ(t, yaml)
 	dot, udp, tcp := d.listenerAddr("dot"), d.listenerAddr("dns-udp"), d.listenerAddr("dns-tcp")
 	client := d.client()
 
@@ -140,6 +140,23 @@ func TestOneQueryCheckEveryFrontEnd(t *testing.T) {
 				t.Fatalf("%s %s: %v", front.name, label, err)
 			}
 			check(front.name, wireVerdict(200, got))
+		}
+
+		// DoQ: ID 0 on a stream of its own; a question that does not
+		// read closes the connection (DOQ_PROTOCOL_ERROR), no answer.
+		doqWire := append([]byte{0, 0}, wire[2:]...)
+		st, err := dialDoQ(t, d, doq).OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.SetDeadline(time.Now().Add(20 * time.Second))
+		st.Write(be.BigEndian.AppendUint16(nil, uint16(len(doqWire))))
+		st.Write(doqWire)
+		st.Close()
+		if b, err := io.ReadAll(st); err != nil || len(b) < 2 {
+			check("DoQ", "unreadable")
+		} else {
+			check("DoQ", wireVerdict(200, b[2:]))
 		}
 
 		if tc.want != unread { // UDP's "no answer" is a wait: the TCP row covers it

@@ -46,6 +46,8 @@ type Status struct {
 	Goroutines  int   `json:"goroutines"`
 	OpenFiles   int   `json:"open_files"`
 	Connections int64 `json:"connections"`
+	// Transports are the DNS listeners' counters by transport.
+	Transports map[string]TransportCounters `json:"transports,omitempty"`
 	engine.Status
 }
 
@@ -58,6 +60,18 @@ type Info struct {
 	Started time.Time
 	// Connections, if set, counts the client connections open.
 	Connections func() int64
+	// Transports, if set, gives the DNS listeners' counters by transport
+	// (dot, doq, dns).
+	Transports func() map[string]TransportCounters
+}
+
+// TransportCounters are one DNS transport's totals in /status.
+type TransportCounters struct {
+	// Questions put to the engine (or refused for the client's limits).
+	Questions uint64 `json:"questions"`
+	// QUICRetries counts new QUIC connections asked to validate their
+	// address with a Retry.
+	QUICRetries uint64 `json:"quic_retries,omitempty"`
 }
 
 // Handler returns the admin endpoints. gatherer may be nil (no /metrics);
@@ -72,6 +86,9 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 		st.Goroutines, st.OpenFiles = runtime.NumGoroutine(), openFiles()
 		if info.Connections != nil {
 			st.Connections = info.Connections()
+		}
+		if info.Transports != nil {
+			st.Transports = info.Transports()
 		}
 		writeJSON(w, http.StatusOK, st)
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/dohfwd/dohfwd/doh"
 	"github.com/dohfwd/dohfwd/doh/admin"
 	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/doh/internal/certs"
@@ -105,10 +106,14 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		Load:    s.Load,
 		// A reload reaches the limits here, after the backend took it.
 		Reloaded: d.Reloaded,
+		// The DoH listeners' HTTP limits are read at start: a connection
+		// keeps what it announced in its SETTINGS.
+		Limits: doh.Limits{MaxConcurrentStreams: uint32(d.Config.Limits.StreamsPerConnection)},
 	}
 	if d.Limits != nil {
 		o.WrapClientListener = d.Limits.Listen
 		o.Admit = d.Limits.Admit
+		o.HoldConn = d.Limits.HoldConn
 		o.Connections = d.Limits.Connections
 	}
 	if d.Resolver != nil {

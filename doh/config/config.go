@@ -36,6 +36,7 @@ type Listen struct {
 	HTTPS          string   `yaml:"https"` // "" turns it off
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
 	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
+	DoQ            string   `yaml:"doq"`   // DNS over QUIC (RFC 9250), a UDP address; "" = off
 	DNS            string   `yaml:"dns"`   // plain DNS, UDP and TCP; "" = off
 	Admin          string   `yaml:"admin"` // "" turns it off
 	Path           string   `yaml:"path"`
@@ -155,7 +156,8 @@ type Cache struct {
 }
 
 // Limits bound what one client prefix may take (package limits); 0
-// turns a limit off, and every one is off by default.
+// turns a limit off, and every one is off by default. One more bounds
+// each HTTP/2 connection: StreamsPerConnection.
 type Limits struct {
 	ClientQPS         float64 `yaml:"client_qps"`         // queries per second per prefix
 	ClientBurst       int     `yaml:"client_burst"`       // queries at once above the rate; 0 = client_qps
@@ -164,6 +166,10 @@ type Limits struct {
 	Connections       int     `yaml:"connections"`        // open connections in all
 	PrefixV4          int     `yaml:"prefix_v4"`          // how clients group: /24
 	PrefixV6          int     `yaml:"prefix_v6"`          // and /56
+	// StreamsPerConnection is how many requests one HTTP/2 connection may
+	// have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); unlike the
+	// others it is always on (default 250) and read at start only.
+	StreamsPerConnection int `yaml:"streams_per_connection"`
 }
 
 // DDR sets what Discovery of Designated Resolvers (RFC 9462) advertises.
@@ -240,7 +246,7 @@ func defaults() *Config {
 		Cache: Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour,
 			StaleMax: 24 * time.Hour, StaleTTL: 30 * time.Second, StaleAnswerAfter: 1800 * time.Millisecond,
 			PrefetchMinHits: 2},
-		Limits: Limits{PrefixV4: 24, PrefixV6: 56},
+		Limits: Limits{PrefixV4: 24, PrefixV6: 56, StreamsPerConnection: 250},
 		Log:    Log{Level: "info", Format: "auto"},
 		DDR:    DDR{Names: []string{}, Addresses: []string{}},
 	}

@@ -58,6 +58,7 @@ const fullFile = `listen:
   https: 127.0.0.1:8443
   http: "127.0.0.1:8080"
   dot: 127.0.0.1:853
+  doq: 127.0.0.1:853
   dns: 127.0.0.1:53
   admin: 127.0.0.1:9153
   path: /dns-query
@@ -161,6 +162,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"malformed", "listen:\n  https: [127.0.0.1\nlog: {\n", "bad.yaml:"},
 		{"tab indent", "listen:\n\thttps: x\n", "bad.yaml:2: "},
 		{"bad dot listen", "listen:\n  dot: 853\n", "bad.yaml:2: listen.dot:"},
+		{"bad doq listen", "listen:\n  doq: \":853/udp\"\n", "bad.yaml:2: listen.doq:"},
 		{"bad dns listen", "listen:\n  dns: 10.0.0.1\n", "bad.yaml:2: listen.dns:"},
 		{"bad ddr name", "ddr:\n  names: [\"a..b\"]\n", "bad.yaml:2: ddr.names[0]:"},
 		{"bad ddr address", "ddr:\n  addresses:\n    - 192.0.2.1\n    - 0.0.0.0\n", "bad.yaml:4: ddr.addresses[1]:"},

@@ -10,8 +10,9 @@
 // the rest of a running dohfwd from it.
 //
 // Besides the DoH listeners, listen.dot (DNS over TLS, with the HTTPS
-// listener's certificates) and listen.dns (plain DNS on UDP and TCP) are
-// off unless set. The ddr section only names what Discovery of Designated
+// listener's certificates), listen.doq (DNS over QUIC, RFC 9250, on UDP,
+// with the same certificates) and listen.dns (plain DNS on UDP and TCP)
+// are off unless set. The ddr section only names what Discovery of Designated
 // Resolvers advertises (ddr.names, ddr.addresses); DDR itself is on
 // whenever an encrypted listener is. apple_profile signs the Apple
 // configuration profile when set.
@@ -50,4 +51,6 @@
 // prefix (prefix_v4 /24, prefix_v6 /56): client_qps and client_burst (a
 // token bucket), client_in_flight (upstream transactions), and
 // client_connections; connections bounds all clients together.
+// streams_per_connection (default 250, read at start) is how many requests
+// one HTTP/2 connection may have open at once.
 package config

@@ -21,7 +21,8 @@ func (c *Config) validate(x *keyIndex) error {
 	bad := func(path, format string, a ...any) { es.add(x.errorAt(c.Source, path, fmt.Sprintf(format, a...))) }
 
 	for _, l := range []struct{ key, addr string }{
-		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP}, {"listen.dot", c.Listen.DoT}, {"listen.dns", c.Listen.DNS},
+		{"listen.https", c.Listen.HTTPS}, {"listen.http", c.Listen.HTTP}, {"listen.dot", c.Listen.DoT}, {"listen.doq", c.Listen.DoQ},
+		{"listen.dns", c.Listen.DNS},
 		{"listen.admin", c.Listen.Admin}, {"tls.acme.http_listen", c.TLS.ACME.HTTPListen},
 	} {
 		if err := checkListenAddr(l.addr); err != nil {
@@ -187,6 +188,9 @@ func (c *Config) validate(x *keyIndex) error {
 	if p := c.Limits.PrefixV6; p < 1 || p > 128 {
 		bad("limits.prefix_v6", "%d: want 1 to 128", p)
 	}
+	if n := c.Limits.StreamsPerConnection; n < 1 || n > maxStreamsPerConnection {
+		bad("limits.streams_per_connection", "%d: want 1 to %d", n, maxStreamsPerConnection)
+	}
 
 	checkNames("ddr.names", c.DDR.Names, engine.ParseHostName, bad)
 	for i, a := range c.DDR.Addresses {
@@ -223,6 +227,11 @@ func (c *Config) validate(x *keyIndex) error {
 	}
 	return es.join()
 }
+
+// maxStreamsPerConnection bounds limits.streams_per_connection: each open
+// stream holds about 8 KiB of request state, so one connection at most
+// 128 MiB; four times the default in-flight ceiling.
+const maxStreamsPerConnection = 16384
 
 // Bounds of tls.acme.redis.lock_lease: a replica that dies holding a lock
 // blocks the others for at most one lease.

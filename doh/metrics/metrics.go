@@ -240,3 +240,35 @@ func (c limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descConnections, prometheus.GaugeValue, float64(c.l.Connections()))
 	ch <- prometheus.MustNewConstMetric(descLimitPrefixes, prometheus.GaugeValue, float64(c.l.Prefixes()))
 }
+
+// CollectTransports exports the DNS listeners' counters by transport
+// (dot, doq, dns), read from each at scrape time; quicRetries counts only
+// where quic is true.
+func (m *Metrics) CollectTransports(each func(yield func(transport string, questions uint64, quic bool, quicRetries uint64))) {
+	m.Registry.MustRegister(transportsCollector{each})
+}
+
+type transportsCollector struct {
+	each func(yield func(transport string, questions uint64, quic bool, quicRetries uint64))
+}
+
+var (
+	descTransportQuestions = prometheus.NewDesc("dohfwd_dns_questions_total",
+		"Questions the DNS listeners put to the engine (or refused for the client's limits), by transport (dot, doq, dns).", []string{"transport"}, nil)
+	descQUICRetries = prometheus.NewDesc("dohfwd_quic_retries_total",
+		"New QUIC connections asked to validate their address with a Retry, by transport.", []string{"transport"}, nil)
+)
+
+func (transportsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTransportQuestions
+	ch <- descQUICRetries
+}
+
+func (c transportsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.each(func(transport string, questions uint64, quic bool, quicRetries uint64) {
+		ch <- prometheus.MustNewConstMetric(descTransportQuestions, prometheus.CounterValue, float64(questions), transport)
+		if quic {
+			ch <- prometheus.MustNewConstMetric(descQUICRetries, prometheus.CounterValue, float64(quicRetries), transport)
+		}
+	})
+}

@@ -15,12 +15,13 @@ import (
 	"github.com/dohfwd/dohfwd/doh/internal/dnsserver"
 )
 
-// listenDNS opens the DNS-over-TLS listener (listen.dot) with the HTTPS
-// listener's certificates and the plain DNS listeners (listen.dns, UDP and
-// TCP on one port). Their servers answer from o.Resolver.
+// listenDNS opens the DNS-over-TLS listener (listen.dot) and the
+// DNS-over-QUIC one (listen.doq) with the HTTPS listener's certificates,
+// and the plain DNS listeners (listen.dns, UDP and TCP on one port). Their
+// servers answer from o.Resolver.
 func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 	cfg := o.Config
-	if cfg.Listen.DoT == "" && cfg.Listen.DNS == "" {
+	if cfg.Listen.DoT == "" && cfg.Listen.DoQ == "" && cfg.Listen.DNS == "" {
 		return nil, nil
 	}
 	if o.Resolver == nil {
@@ -32,18 +33,32 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit}
+		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit, Proto: "dot"}
 		out = append(out, &listener{name: "dot", ln: ln, dns: srv})
+	}
+	if cfg.Listen.DoQ != "" {
+		l, err := listenDoQ(o, certificates)
+		if err != nil {
+			for _, l := range out {
+				l.ln.Close()
+			}
+			return nil, err
+		}
+		out = append(out, l)
 	}
 	if cfg.Listen.DNS != "" {
 		ln, pc, err := listenUDPAndTCP(cfg.Listen.DNS)
 		if err != nil {
 			for _, l := range out {
-				l.ln.Close()
+				if l.quic != nil {
+					l.quic.Close()
+				} else {
+					l.ln.Close()
+				}
 			}
 			return nil, fmt.Errorf("listen.dns %s: %w", cfg.Listen.DNS, err)
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit}
+		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit, Proto: "dns"}
 		out = append(out, &listener{name: "dns-udp", pc: pc, dns: srv}, &listener{name: "dns-tcp", ln: o.wrapClients(ln), dns: srv})
 	}
 	return out, nil
@@ -107,7 +122,8 @@ func designate(o Options, listeners []*listener, certificates *tls.Config) {
 }
 
 // Designation is what _dns.resolver.arpa advertises (RFC 9462): for each
-// name the HTTPS listener (DoH) and the DoT listener at their bound ports.
+// name the HTTPS listener (DoH), the DoT and the DoQ listener at their
+// bound ports.
 // Names are ddr.names, else tls.acme.domains, else certNames (the served
 // certificate's DNS names); addresses are ddr.addresses, else the
 // encrypted listeners' own addresses when they are not wildcards. No
@@ -119,6 +135,9 @@ func Designation(cfg *config.Config, bound map[string]netip.AddrPort, certNames 
 	}
 	if ap, ok := bound["dot"]; ok {
 		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoT, Port: ap.Port()})
+	}
+	if ap, ok := bound["doq"]; ok {
+		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoQ, Port: ap.Port()})
 	}
 	if len(d.Endpoints) == 0 {
 		return ddr.Designation{}
@@ -139,7 +158,7 @@ func Designation(cfg *config.Config, bound map[string]netip.AddrPort, certNames 
 		}
 		return d
 	}
-	for _, name := range []string{"https", "dot"} {
+	for _, name := range []string{"https", "dot", "doq"} {
 		if ap, ok := bound[name]; ok {
 			a := ap.Addr().Unmap()
 			if !a.IsUnspecified() && !containsAddr(d.Addresses, a) {

@@ -25,13 +25,14 @@ func TestDesignationFromConfigAndListeners(t *testing.T) {
 	bound := map[string]netip.AddrPort{
 		"https":   netip.MustParseAddrPort("0.0.0.0:8443"),
 		"dot":     netip.MustParseAddrPort("0.0.0.0:853"),
+		"doq":     netip.MustParseAddrPort("0.0.0.0:8853"),
 		"dns-udp": netip.MustParseAddrPort("0.0.0.0:53"),
 	}
 	got := Designation(c, bound, []string{"localhost"})
 	want := ddr.Designation{
 		Names:     []string{"dns.example.net"},
 		Addresses: []netip.Addr{netip.MustParseAddr("192.0.2.53"), netip.MustParseAddr("2001:db8::53")},
-		Endpoints: []ddr.Endpoint{{Protocol: ddr.DoH, Port: 8443, Path: "/q"}, {Protocol: ddr.DoT, Port: 853}},
+		Endpoints: []ddr.Endpoint{{Protocol: ddr.DoH, Port: 8443, Path: "/q"}, {Protocol: ddr.DoT, Port: 853}, {Protocol: ddr.DoQ, Port: 8853}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)

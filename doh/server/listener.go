@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/dohfwd/dohfwd/doh/admin"
 	"github.com/dohfwd/dohfwd/doh/internal/dnsserver"
+	"github.com/dohfwd/dohfwd/doh/internal/quicconf"
 )
 
 func (l *listener) addr() net.Addr {
@@ -20,6 +22,8 @@ func (l *listener) addr() net.Addr {
 func (l *listener) serve() error {
 	var err error
 	switch {
+	case l.quic != nil:
+		err = l.dns.ServeQUIC(l.quic)
 	case l.dns != nil && l.pc != nil:
 		err = l.dns.ServePacket(l.pc)
 	case l.dns != nil:
@@ -47,6 +51,38 @@ func (l *listener) close() {
 		return
 	}
 	l.srv.Close()
+}
+
+// transportCounters reads the DNS listeners' counters by transport (dot,
+// doq, dns: the plain listener's UDP and TCP share a server), for /status
+// and /metrics.
+func transportCounters(listeners []*listener) func() map[string]admin.TransportCounters {
+	type source struct {
+		srv  *dnsserver.Server
+		gate *quicconf.Gate // nil unless QUIC
+	}
+	byName := map[string]source{}
+	for _, l := range listeners {
+		if l.dns == nil {
+			continue
+		}
+		name := l.name
+		if name == "dns-udp" || name == "dns-tcp" {
+			name = "dns"
+		}
+		byName[name] = source{srv: l.dns, gate: l.gate}
+	}
+	return func() map[string]admin.TransportCounters {
+		out := make(map[string]admin.TransportCounters, len(byName))
+		for name, src := range byName {
+			c := admin.TransportCounters{Questions: src.srv.Questions()}
+			if src.gate != nil {
+				c.QUICRetries = src.gate.Retries()
+			}
+			out[name] = c
+		}
+		return out
+	}
 }
 
 // inFlight counts the DNS listeners' questions being answered.

@@ -33,6 +33,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh/internal/ddr"
 	"github.com/dohfwd/dohfwd/doh/internal/dnsserver"
 	"github.com/dohfwd/dohfwd/doh/internal/proxied"
+	"github.com/dohfwd/dohfwd/doh/internal/quicconf"
 	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/telemetry"
@@ -84,9 +85,14 @@ type Options struct {
 	// connections (HTTPS, HTTP, DoT, DNS over TCP) after PROXY protocol,
 	// for the connection limits (limits.Limiter.Listen).
 	WrapClientListener func(net.Listener) net.Listener
-	// Admit, when set, is asked for each DoT and plain DNS question
+	// Admit, when set, is asked for each DoT, DoQ and plain DNS question
 	// (dnsserver.Server.Admit); the DoH handler carries its own.
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
+	// HoldConn, when set, counts each QUIC connection against the
+	// connection limits, as WrapClientListener counts TCP ones
+	// (limits.Limiter.HoldConn).
+	HoldConn func(client netip.Addr) (release func(), ok bool)
+
 	// Reloaded, when set, is told of each configuration a SIGHUP reload
 	// applied, after the backend took it.
 	Reloaded func(*config.Config)
@@ -112,6 +118,10 @@ type listener struct {
 
 	dns *dnsserver.Server
 	pc  net.PacketConn
+	// quic, with dns, is a DNS-over-QUIC listener (pc is its socket),
+	// gate its address-validation policy.
+	quic dnsserver.QUICListener
+	gate *quicconf.Gate
 }
 
 // Run serves until ctx ends or a SIGTERM/SIGINT arrives, then stops
@@ -204,7 +214,9 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 	}
 	fail := func(err error) ([]*listener, func(), error) {
 		for _, l := range out {
-			if l.pc != nil {
+			if l.quic != nil {
+				l.quic.Close()
+			} else if l.pc != nil {
 				l.pc.Close()
 			} else {
 				l.ln.Close()
@@ -213,7 +225,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		closeAll()
 		return nil, func() {}, err
 	}
-	var certificates *tls.Config // the HTTPS and DoT listeners' certificates
+	var certificates *tls.Config // the HTTPS, DoT and DoQ listeners' certificates
 	if cfg.Listen.HTTPS != "" {
 		// The port is held before ACME starts, so a TLS-ALPN-01 validation
 		// always reaches this listener and never a stand-in of certmagic's.
@@ -223,7 +235,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		}
 		out = append(out, &listener{name: "https", ln: ln})
 	}
-	if cfg.Listen.HTTPS != "" || cfg.Listen.DoT != "" {
+	if cfg.Listen.HTTPS != "" || cfg.Listen.DoT != "" || cfg.Listen.DoQ != "" {
 		cm, err := certs.New(ctx, o.Certs, log)
 		if err != nil {
 			return fail(fmt.Errorf("tls: %w", err))
@@ -251,6 +263,14 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		return fail(err)
 	}
 	out = append(out, dnsListeners...)
+	transports := transportCounters(dnsListeners)
+	if o.Metrics != nil {
+		o.Metrics.CollectTransports(func(yield func(string, uint64, bool, uint64)) {
+			for name, c := range transports() {
+				yield(name, c.Questions, name == "doq", c.QUICRetries)
+			}
+		})
+	}
 	if cfg.Listen.Admin != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.Admin)
 		if err != nil {
@@ -259,6 +279,7 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		h := admin.Handler(o.Backend, gatherer(o.Metrics), admin.Info{
 			Version: o.Version, Started: time.Now(),
 			Config: func() string { return current.Load().Source }, Connections: o.Connections,
+			Transports: transports,
 		})
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -336,11 +357,13 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 		o.Reloaded(next)
 	}
 	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP || next.Listen.DoT != old.Listen.DoT ||
+		next.Listen.DoQ != old.Listen.DoQ ||
 		next.Listen.DNS != old.Listen.DNS || !reflect.DeepEqual(next.DDR, old.DDR) ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
 		!reflect.DeepEqual(next.Listen.TrustedProxies, old.Listen.TrustedProxies) ||
-		!reflect.DeepEqual(next.Listen.ProxyProtocol, old.Listen.ProxyProtocol) || !reflect.DeepEqual(next.TLS, old.TLS) {
-		log.Warn().Msg("listen, tls and ddr changes take effect at the next restart")
+		!reflect.DeepEqual(next.Listen.ProxyProtocol, old.Listen.ProxyProtocol) || !reflect.DeepEqual(next.TLS, old.TLS) ||
+		next.Limits.StreamsPerConnection != old.Limits.StreamsPerConnection {
+		log.Warn().Msg("listen, tls, ddr and limits.streams_per_connection changes take effect at the next restart")
 	}
 	log.Info().Str("config", next.Source).Int("scopes", len(next.Scopes)).
 		Int("fallback_servers", len(next.FallbackServers)).Int("hosts", len(next.Hosts)).

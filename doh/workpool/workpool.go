@@ -5,10 +5,19 @@
 // of a forwarded question's CPU; in the WebAssembly module about half of
 // a request's time, both profiled); a kept goroutine has grown already.
 // A job goes to a goroutine that waits for one or, when none waits, to a
-// new one: a job never queues behind another.
+// new one: a job never queues behind another. A goroutine waits at most
+// IdleTime for its next job: a burst (a flood of requests reset at once)
+// leaves no goroutines behind once it is over.
 package workpool
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
+
+// IdleTime is how long a kept goroutine waits for its next job before it
+// ends. A busy server hands it one well within that.
+const IdleTime = time.Second
 
 // Pool runs jobs of type J with do. J is a value, not a closure, so
 // handing a job over allocates nothing.
@@ -36,10 +45,11 @@ func (p *Pool[J]) Run(j J) {
 	}
 }
 
-// work runs j, then waits for the next job while the pool runs and no
-// more than maxIdle others wait.
+// work runs j, then waits for the next job, at most IdleTime, while the
+// pool runs and no more than maxIdle others wait.
 func (p *Pool[J]) work(j J) {
 	var zero J
+	var idle *time.Timer // made at the first wait; reset at each
 	for {
 		p.do(j)
 		j = zero // nothing of the last job stays reachable while waiting
@@ -47,10 +57,18 @@ func (p *Pool[J]) work(j J) {
 			p.idle.Add(-1)
 			return
 		}
+		if idle == nil {
+			idle = time.NewTimer(IdleTime)
+		} else {
+			idle.Reset(IdleTime)
+		}
 		select {
 		case j = <-p.jobs:
 			p.idle.Add(-1)
 		case <-p.quit:
+			p.idle.Add(-1)
+			return
+		case <-idle.C:
 			p.idle.Add(-1)
 			return
 		}

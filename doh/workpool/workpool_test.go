@@ -3,6 +3,7 @@ package workpool
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -58,4 +59,45 @@ func TestNeverQueues(t *testing.T) {
 	}
 	p.Stop()
 	waitUntil(t, "the waiting goroutines to end", func() bool { return p.Idle() == 0 })
+}
+
+// TestIdleGoroutinesEnd: kept goroutines that get no job for IdleTime
+// end, so a burst leaves none behind; one that gets a job in time stays.
+func TestIdleGoroutinesEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var running sync.WaitGroup
+		p := New(8, func(i int) {
+			if i > 0 {
+				running.Done()
+				<-release
+			}
+		})
+		for i := 1; i <= 5; i++ {
+			running.Add(1)
+			p.Run(i)
+		}
+		running.Wait()
+		close(release)
+		synctest.Wait()
+		if n := p.Idle(); n != 5 {
+			t.Fatalf("%d goroutines waiting after the burst, want 5", n)
+		}
+		time.Sleep(IdleTime / 2)
+		p.Run(0) // one of them gets a job, and waits IdleTime again
+		synctest.Wait()
+		time.Sleep(IdleTime/2 + time.Millisecond)
+		synctest.Wait()
+		if n := p.Idle(); n != 1 {
+			t.Fatalf("%d goroutines waiting IdleTime after the burst, want the 1 that got a job since", n)
+		}
+		time.Sleep(IdleTime)
+		synctest.Wait()
+		if n := p.Idle(); n != 0 {
+			t.Fatalf("%d goroutines waiting, want none", n)
+		}
+		if n := p.Started(); n != 5 {
+			t.Errorf("%d goroutines started, want 5", n)
+		}
+	})
 }

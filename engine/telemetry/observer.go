@@ -65,7 +65,7 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	if !o.infoEnabled() {
 		return
 	}
-	f := o.attempts.get(attemptFields{scope: ev.Scope, server: ev.Server, transport: ev.Transport,
+	f := o.attempts.get(attemptFields{scope: ev.Scope, proto: ev.Proto, server: ev.Server, transport: ev.Transport,
 		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, rcode: ev.Rcode, demoted: ev.Demoted})
 	if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
 		dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName)
@@ -85,7 +85,7 @@ func (o *Observer) Question(ev engine.QuestionEvent) {
 	if !o.infoEnabled() {
 		return
 	}
-	f := o.questions.get(questionFields{scope: ev.Scope, qtype: ev.QType, result: ev.Result,
+	f := o.questions.get(questionFields{scope: ev.Scope, proto: ev.Proto, qtype: ev.QType, result: ev.Result,
 		reason: ev.Reason, attempts: ev.Attempts, cacheHit: ev.CacheHit})
 	if len(ev.Served) == 0 {
 		if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
@@ -137,6 +137,7 @@ func (o *Observer) infoEnabled() bool {
 // combination.
 type attemptFields struct {
 	scope     string
+	proto     string
 	server    netip.AddrPort
 	transport engine.Transport
 	qtype     uint16
@@ -154,7 +155,7 @@ func (f attemptFields) hash() uint64 {
 	}
 	// Independent products (odd constants), then one mix: the multiplies
 	// run side by side instead of one after another.
-	return mix(hashString(f.scope),
+	return mix(hashString(f.scope)^hashString(f.proto)*0x9fb21c651e98df25,
 		binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15^
 			binary.LittleEndian.Uint64(a[8:])*0xc2b2ae3d27d4eb4f^
 			(uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)*0x165667b19e3779f9^
@@ -167,6 +168,9 @@ func (f attemptFields) render(c zerolog.Context) zerolog.Context {
 		Str("scope", f.scope).
 		Bytes("server", f.server.AppendTo(server[:0])).
 		Str("transport", f.transport.String())
+	if f.proto != "" {
+		c = c.Str("proto", f.proto)
+	}
 	c = typeField(c, f.qtype).
 		Int("attempt", f.attempt).
 		Str("outcome", f.outcome.String())
@@ -177,6 +181,7 @@ func (f attemptFields) render(c zerolog.Context) zerolog.Context {
 // combination.
 type questionFields struct {
 	scope    string
+	proto    string
 	qtype    uint16
 	result   engine.Result
 	reason   engine.Reason
@@ -189,12 +194,15 @@ func (f questionFields) hash() uint64 {
 	if f.cacheHit {
 		hit = 1
 	}
-	return mix(hashString(f.scope),
+	return mix(hashString(f.scope)^hashString(f.proto)*0x9fb21c651e98df25,
 		uint64(f.qtype)|uint64(f.result)<<16|uint64(f.reason)<<24|hit<<32|uint64(f.attempts)<<33)
 }
 
 func (f questionFields) render(c zerolog.Context) zerolog.Context {
 	c = levelAndMessage(c, "question").Str("scope", f.scope)
+	if f.proto != "" {
+		c = c.Str("proto", f.proto)
+	}
 	c = typeField(c, f.qtype).Str("result", f.result.String())
 	if f.reason != engine.ReasonNone {
 		c = c.Str("reason", f.reason.String())

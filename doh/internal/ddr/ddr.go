@@ -1,6 +1,7 @@
 // Package ddr answers Discovery of Designated Resolvers (RFC 9462): a
 // query for _dns.resolver.arpa SVCB gets the encrypted resolvers this
-// server runs — DoH with alpn=h2 and its dohpath, DoT with alpn=dot — so
+// server runs — DoH with alpn=h2 and its dohpath, DoT with alpn=dot, DoQ
+// with alpn=doq (RFC 9461) — so
 // that an operating system that found it as a plain DNS server upgrades by
 // itself. Building the records and answering are pure functions; Resolver
 // puts the answer in front of another resolver.
@@ -29,6 +30,7 @@ type Protocol uint8
 const (
 	DoH Protocol = iota // DNS over HTTPS, RFC 8484 (alpn=h2)
 	DoT                 // DNS over TLS, RFC 7858 (alpn=dot)
+	DoQ                 // DNS over QUIC, RFC 9250 (alpn=doq)
 )
 
 // Endpoint is one encrypted listener as clients reach it.
@@ -82,10 +84,7 @@ func records(d Designation) (answer, additional []record) {
 			// SvcParams in rising key order (RFC 9460 §2.2).
 			rdata := binary.BigEndian.AppendUint16(nil, prio)
 			rdata = append(rdata, target...)
-			alpn := "h2"
-			if e.Protocol == DoT {
-				alpn = "dot"
-			}
+			alpn := e.Protocol.alpn()
 			rdata = appendParam(rdata, dnswire.SvcParamALPN, append([]byte{byte(len(alpn))}, alpn...))
 			rdata = appendParam(rdata, dnswire.SvcParamPort, binary.BigEndian.AppendUint16(nil, e.Port))
 			if len(v4) > 0 {
@@ -108,6 +107,17 @@ func records(d Designation) (answer, additional []record) {
 		}
 	}
 	return answer, additional
+}
+
+// alpn is the protocol's ALPN identifier, as its SVCB record names it.
+func (p Protocol) alpn() string {
+	switch p {
+	case DoT:
+		return "dot"
+	case DoQ:
+		return "doq"
+	}
+	return "h2"
 }
 
 // appendParam appends an SvcParam: key, length, value.

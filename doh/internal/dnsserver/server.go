@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/quic-go/quic-go"
 
 	"github.com/dohfwd/dohfwd/engine"
 )
@@ -85,6 +86,14 @@ type Server struct {
 	// 18 (Prohibited) and the resolver is not asked. The resolver's
 	// context names the client (engine.WithClient) either way.
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
+	// HoldConn, if set, counts each accepted QUIC connection against the
+	// connection limits (limits.Limiter.HoldConn): a refused one is closed
+	// with DOQ_EXCESSIVE_LOAD, else release is called when it ends. TCP
+	// connections are counted by their listener.
+	HoldConn func(client netip.Addr) (release func(), ok bool)
+	// Proto, if set, names the protocol on the question's attempt and
+	// question events (engine.QuestionContext.SetProto): dot, doq, dns.
+	Proto string
 
 	mu        sync.Mutex
 	limits    Limits
@@ -92,14 +101,21 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	packets   map[net.PacketConn]struct{}
 	conns     map[*stream]struct{}
-	closing   bool
-	done      chan struct{} // closed by Shutdown or Close
+	// QUIC listeners and connections (quic.go).
+	quicListeners map[QUICListener]struct{}
+	quicConns     map[*quic.Conn]struct{}
+	closing       bool
+	done          chan struct{} // closed by Shutdown or Close
+	// stopCtx ends with done: QUIC's accept calls wait on it.
+	stopCtx context.Context
+	stopNow context.CancelFunc
 	// ctx is the UDP questions' context: Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	inFlight atomic.Int64   // questions from arrival until their answer is sent
-	serving  sync.WaitGroup // packet questions and stream connections
+	inFlight  atomic.Int64   // questions from arrival until their answer is sent
+	questions atomic.Uint64  // questions put to the resolver (or refused by Admit)
+	serving   sync.WaitGroup // packet questions and stream connections
 }
 
 // ErrServerClosed is what the Serve methods return after Shutdown or
@@ -122,7 +138,10 @@ func (s *Server) init() {
 	s.listeners = map[net.Listener]struct{}{}
 	s.packets = map[net.PacketConn]struct{}{}
 	s.conns = map[*stream]struct{}{}
+	s.quicListeners = map[QUICListener]struct{}{}
+	s.quicConns = map[*quic.Conn]struct{}{}
 	s.done = make(chan struct{})
+	s.stopCtx, s.stopNow = context.WithCancel(context.Background())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 }
 
@@ -130,15 +149,24 @@ func (s *Server) init() {
 // their answers written.
 func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
+// Questions counts the questions this server put to its resolver or
+// refused for the client's limits, for the per-transport counters.
+func (s *Server) Questions() uint64 { return s.questions.Load() }
+
 // resolve is the one place the server asks its resolver, so that another
 // resolver API can be put in here alone.
 func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dns.Msg {
+	s.questions.Add(1)
 	if s.Admit != nil {
 		if ok, _ := s.Admit(client); !ok {
 			return refusedReply(q)
 		}
 	}
-	ctx = engine.WithClient(ctx, client)
+	// The client is named to the engine for its limits and a scope's
+	// ECS add.
+	qc := new(engine.QuestionContext)
+	ctx = qc.Set(ctx, client, nil)
+	qc.SetProto(s.Proto)
 	// The query is packed again and the reply unpacked: packReply
 	// truncates and pads an unpacked reply.
 	raw, err := q.Pack()
@@ -188,6 +216,12 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.abort()
 	}
+	for c := range s.quicConns {
+		c.CloseWithError(DoQNoError, "")
+	}
+	for ln := range s.quicListeners {
+		ln.Close()
+	}
 	return nil
 }
 
@@ -198,9 +232,13 @@ func (s *Server) stopAcceptingLocked() {
 	if !s.closing {
 		s.closing = true
 		close(s.done)
+		s.stopNow()
 	}
 	for ln := range s.listeners {
 		ln.Close()
+	}
+	for ln := range s.quicListeners {
+		ln.StopAccepting()
 	}
 }
 

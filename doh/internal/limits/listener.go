@@ -96,3 +96,28 @@ func (c *conn) Close() error {
 	c.mu.Unlock()
 	return c.Conn.Close()
 }
+
+// HoldConn counts one connection that does not come through a
+// net.Listener (a QUIC connection, whose address the handshake validated)
+// against limits.connections and limits.client_connections, as Listen
+// counts a TCP one. ok false: the connection is over a limit and must be
+// closed; else release gives its slots back, once.
+func (l *Limiter) HoldConn(client netip.Addr) (release func(), ok bool) {
+	if !l.openConn() {
+		return nil, false
+	}
+	e, ok := l.acquireConn(client.Unmap())
+	if !ok {
+		l.closeConn()
+		return nil, false
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if e != nil {
+				l.releaseConn(e)
+			}
+			l.closeConn()
+		})
+	}, true
+}

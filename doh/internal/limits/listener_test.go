@@ -3,6 +3,7 @@ package limits
 import (
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -80,5 +81,37 @@ func TestListenerCountsConnections(t *testing.T) {
 	r := l.Refused()
 	if r[LimitClientConnections] != 1 || r[LimitConnections] != 1 {
 		t.Fatalf("refusals %v, want one client_connections and one connections", r)
+	}
+}
+
+// HoldConn counts a connection that comes through no listener (QUIC)
+// like Listen counts a TCP one: per client and in total, refused past
+// either, its slots back once released (twice counts once).
+func TestHoldConnCountsLikeAConnection(t *testing.T) {
+	l := New(Config{ClientConnections: 1, Connections: 2, PrefixV4: 32}, Options{})
+	a, b, c := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.4")
+	releaseA, ok := l.HoldConn(a)
+	if !ok {
+		t.Fatal("first connection refused")
+	}
+	if _, ok := l.HoldConn(a); ok {
+		t.Fatal("a second connection of one client let in past client_connections 1")
+	}
+	if _, ok := l.HoldConn(b); !ok {
+		t.Fatal("another client refused")
+	}
+	if _, ok := l.HoldConn(c); ok {
+		t.Fatal("a third connection let in past connections 2")
+	}
+	releaseA()
+	releaseA()
+	if l.Connections() != 1 {
+		t.Fatalf("%d connections open after a release, want 1", l.Connections())
+	}
+	if _, ok := l.HoldConn(a); !ok {
+		t.Fatal("the client's slot was not given back")
+	}
+	if r := l.Refused(); r[LimitClientConnections] != 1 || r[LimitConnections] != 1 {
+		t.Errorf("refusals %v", r)
 	}
 }
