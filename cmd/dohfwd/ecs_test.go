@@ -38,6 +38,7 @@ func TestECSNotLeakedOnAnyFrontEnd(t *testing.T) {
   http: 127.0.0.1:0
   dot: 127.0.0.1:0
   dns: 127.0.0.1:0
+  doq: 127.0.0.1:0
   admin: 127.0.0.1:0
 scopes:
   - name: strip
@@ -84,6 +85,30 @@ log:
 			}
 		}
 	}
+	// DoQ (RFC 9250), with quic-go as the client.
+	conn := dialDoQ(t, d, d.listenerAddr("doq"))
+	for _, zone := range []string{"e2e.test", "pass.test"} {
+		name := "doq." + zone
+		m, err := askDoQ(conn, doqFrame(withSubnet(newQuery(name, dns.TypeA)), 0))
+		if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+			t.Fatalf("doq %s: %v %v", name, m, err)
+		}
+		if o := m.IsEdns0(); o != nil && strings.Contains(o.String(), "SUBNET") {
+			t.Fatalf("doq %s: the answer carries an ECS option:\n%v", name, m)
+		}
+		sent := upstreamECS(t, up, name)
+		if zone == "e2e.test" && sent != "" || zone == "pass.test" && !strings.HasPrefix(sent, "203.0.113.0/24") {
+			t.Fatalf("doq %s: sent %q upstream", name, sent)
+		}
+	}
+}
+
+// withSubnet is q with EDNS and an ECS option for 203.0.113.0/24.
+func withSubnet(q *dns.Msg) *dns.Msg {
+	q.SetEdns0(1232, false)
+	o := q.IsEdns0()
+	o.Option = append(o.Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(203, 0, 113, 0)})
+	return q
 }
 
 // upstreamECS is the ECS option of the upstream's query for name, as
@@ -142,6 +167,7 @@ func TestECSAddOnEveryFrontEnd(t *testing.T) {
   http: 127.0.0.1:0
   dot: 127.0.0.1:0
   dns: 127.0.0.1:0
+  doq: 127.0.0.1:0
   admin: 127.0.0.1:0
   trusted_proxies: [127.0.0.3/32]
   proxy_protocol: [127.0.0.2/32]
@@ -177,6 +203,14 @@ log:
 		if sent := upstreamECS(t, up, name); sent != "127.0.0.0/24" {
 			t.Fatalf("%s: sent %q upstream, want the client's 127.0.0.0/24", f.listener, sent)
 		}
+	}
+
+	qc := dialDoQ(t, d, d.listenerAddr("doq"))
+	if m, err := askDoQ(qc, doqFrame(withSubnet(newQuery("doq.e2e.test", dns.TypeA)), 0)); err != nil || m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("doq: %v %v", m, err)
+	}
+	if sent := upstreamECS(t, up, "doq.e2e.test"); sent != "127.0.0.0/24" {
+		t.Fatalf("doq: sent %q upstream, want the client's 127.0.0.0/24", sent)
 	}
 
 	// The cache: the same /24 is answered from it, another /24 is asked.
