@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/dnswire"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // This file is the DoH semantics, once, for every transport: a [Request]
@@ -69,6 +71,9 @@ type Request struct {
 	Body    []byte
 	BodyErr error
 	Peer    netip.AddrPort
+	// Local is the server's side of the connection, when known (for the
+	// wiretap).
+	Local netip.AddrPort
 }
 
 // Response is what the client gets: a status, the header fields in the
@@ -94,6 +99,8 @@ type call struct {
 	// takes the resolver's (Response.QName) or makes it from raw, and
 	// only for an observer.
 	nameLater bool
+	// tapped: the wiretap was handed the question (tapClient).
+	tapped bool
 
 	in  []byte // the decoded GET query, or the JSON form's query
 	out []byte // the response body
@@ -133,7 +140,7 @@ func (c *call) reset() {
 	c.resp = Response{Header: rh}
 	c.x = Exchange{}
 	c.raw = nil
-	c.onDoHPath, c.page, c.admitted, c.nameLater = false, false, false, false
+	c.onDoHPath, c.page, c.admitted, c.nameLater, c.tapped = false, false, false, false, false
 	c.received = time.Time{}
 	c.miss = engine.Miss{}
 	c.qctx = engine.QuestionContext{}
@@ -191,6 +198,11 @@ type Handler struct {
 
 	serverTiming bool
 	traceContext bool
+	tap          wiretap.Tap // nil: off
+
+	// altSvc, when set, says what Alt-Svc every response carries
+	// (SetAltSvc).
+	altSvc atomic.Pointer[altSvc]
 
 	// serve, when set, answers every request instead of the core (see
 	// HandlerFor); the fields above are then unused.
@@ -201,7 +213,7 @@ type Handler struct {
 // proxies, observer, setup pages and operator headers.
 func NewHandler(r Resolver, o Options) *Handler {
 	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
-		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext}
+		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext, tap: o.Wiretap}
 	h.immediate, _ = r.(ImmediateResolver)
 	if h.immediate != nil {
 		h.starter, _ = r.(MissStarter)
@@ -215,6 +227,55 @@ func NewHandler(r Resolver, o Options) *Handler {
 	h.notFound = "not found: DNS queries go to " + h.path + " (RFC 8484) or " + JSONPath + " (JSON)"
 	return h
 }
+
+// SetAltSvc makes every response advertise HTTP/3 (Alt-Svc, RFC 7838;
+// RFC 9114 §3.1.1) from now on, so HTTP/2 and HTTP/1.1 clients learn
+// where to move; udpPort 0 stops it. The HTTP/3 listener sets it once
+// its port is bound. With sameAsTCP (the QUIC side is bound on the HTTPS
+// listener's own port) the port advertised is the one the client named
+// in its Host or :authority (443 when none): behind a balancer or a
+// Service that maps 443 to the listener's port for TCP and UDP alike,
+// that is the port that reaches the QUIC side. Otherwise it is udpPort.
+func (h *Handler) SetAltSvc(udpPort int, sameAsTCP bool) {
+	if udpPort == 0 {
+		h.altSvc.Store(nil)
+		return
+	}
+	h.altSvc.Store(&altSvc{port: strconv.Itoa(udpPort), bound: AltSvcValue(udpPort),
+		https: AltSvcValue(443), followHost: sameAsTCP})
+}
+
+// altSvc is the Alt-Svc a handler advertises.
+type altSvc struct {
+	port, bound string // the UDP port, and its value
+	https       string // the value for port 443
+	followHost  bool
+}
+
+// value is the Alt-Svc for a request that named host.
+func (a *altSvc) value(host string) string {
+	if !a.followHost {
+		return a.bound
+	}
+	port := "443"
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		port = host[i+1:]
+	}
+	switch port {
+	case a.port:
+		return a.bound
+	case "443":
+		return a.https
+	}
+	if n, err := strconv.Atoi(port); err == nil && n > 0 && n < 65536 {
+		return AltSvcValue(n)
+	}
+	return a.bound
+}
+
+// AltSvcValue is the Alt-Svc value that advertises HTTP/3 on port of the
+// same host for a day.
+func AltSvcValue(port int) string { return `h3=":` + strconv.Itoa(port) + `"; ma=86400` }
 
 // Path is the path h serves RFC 8484 at (Options.Path, DefaultPath if
 // none).
@@ -243,6 +304,9 @@ func (h *Handler) begin(c *call) (done bool) {
 	}
 	r := &c.req
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
+	if a := h.altSvc.Load(); a != nil {
+		c.resp.Header = append(c.resp.Header, HeaderField{"alt-svc", a.value(r.Host)})
+	}
 	if h.observe != nil {
 		c.x.Start = c.received
 		if c.x.Start.IsZero() {
@@ -430,6 +494,10 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 	}
 	c.x.Resolved, c.x.Response = true, r
+	if h.tap != nil {
+		// Before the JSON form is written over the reply in c.out.
+		h.tapClient(c, r.Wire, r.Answered)
+	}
 	switch {
 	case len(r.Wire) < headerSize: // a resolver that breaks its contract
 		h.writeErrorReply(c, dnswire.RcodeServerFailure)
@@ -446,14 +514,34 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 
 // questionContext is the context c's question is resolved under: ctx,
 // naming the client (for the engine's per-client limits and a scope's
-// ECS add) and carrying the trace (when TraceContext is on).
+// ECS add) and its protocol (for the question's events) and carrying the
+// trace (when TraceContext is on).
 func (h *Handler) questionContext(ctx context.Context, c *call) context.Context {
 	var tr *engine.Trace
 	client := c.x.ClientIP
 	if h.traceContext {
 		tr = &c.x.Trace
 	}
-	return c.qctx.Set(ctx, client, tr)
+	qctx := c.qctx.Set(ctx, client, tr)
+	c.qctx.SetProto(ProtoALPN(c.req.Proto))
+	return qctx
+}
+
+// ProtoALPN is the ALPN name (RFC 7301) of an HTTP version as Go names
+// it (Request.Proto, Exchange.Proto): the proto of a question's events
+// and of the request metrics; "" for another.
+func ProtoALPN(httpProto string) string {
+	switch httpProto {
+	case "HTTP/2.0":
+		return "h2"
+	case "HTTP/3.0":
+		return "h3"
+	case "HTTP/1.1":
+		return "http/1.1"
+	case "HTTP/1.0":
+		return "http/1.0"
+	}
+	return ""
 }
 
 // startMiss begins the miss answer(ctx, c, false) left in c, when the
@@ -520,6 +608,15 @@ func (c *call) cancelled() { c.x.Status = StatusClientClosed }
 
 // finish ends a request after its response was written (or dropped).
 func (h *Handler) finish(c *call) {
+	if h.tap != nil && c.raw != nil && !c.tapped {
+		// A question answered here (a DNS error) or not at all (refused
+		// by the limits, or its client went away).
+		var reply []byte
+		if c.x.Format == FormatWire && c.resp.Status == statusOK {
+			reply = c.resp.Body
+		}
+		h.tapClient(c, reply, time.Time{})
+	}
 	if h.observe != nil && !c.page {
 		if c.nameLater {
 			if c.x.QName = c.x.Response.QName; c.x.QName == "" {
@@ -649,4 +746,24 @@ func requestTrace(h Header) engine.Trace {
 		return NewTrace(nil)
 	}
 	return NewTrace(tp[:])
+}
+
+// tapClient hands the wiretap c's question and reply (nil: none was sent),
+// answered at answered (zero: now).
+func (h *Handler) tapClient(c *call, reply []byte, answered time.Time) {
+	c.tapped = true
+	received := c.x.Start
+	if received.IsZero() {
+		received = c.received
+	}
+	if answered.IsZero() {
+		answered = time.Now()
+	}
+	if received.IsZero() {
+		received = answered
+	}
+	if len(reply) < headerSize {
+		reply = nil
+	}
+	wiretap.Client(h.tap, wiretap.DoH, c.req.Peer, c.req.Local, c.raw, received, reply, answered)
 }

@@ -69,6 +69,7 @@ type h2conn struct {
 	br     *bufio.Reader
 	fr     *http2.Framer
 	peer   netip.AddrPort
+	local  netip.AddrPort // the listener's side, read only for the wiretap
 	limits Limits
 	ctx    context.Context // ends when the connection does
 	cancel context.CancelFunc
@@ -168,6 +169,9 @@ func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
 	}
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		c.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	if c.h != nil && c.h.tap != nil {
+		c.local = addrPortOf(nc.LocalAddr())
 	}
 	l := c.limits
 	c.maxList = maxHeaderList(l)

@@ -43,7 +43,7 @@ func (c *h2conn) onHeaders(f *headersFrame) error {
 		st = streams.Get().(*stream)
 		st.id, st.conn, st.clen, st.opened = id, c, -1, c.now
 		st.recvWin, st.sendWin = maxUploadPerStream, c.peerWin
-		st.req.Proto, st.req.Peer, st.req.ContentLength = "HTTP/2.0", c.peer, -1
+		st.req.Proto, st.req.Peer, st.req.Local, st.req.ContentLength = "HTTP/2.0", c.peer, c.local, -1
 		// Reset streams are closed (RFC 9113 5.1.2), though their
 		// questions may still be stopping.
 		if c.goingAway || c.active-c.resetRunning >= int(c.limits.MaxConcurrentStreams) {

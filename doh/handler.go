@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // Resolver answers one checked query (QR clear, opcode QUERY, exactly one
@@ -68,6 +69,9 @@ type Options struct {
 	// context names the client (engine.WithClient) either way, for its
 	// per-client share of transactions and a scope's ECS add.
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
+	// Wiretap, if set, is handed each question's query and answer
+	// (dnstap's CLIENT_QUERY and CLIENT_RESPONSE); nil: none.
+	Wiretap wiretap.Tap
 }
 
 // Format is the form of a request.

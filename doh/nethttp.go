@@ -3,6 +3,7 @@
 package doh
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -10,7 +11,8 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// ServeHTTP serves one request that net/http read (HTTP/1.1): it is turned into a [Request], goes through the
+// ServeHTTP serves one request that net/http read (HTTP/1.1) or quic-go's
+// http3 server (HTTP/3): it is turned into a [Request], goes through the
 // same core as the HTTP/2 server's streams, and the [Response] is written
 // back. The request context is the resolver's: a client that goes away
 // cancels its question.
@@ -28,6 +30,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if peer, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		req.Peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
+	}
+	if h.tap != nil {
+		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			req.Local = addrPortOf(local)
+		}
 	}
 	if r.Method == http.MethodPost && r.ContentLength <= MaxMessageSize && r.Body != nil {
 		req.Body, req.BodyErr = readMessage(r.Body, req.Body[:0])
@@ -105,6 +112,8 @@ func canonicalName(n string) string {
 		return "Allow"
 	case "x-content-type-options":
 		return "X-Content-Type-Options"
+	case "alt-svc":
+		return "Alt-Svc"
 	}
 	return http.CanonicalHeaderKey(n)
 }
@@ -134,3 +143,19 @@ var sharedValues = func() map[string][]string {
 // RequestTrace returns the trace of a request with headers h: the
 // caller's from traceparent, else a new one; its span is new either way.
 func RequestTrace(h http.Header) engine.Trace { return NewTrace(h["Traceparent"]) }
+
+// addrPortOf is a's address and port, the zero AddrPort when it has none.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
+		if a != nil {
+			ap, _ = netip.ParseAddrPort(a.String())
+		}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

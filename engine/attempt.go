@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine/dnswire"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // maxStackServers is how many servers a scope may list before the
@@ -134,6 +136,9 @@ func (qn *question) attemptEnded(name string, bufs *askBuffers, pick int, now ti
 	c.n++
 	demoted := e.settle(tx.server, res.outcome, questionAttempt, qn.cfg.DemotionPeriod).demote
 	qn.attempted(name, tx, pick, res.outcome, res.rcode, res.class, now, rtt, demoted)
+	if e.wiretap != nil {
+		tapAttempt(e.wiretap, tx, res.reply, now)
+	}
 	switch res.outcome {
 	case OutcomeAnswer:
 		r.result, r.at, r.ends = ResultAnswer, tx.ended, true
@@ -326,4 +331,28 @@ func (e *Engine) settle(server *upstream, o Outcome, k attemptKind, period time.
 	e.counters.attempts[o].Add(1)
 	server.note(o)
 	return ch
+}
+
+// tapAttempt hands the wiretap an attempt that began at start and ended
+// at tx.ended: its query as sent (without TCP's length) and its reply,
+// when one matched (nil otherwise: a timeout, a socket failure), in the
+// buffers they are in, which the tap copies.
+//
+//go:noinline
+func tapAttempt(tap wiretap.Tap, tx *transaction, reply []byte, start time.Time) {
+	m := wiretap.Message{
+		Kind: wiretap.ForwarderQuery, Protocol: wiretap.UDP,
+		ResponseAddr: tx.server.addr,
+		Query:        tx.query[2:],
+		QueryTime:    start,
+	}
+	if tx.transport == TCP {
+		m.Protocol = wiretap.TCP
+	}
+	if tx.source.IsValid() {
+		m.QueryAddr = netip.AddrPortFrom(tx.source, 0)
+	}
+	tap.Tap(m)
+	m.Kind, m.Response, m.ResponseTime = wiretap.ForwarderResponse, reply, tx.ended
+	tap.Tap(m)
 }

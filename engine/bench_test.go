@@ -14,6 +14,7 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/enginetest"
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 	"github.com/dohfwd/dohfwd/scripts/testtool"
 	"github.com/miekg/dns"
 )
@@ -74,7 +75,72 @@ func BenchmarkForwardUDP(b *testing.B) {
 	}
 }
 
+// BenchmarkForwardUDPWiretap is BenchmarkForwardUDP (pooled sockets,
+// minimal answers) with the wiretap off (nil: the default) and on, with a
+// tap that copies each message into a bounded queue another goroutine
+// takes from every millisecond, as the dnstap writer does: the cost of
+// the hook on the question's goroutine.
+func BenchmarkForwardUDPWiretap(b *testing.B) {
+	b.Run("off", func(b *testing.B) {
+		benchmarkForwardUDPTap(b, engine.NativeNetwork{}, upstreamAnswers[1].opts, nil, false)
+	})
+	b.Run("on", func(b *testing.B) {
+		tap := newCopyTap()
+		defer tap.close()
+		benchmarkForwardUDPTap(b, engine.NativeNetwork{}, upstreamAnswers[1].opts, tap, false)
+	})
+}
+
+// copyTap copies each message into a queue of 10 000, dropping when it
+// is full, and a goroutine takes what waits every millisecond, as
+// doh/internal/dnstap's Writer does (without the encoding and the socket,
+// which are its goroutine's).
+type copyTap struct {
+	queue chan *[]byte
+	done  chan struct{}
+	free  sync.Pool
+}
+
+func newCopyTap() *copyTap {
+	t := &copyTap{queue: make(chan *[]byte, 10000), done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		for {
+			select {
+			case b, ok := <-t.queue:
+				if !ok {
+					return
+				}
+				t.free.Put(b)
+				continue
+			default:
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return t
+}
+
+func (t *copyTap) Tap(m wiretap.Message) {
+	b, _ := t.free.Get().(*[]byte)
+	if b == nil {
+		b = new([]byte)
+	}
+	*b = append(append((*b)[:0], m.Query...), m.Response...)
+	select {
+	case t.queue <- b:
+	default:
+		t.free.Put(b)
+	}
+}
+
+func (t *copyTap) close() { close(t.queue); <-t.done }
+
 func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions, hardened bool) {
+	benchmarkForwardUDPTap(b, network, opts, nil, hardened)
+}
+
+func benchmarkForwardUDPTap(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions, tap wiretap.Tap, hardened bool) {
 	addr, metric := "", "own-cpu-ns/op"
 	if _, ok := upstreamtest.NSDPath(); ok {
 		addr = startNSDWith(b, opts)
@@ -84,7 +150,7 @@ func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest
 	}
 	e, err := engine.New(engine.Config{UpstreamCookies: hardened, Upstream0x20: hardened,
 		Scopes: []engine.ScopeConfig{{Name: "test", DefaultRoute: true, Servers: []string{addr}}}},
-		engine.Options{Network: network})
+		engine.Options{Network: network, Wiretap: tap})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine/dnswire"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // Engine answers questions by forwarding them upstream under the resolvd
@@ -17,10 +18,11 @@ import (
 type Engine struct {
 	network  Network
 	observer Observer
-	first    Transport // UDP, or TCP under Options.TCPOnly
-	reuse    bool      // the Network's UDP sockets may be pooled (pool.go)
-	openNow  bool      // the Network's TCP Open returns at once (ConnectsLater)
-	epoch    time.Time // the marks' clock starts here (monotonic)
+	wiretap  wiretap.Tap // nil: off
+	first    Transport   // UDP, or TCP under Options.TCPOnly
+	reuse    bool        // the Network's UDP sockets may be pooled (pool.go)
+	openNow  bool        // the Network's TCP Open returns at once (ConnectsLater)
+	epoch    time.Time   // the marks' clock starts here (monotonic)
 
 	routes   atomic.Pointer[routes]
 	inFlight inFlight
@@ -54,6 +56,9 @@ type Options struct {
 	// ClientLimit, if set, bounds each client's transactions in flight
 	// (see WithClient); nil leaves only the ceiling.
 	ClientLimit ClientLimiter
+	// Wiretap, if set, is handed each upstream attempt's query and reply
+	// (dnstap's FORWARDER_QUERY and FORWARDER_RESPONSE); nil: none.
+	Wiretap wiretap.Tap
 }
 
 // New returns an engine for cfg.
@@ -65,6 +70,7 @@ func New(cfg Config, opts Options) (*Engine, error) {
 		network:   opts.Network,
 		observer:  opts.Observer,
 		clients:   opts.ClientLimit,
+		wiretap:   opts.Wiretap,
 		epoch:     time.Now(),
 		upstreams: map[netip.AddrPort]*upstream{},
 	}

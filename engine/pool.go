@@ -24,7 +24,15 @@ import (
 //     opened, whose port the kernel chooses at random;
 //   - no socket lives longer than maxSocketLife: one is handed out only
 //     when the transaction's deadline falls inside its life, and a sweep
-//     closes idle sockets that reach it.
+//     closes idle sockets that reach it;
+//   - a pool holds only what its server's traffic needs (see expire): an
+//     idle socket left unused for idleExpiry is closed, except that up to
+//     minChoice of them (the floor) are kept while the server is in use,
+//     a transaction having ended cleanly on one of its sockets within
+//     idleExpiry. So a busy server keeps the floor it reuses from, the
+//     sockets a burst added above it go idleExpiry after the burst, and
+//     idleExpiry after a server's last clean transaction its pool is
+//     empty: at rest the engine holds no UDP socket at all.
 //
 // CoreDNS's forward plugin keeps a LIFO stack per upstream, so a steady
 // trickle of queries reuses one port; dnsdist multiplexes many queries on
@@ -43,6 +51,12 @@ const (
 	lifeMargin = time.Second
 	// sweepInterval is how often a pool with idle sockets closes the old.
 	sweepInterval = time.Second
+	// idleExpiry is how long a socket may wait unused above the floor,
+	// and how long a pool keeps its floor after its server's last clean
+	// transaction. Long enough that a server asked every few seconds
+	// keeps its floor; short enough that a process is at rest well
+	// within half a minute of its load.
+	idleExpiry = 10 * time.Second
 )
 
 // SocketReuser is implemented by a Network whose connected UDP sockets
@@ -54,11 +68,13 @@ type SocketReuser interface {
 	ReusesUDPSockets() bool
 }
 
-// pooledSocket is an idle socket and when it was opened.
+// pooledSocket is an idle socket, when it was opened and when it was
+// last put back.
 type pooledSocket struct {
-	sock Socket
-	x    DatagramExchanger // sock as one, when it is
-	born time.Time
+	sock      Socket
+	x         DatagramExchanger // sock as one, when it is
+	born      time.Time
+	idleSince time.Time
 }
 
 // socketPool is the idle connected UDP sockets to one server from one
@@ -68,6 +84,10 @@ type socketPool struct {
 	idle   []pooledSocket
 	closed bool // the server left the configuration, or the engine stopped
 	sweep  *time.Timer
+	// used is when a transaction last ended cleanly on one of its
+	// sockets: the server is in use, and the floor kept, until
+	// idleExpiry after it.
+	used time.Time
 }
 
 // take returns an idle socket chosen at random that lives past deadline,
@@ -104,6 +124,7 @@ func (p *socketPool) put(s pooledSocket, now time.Time) {
 		s.sock.Close()
 		return
 	}
+	s.idleSince, p.used = now, now
 	p.idle = append(p.idle, s)
 	if p.sweep == nil {
 		p.sweep = time.AfterFunc(sweepInterval, p.sweepOld)
@@ -111,22 +132,12 @@ func (p *socketPool) put(s pooledSocket, now time.Time) {
 	p.mu.Unlock()
 }
 
-// sweepOld closes the idle sockets whose life ends before the next sweep,
-// and runs again while any remain.
+// sweepOld closes the idle sockets expire gives up, and runs again while
+// any remain.
 func (p *socketPool) sweepOld() {
-	now := time.Now()
 	var old []pooledSocket
 	p.mu.Lock()
-	keep := p.idle[:0]
-	for _, s := range p.idle {
-		if now.Add(sweepInterval + lifeMargin).Before(s.born.Add(maxSocketLife)) {
-			keep = append(keep, s)
-		} else {
-			old = append(old, s)
-		}
-	}
-	clear(p.idle[len(keep):])
-	p.idle = keep
+	p.idle, old = expire(p.idle, time.Now(), p.used)
 	if len(p.idle) > 0 && !p.closed {
 		p.sweep.Reset(sweepInterval)
 	} else {
@@ -134,6 +145,46 @@ func (p *socketPool) sweepOld() {
 	}
 	p.mu.Unlock()
 	closeAll(old)
+}
+
+// expire is the sweep's rule. Of the idle sockets, it gives up (returns
+// as old) those whose life ends before the next sweep, and those unused
+// for idleExpiry beyond the floor: while the pool was used within
+// idleExpiry (a clean transaction at used), up to minChoice sockets stay
+// however long they have waited, so that a server in use keeps the
+// sockets its reuse chooses among; after that, none. It keeps the rest
+// in idle's own array, in their order.
+func expire(idle []pooledSocket, now, used time.Time) (keep, old []pooledSocket) {
+	floor := 0
+	if now.Sub(used) < idleExpiry {
+		floor = minChoice
+	}
+	// Sockets alive past the next sweep, and of those, unused too long.
+	alive, stale := 0, 0
+	for _, s := range idle {
+		if now.Add(sweepInterval + lifeMargin).Before(s.born.Add(maxSocketLife)) {
+			alive++
+			if now.Sub(s.idleSince) >= idleExpiry {
+				stale++
+			}
+		}
+	}
+	// The stale sockets to close: those above the floor.
+	drop := min(stale, max(alive-floor, 0))
+	keep = idle[:0]
+	for _, s := range idle {
+		switch {
+		case !now.Add(sweepInterval + lifeMargin).Before(s.born.Add(maxSocketLife)):
+			old = append(old, s)
+		case drop > 0 && now.Sub(s.idleSince) >= idleExpiry:
+			drop--
+			old = append(old, s)
+		default:
+			keep = append(keep, s)
+		}
+	}
+	clear(idle[len(keep):])
+	return keep, old
 }
 
 // close closes every idle socket; sockets busy now are closed when their
@@ -234,7 +285,10 @@ func (e *Engine) IdleSockets() int {
 	defer e.mu.Unlock()
 	n := 0
 	for _, u := range e.upstreams {
-		n += u.pools.idle() + u.loopPools.idle()
+		n += u.idleSockets()
 	}
 	return n
 }
+
+// idleSockets is the number of pooled UDP sockets to u at rest.
+func (u *upstream) idleSockets() int { return u.pools.idle() + u.loopPools.idle() }

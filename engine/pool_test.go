@@ -370,3 +370,22 @@ func TestSocketPoolCeilingCountsTransactions(t *testing.T) {
 		t.Errorf("refused %d, want 1", n)
 	}
 }
+
+// Status shows the pooled sockets held: in all, and per server.
+func TestSocketPoolShownInStatus(t *testing.T) {
+	up := upstreamtest.Start(t, upstreamtest.Answer("@ 60 IN A 192.0.2.1"))
+	e := nativeEngine(t, 2*time.Second, up.String())
+	askN(t, e, "shown", 3)
+	st := e.Status()
+	if st.UpstreamSockets != 3 || e.IdleSockets() != 3 {
+		t.Fatalf("status upstream_sockets %d (IdleSockets %d), want the 3 of 3 clean transactions", st.UpstreamSockets, e.IdleSockets())
+	}
+	if got := st.Scopes[0].Servers[0].PooledSockets; got != 3 {
+		t.Errorf("server %s pooled_sockets %d, want 3", st.Scopes[0].Servers[0].Address, got)
+	}
+	merged := engine.MergeStatuses([]engine.Status{st, st})
+	if merged.UpstreamSockets != 6 || merged.Scopes[0].Servers[0].PooledSockets != 6 {
+		t.Errorf("merged: upstream_sockets %d, server pooled_sockets %d; want the sums, 6 and 6",
+			merged.UpstreamSockets, merged.Scopes[0].Servers[0].PooledSockets)
+	}
+}

@@ -9,6 +9,10 @@ type Status struct {
 	Counters        Counters      `json:"counters"`
 	InFlight        int64         `json:"in_flight"`
 	InFlightCeiling int64         `json:"in_flight_ceiling"`
+	// UpstreamSockets is the pooled UDP sockets held between
+	// transactions, across servers: descriptors that go when the
+	// servers are at rest (pool.go).
+	UpstreamSockets int `json:"upstream_sockets"`
 }
 
 // ScopeStatus is one scope and its servers' demotion state.
@@ -26,6 +30,8 @@ type ServerStatus struct {
 	DemotedUntil *time.Time `json:"demoted_until,omitempty"`
 	// Recent are the outcomes of its latest attempts, oldest first.
 	Recent []string `json:"recent"`
+	// PooledSockets is its idle pooled UDP sockets.
+	PooledSockets int `json:"pooled_sockets"`
 	// Cookie says the server returned a server cookie (RFC 7873) that
 	// the engine sends back; CaseNotKept that it was found not to keep
 	// the question's case and is asked in lower case (0x20 off for it).
@@ -42,11 +48,13 @@ func (e *Engine) Status() Status {
 		Counters:        e.counters.snapshot(),
 		InFlight:        e.inFlight.n.Load(),
 		InFlightCeiling: e.inFlight.ceiling.Load(),
+		UpstreamSockets: e.IdleSockets(),
 	}
 	for _, s := range r.scopes {
 		ss := ScopeStatus{Name: s.name, Domains: s.domains, Servers: []ServerStatus{}}
 		for _, u := range s.servers {
-			sv := ServerStatus{Address: u.key, Recent: u.recentList(), Cookie: u.cookie.known(), CaseNotKept: u.caseless.Load()}
+			sv := ServerStatus{Address: u.key, Recent: u.recentList(), PooledSockets: u.idleSockets(),
+				Cookie: u.cookie.known(), CaseNotKept: u.caseless.Load()}
 			if until := u.markUntil(); demotedAt(until, now) {
 				t := e.epoch.Add(until)
 				sv.Demoted, sv.DemotedUntil = true, &t
@@ -72,8 +80,8 @@ func (e *Engine) InFlight() int64 { return e.inFlight.n.Load() }
 // configuration (the instances of an edge host) into one: the scopes of
 // the first, a server shown demoted when any engine has it demoted (until
 // the latest mark) and with a cookie or not keeping case when any engine
-// found so, and the sums of the counters, in-flight numbers and
-// ceilings.
+// found so, and the sums of the counters, in-flight numbers, ceilings and
+// pooled sockets.
 func MergeStatuses(all []Status) Status {
 	if len(all) == 0 {
 		return Status{Scopes: []ScopeStatus{}, FallbackServers: []string{}, Counters: (&counters{}).snapshot()}
@@ -81,22 +89,24 @@ func MergeStatuses(all []Status) Status {
 	out := all[0]
 	out.Scopes = cloneScopes(all[0].Scopes)
 	out.Counters = Counters{}
-	out.InFlight, out.InFlightCeiling = 0, 0
+	out.InFlight, out.InFlightCeiling, out.UpstreamSockets = 0, 0, 0
 	for i, st := range all {
 		out.Counters.Add(st.Counters)
 		out.InFlight += st.InFlight
 		out.InFlightCeiling += st.InFlightCeiling
+		out.UpstreamSockets += st.UpstreamSockets
 		if i == 0 {
 			continue
 		}
 		for si := range min(len(out.Scopes), len(st.Scopes)) {
 			mine, theirs := out.Scopes[si].Servers, st.Scopes[si].Servers
 			for vi := range min(len(mine), len(theirs)) {
+				pooled := mine[vi].PooledSockets + theirs[vi].PooledSockets
 				cookie, caseless := mine[vi].Cookie || theirs[vi].Cookie, mine[vi].CaseNotKept || theirs[vi].CaseNotKept
 				if t := theirs[vi]; t.Demoted && (!mine[vi].Demoted || t.DemotedUntil.After(*mine[vi].DemotedUntil)) {
 					mine[vi] = t
 				}
-				mine[vi].Cookie, mine[vi].CaseNotKept = cookie, caseless
+				mine[vi].PooledSockets, mine[vi].Cookie, mine[vi].CaseNotKept = pooled, cookie, caseless
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -36,5 +37,55 @@ func TestMergeStatusesAddsUpEveryCounter(t *testing.T) {
 	}
 	if MergeStatuses(nil).Counters.Probes == nil {
 		t.Error("an empty merge has no probe map")
+	}
+}
+
+// Counters.Add sums every field of Counters, whatever it is named: each
+// uint64 and each map entry of one snapshot with every counter set comes
+// out doubled from adding it to itself, and an empty Counters takes every
+// key of a snapshot. An edge host's /status is such a sum.
+func TestCountersAddSumsEveryField(t *testing.T) {
+	var c counters
+	c.upstreamFailed.Add(1)
+	one := c.snapshot()
+	setAll(t, reflect.ValueOf(&one).Elem(), 1)
+	var sum Counters
+	sum.Add(one)
+	sum.Add(one)
+	v := reflect.ValueOf(sum)
+	for i := range v.NumField() {
+		name, f := v.Type().Field(i).Name, v.Field(i)
+		switch f.Kind() {
+		case reflect.Uint64:
+			if f.Uint() != 2 {
+				t.Errorf("%s = %d, want 2", name, f.Uint())
+			}
+		case reflect.Map:
+			want := reflect.ValueOf(one).Field(i).Len()
+			if f.Len() != want || want == 0 {
+				t.Errorf("%s has %d keys, want %d (and some)", name, f.Len(), want)
+			}
+			for _, k := range f.MapKeys() {
+				if n := f.MapIndex(k).Uint(); n != 2 {
+					t.Errorf("%s[%s] = %d, want 2", name, k, n)
+				}
+			}
+		}
+	}
+}
+
+// setAll sets every uint64 and every map value of the struct v to n.
+func setAll(t *testing.T, v reflect.Value, n uint64) {
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Uint64:
+			f.SetUint(n)
+		case reflect.Map:
+			for _, k := range f.MapKeys() {
+				f.SetMapIndex(k, reflect.ValueOf(n))
+			}
+		default:
+			t.Fatalf("Counters.%s is a %s", v.Type().Field(i).Name, f.Kind())
+		}
 	}
 }

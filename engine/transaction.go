@@ -194,7 +194,7 @@ func stopClosing(ctx context.Context, sock Socket, stop func() bool) bool {
 // WebAssembly is a call to the host's memmove each time.
 type exchangeResult struct {
 	outcome Outcome
-	reply   []byte      // answer and nxdomain: the reply, where it was received (the ask's buffers, or the TCP stream's)
+	reply   []byte      // the matched reply, where it was received (the ask's buffers, or the TCP stream's); only an answer's and an NXDOMAIN's are used, the rest only shown to the wiretap
 	walked  walkedReply // what the walk of reply found
 	rcode   int         // -1 without a reply
 	class   ErrorClass  // the socket error's class, for a socket failure
@@ -502,7 +502,7 @@ func replyEnds(tx *transaction, m []byte, t Transport, r *exchangeResult) match 
 		if k == matchExact && t == UDP && m[dnswire.OffFlags]&0x02 != 0 {
 			// Truncated, its last record cut: the TCP retry gets it
 			// whole, and nothing in it is used.
-			r.outcome, r.rcode = OutcomeTruncated, int(m[3]&0x0F)
+			r.outcome, r.rcode, r.reply = OutcomeTruncated, int(m[3]&0x0F), m
 			return matchExact
 		}
 		return matchNone
@@ -530,12 +530,10 @@ func replyEnds(tx *transaction, m []byte, t Transport, r *exchangeResult) match 
 	default:
 		r.outcome = OutcomeRcode
 	}
-	if r.outcome == OutcomeAnswer || r.outcome == OutcomeNXDomain {
-		// Bytes after the last record are dropped: kept, they would sit
-		// between the records and the OPT written for the client, and
-		// the client could not read its answer (found by FuzzUpstreamReply).
-		r.reply = m[:w.end]
-	}
+	// Bytes after the last record are dropped: kept, they would sit
+	// between the records and the OPT written for the client, and the
+	// client could not read its answer (found by FuzzUpstreamReply).
+	r.reply = m[:w.end]
 	return matchExact
 }
 

@@ -166,6 +166,17 @@ type dohfwd struct {
 // from its files.
 func startDohfwd(t *testing.T, yaml string, pki *testPKI) *dohfwd {
 	t.Helper()
+	return startCommand(t, yaml, pki, 10*time.Second, func(config string) *exec.Cmd {
+		return exec.Command(binary, "serve", "--config", config)
+	})
+}
+
+// startCommand is startDohfwd for the command command(config file) runs:
+// dohfwd serve, or another host of the same configuration (dohfwd-edge,
+// which may first compile its module: within bounds the wait for each
+// listener).
+func startCommand(t *testing.T, yaml string, pki *testPKI, within time.Duration, command func(config string) *exec.Cmd) *dohfwd {
+	t.Helper()
 	if pki != nil {
 		yaml += fmt.Sprintf("tls:\n  mode: files\n  cert_file: %s\n  key_file: %s\n", pki.Cert, pki.Key)
 	}
@@ -175,7 +186,7 @@ func startDohfwd(t *testing.T, yaml string, pki *testPKI) *dohfwd {
 	}
 	d := &dohfwd{t: t, config: path, pki: pki, exited: make(chan struct{})}
 	d.grow = sync.NewCond(&d.mu)
-	d.cmd = exec.Command(binary, "serve", "--config", path)
+	d.cmd = command(path)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +223,7 @@ func startDohfwd(t *testing.T, yaml string, pki *testPKI) *dohfwd {
 	}
 	for name, on := range map[string]bool{"https": cfg.Listen.HTTPS != "", "http": cfg.Listen.HTTP != "", "admin": cfg.Listen.Admin != ""} {
 		if on {
-			ev := d.waitEvent(10*time.Second, func(ev map[string]any) bool {
+			ev := d.waitEvent(within, func(ev map[string]any) bool {
 				return ev["message"] == "listening" && ev["listener"] == name
 			})
 			addr := ev["addr"].(string)

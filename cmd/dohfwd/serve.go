@@ -43,6 +43,7 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 		Network:  engine.NativeNetwork{},
 		Metrics:  metrics.NewMetrics(),
 		BatchLog: true,
+		Version:  versionString(),
 	})
 	if err != nil {
 		return err

@@ -48,7 +48,16 @@ type Status struct {
 	Connections int64 `json:"connections"`
 	// Transports are the DNS listeners' counters by transport.
 	Transports map[string]TransportCounters `json:"transports,omitempty"`
+	// Dnstap counts the dnstap messages written to the collector and
+	// those dropped (a full queue, a failed write); zeros when off.
+	Dnstap DnstapStatus `json:"dnstap"`
 	engine.Status
+}
+
+// DnstapStatus is /status's dnstap.
+type DnstapStatus struct {
+	Sent    uint64 `json:"sent"`
+	Dropped uint64 `json:"dropped"`
 }
 
 // Info describes the running process for /status.
@@ -60,6 +69,8 @@ type Info struct {
 	Started time.Time
 	// Connections, if set, counts the client connections open.
 	Connections func() int64
+	// Dnstap, if set, counts the dnstap messages written and dropped.
+	Dnstap func() (sent, dropped uint64)
 	// Transports, if set, gives the DNS listeners' counters by transport
 	// (dot, doq, dns).
 	Transports func() map[string]TransportCounters
@@ -89,6 +100,9 @@ func Handler(src StatusSource, gatherer prometheus.Gatherer, info Info) http.Han
 		}
 		if info.Transports != nil {
 			st.Transports = info.Transports()
+		}
+		if info.Dnstap != nil {
+			st.Dnstap.Sent, st.Dnstap.Dropped = info.Dnstap()
 		}
 		writeJSON(w, http.StatusOK, st)
 	})

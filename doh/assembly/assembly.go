@@ -26,15 +26,16 @@ import (
 	"github.com/dohfwd/dohfwd/doh/internal/limits"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/telemetry"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // Metrics counts what the observers see. Package metrics implements it
 // natively (Prometheus); the module has none.
 type Metrics interface {
 	telemetry.AttemptMetrics
-	// ObserveRequest counts one DoH request; rcode < 0 when the answer
-	// held no DNS message.
-	ObserveRequest(status, rcode int)
+	// ObserveRequest counts one DoH request that came by proto (h2, h3,
+	// http/1.1); rcode < 0 when the answer held no DNS message.
+	ObserveRequest(proto string, status, rcode int)
 	// ForgetServers drops what is kept per server for servers a reload
 	// removed.
 	ForgetServers(keep func(netip.AddrPort) bool)
@@ -65,6 +66,8 @@ type Options struct {
 	// per-attempt events cost little; Close flushes the last batch. Off
 	// in the module, whose goroutines run only while its host calls it.
 	BatchLog bool
+	// Version is dohfwd's version, which dnstap messages carry.
+	Version string
 }
 
 // Dohfwd is dohfwd assembled from one configuration.
@@ -89,7 +92,10 @@ type Dohfwd struct {
 
 	metrics Metrics
 	batch   *telemetry.BatchWriter // nil unless Options.BatchLog
-	setup   setupPages             // natively: the device setup pages; nil in the module
+	// dnstap writes the client and upstream messages (dnstap.address);
+	// nil when off, and in the module.
+	dnstap dnstapWriter
+	setup  setupPages // natively: the device setup pages; nil in the module
 }
 
 // setupPages serves the device setup page and the Apple profile (package
@@ -124,12 +130,16 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 		return nil, err
 	}
 	d := &Dohfwd{Config: cfg, Log: log, TrustedProxies: trusted, metrics: o.Metrics, batch: batch}
+	if o.Network == nil && o.Resolver == nil {
+		return d, nil
+	}
+	if d.dnstap, err = newDnstap(cfg, log, o.Version); err != nil {
+		return nil, err
+	}
 	if o.Network == nil {
-		if o.Resolver == nil {
-			return d, nil
-		}
 		d.Limits = limits.New(LimitsConfig(cfg), limits.Options{OnSummary: d.limitSummary})
 		if d.setup, err = newSetupPages(cfg); err != nil {
+			d.Close()
 			return nil, err
 		}
 		d.Handler = doh.NewHandler(o.Resolver, d.handlerOptions())
@@ -145,13 +155,15 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 		Observer:    telemetry.NewBatchedObserver(log, batch, attempts),
 		TCPOnly:     o.TCPOnly,
 		ClientLimit: d.Limits,
+		Wiretap:     d.Wiretap(),
 	})
 	if err != nil {
+		d.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	d.setup, err = newSetupPages(cfg)
 	if err != nil {
-		d.Engine.Close()
+		d.Close()
 		return nil, err
 	}
 	d.Resolver = ddr.Wrap(d.Engine)
@@ -170,6 +182,7 @@ func (d *Dohfwd) handlerOptions() doh.Options {
 		TraceContext:   cfg.Listen.TraceContext,
 		Observe:        d.Observe,
 		Admit:          d.Limits.Admit,
+		Wiretap:        d.Wiretap(),
 	}
 	if d.setup != nil { // a nil *setup.Handler in the interface would not be nil
 		hopts.Setup = d.setup
@@ -183,9 +196,38 @@ func (d *Dohfwd) Close() {
 	if d.Engine != nil {
 		d.Engine.Close()
 	}
+	if d.dnstap != nil {
+		d.dnstap.Close()
+	}
 	if d.batch != nil {
 		d.batch.Close()
 	}
+}
+
+// dnstapWriter is the dnstap writer (package dnstap) as the assembly
+// uses it.
+type dnstapWriter interface {
+	wiretap.Tap
+	Counters() (sent, dropped uint64)
+	Close()
+}
+
+// Wiretap is what the front ends and the engine hand their messages to:
+// the dnstap writer, or nil when dnstap is off.
+func (d *Dohfwd) Wiretap() wiretap.Tap {
+	if d.dnstap == nil {
+		return nil
+	}
+	return d.dnstap
+}
+
+// DnstapCounters are the dnstap messages written and dropped (zero when
+// dnstap is off), for /status and /metrics.
+func (d *Dohfwd) DnstapCounters() (sent, dropped uint64) {
+	if d.dnstap == nil {
+		return 0, 0
+	}
+	return d.dnstap.Counters()
 }
 
 // Observe takes one DoH request at its end: it counts it and, at debug,
@@ -193,7 +235,7 @@ func (d *Dohfwd) Close() {
 // module instances answered.
 func (d *Dohfwd) Observe(x doh.Exchange) {
 	if d.metrics != nil {
-		d.metrics.ObserveRequest(x.Status, x.Rcode)
+		d.metrics.ObserveRequest(doh.ProtoALPN(x.Proto), x.Status, x.Rcode)
 	}
 	// A client over its limits is summed up by limitSummary, not logged
 	// once per refused query.

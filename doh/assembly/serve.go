@@ -87,6 +87,11 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		if d.Limits != nil {
 			met.CollectLimits(d.Limits)
 		}
+		met.CollectDnstap(d.DnstapCounters)
+	}
+	if d.dnstap != nil {
+		// After the drain: the last questions' messages go out.
+		defer d.dnstap.Close()
 	}
 	var backend server.Backend = reloading{s.Backend, d}
 	if ex, ok := s.Backend.(admin.Explainer); ok {
@@ -108,7 +113,9 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 		Reloaded: d.Reloaded,
 		// The DoH listeners' HTTP limits are read at start: a connection
 		// keeps what it announced in its SETTINGS.
-		Limits: doh.Limits{MaxConcurrentStreams: uint32(d.Config.Limits.StreamsPerConnection)},
+		Limits:  doh.Limits{MaxConcurrentStreams: uint32(d.Config.Limits.StreamsPerConnection)},
+		Wiretap: d.Wiretap(),
+		Dnstap:  d.DnstapCounters,
 	}
 	if d.Limits != nil {
 		o.WrapClientListener = d.Limits.Listen

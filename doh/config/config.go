@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ type Config struct {
 	Log             Log                 `yaml:"log"`
 	DDR             DDR                 `yaml:"ddr"`
 	AppleProfile    AppleProfile        `yaml:"apple_profile"`
+	Dnstap          Dnstap              `yaml:"dnstap"`
 
 	// Source is the file the configuration came from, or DefaultSource.
 	Source string `yaml:"-"`
@@ -33,7 +35,11 @@ type Config struct {
 
 // Listen holds the listeners' addresses and the DoH path.
 type Listen struct {
-	HTTPS          string   `yaml:"https"` // "" turns it off
+	HTTPS string `yaml:"https"` // "" turns it off
+	// HTTP3 serves DoH over HTTP/3 (QUIC, RFC 9114) on the UDP port of
+	// the HTTPS listener's address, and HTTP/2 and HTTP/1.1 answers
+	// advertise it (Alt-Svc); false leaves the HTTPS listener TCP only.
+	HTTP3          bool     `yaml:"http3"`
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
 	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
 	DoQ            string   `yaml:"doq"`   // DNS over QUIC (RFC 9250), a UDP address; "" = off
@@ -195,6 +201,49 @@ type AppleProfile struct {
 	SignKey  string `yaml:"sign_key"`
 }
 
+// Dnstap sends every client and upstream message to a dnstap collector
+// (Frame Streams over a Unix or TCP socket); off while Address is "".
+type Dnstap struct {
+	// Address is the collector's socket: unix:/path (or a path
+	// starting with /) or tcp:host:port (or host:port).
+	Address string `yaml:"address"`
+	// Queue is how many messages wait for the socket at most; past it,
+	// and while the collector is away, new messages are dropped and
+	// counted, and no question waits.
+	Queue int `yaml:"queue"`
+	// Identity names this server in each message; "" = the host name.
+	Identity string `yaml:"identity"`
+}
+
+// DnstapAddress reads a dnstap.address: its network ("unix" or "tcp")
+// and address.
+func DnstapAddress(s string) (network, address string, err error) {
+	switch {
+	case strings.HasPrefix(s, "unix:"):
+		network, address = "unix", strings.TrimPrefix(s, "unix:")
+	case strings.HasPrefix(s, "/"):
+		network, address = "unix", s
+	case strings.HasPrefix(s, "tcp:"):
+		network, address = "tcp", strings.TrimPrefix(s, "tcp:")
+	default:
+		network, address = "tcp", s
+	}
+	if network == "unix" {
+		if address == "" {
+			return "", "", fmt.Errorf("%q: no socket path after unix:", s)
+		}
+		return network, address, nil
+	}
+	host, port, err := net.SplitHostPort(address)
+	if err != nil || host == "" {
+		return "", "", fmt.Errorf("%q: want unix:/path or tcp:host:port", s)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "", "", fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, port)
+	}
+	return network, address, nil
+}
+
 // Log sets the log level and format.
 type Log struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
@@ -232,7 +281,7 @@ var resolvConf = "/etc/resolv.conf"
 // the system scope.
 func defaults() *Config {
 	return &Config{
-		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
+		Listen: Listen{HTTPS: "127.0.0.1:8443", HTTP3: true, Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
 			ProxyProtocol: []string{}, ServerTiming: true, TraceContext: true},
 		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{},
 			Redis: Redis{KeyPrefix: "dohfwd", LockLease: 30 * time.Second}}},
@@ -249,6 +298,7 @@ func defaults() *Config {
 		Limits: Limits{PrefixV4: 24, PrefixV6: 56, StreamsPerConnection: 250},
 		Log:    Log{Level: "info", Format: "auto"},
 		DDR:    DDR{Names: []string{}, Addresses: []string{}},
+		Dnstap: Dnstap{Queue: 10000},
 	}
 }
 

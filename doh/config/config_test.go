@@ -265,3 +265,37 @@ func TestServeStaleAndPrefetchKeys(t *testing.T) {
 		t.Fatalf("written: %+v", ec)
 	}
 }
+
+// dnstap is off by default; its address is unix:/path or tcp:host:port,
+// and a bad one or a queue out of range is an error naming the key.
+func TestDnstapKeys(t *testing.T) {
+	c, err := Parse("ok.yaml", []byte("dnstap:\n  address: unix:/run/dnstap.sock\n  queue: 5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Dnstap.Address != "unix:/run/dnstap.sock" || c.Dnstap.Queue != 5 {
+		t.Errorf("dnstap %+v", c.Dnstap)
+	}
+	if d := defaults().Dnstap; d.Address != "" || d.Queue != 10000 {
+		t.Errorf("default dnstap %+v, want off with a queue of 10000", d)
+	}
+	for _, tc := range []struct{ in, network, address string }{
+		{"unix:/a.sock", "unix", "/a.sock"}, {"/a.sock", "unix", "/a.sock"},
+		{"tcp:127.0.0.1:6000", "tcp", "127.0.0.1:6000"}, {"[::1]:6000", "tcp", "[::1]:6000"},
+	} {
+		if n, a, err := DnstapAddress(tc.in); err != nil || n != tc.network || a != tc.address {
+			t.Errorf("DnstapAddress(%q) = %q %q %v", tc.in, n, a, err)
+		}
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"dnstap:\n  address: tcp:nowhere\n", "bad.yaml:2: dnstap.address:"},
+		{"dnstap:\n  address: \"unix:\"\n", "bad.yaml:2: dnstap.address:"},
+		{"dnstap:\n  queue: 0\n", "bad.yaml:2: dnstap.queue:"},
+		{"dnstap:\n  adress: x\n", "bad.yaml:2: dnstap.adress: unknown key"},
+	} {
+		_, err := Parse("bad.yaml", []byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

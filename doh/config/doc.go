@@ -53,4 +53,9 @@
 // client_connections; connections bounds all clients together.
 // streams_per_connection (default 250, read at start) is how many requests
 // one HTTP/2 connection may have open at once.
+//
+// The dnstap keys (off while address is ""): address, unix:/path or
+// tcp:host:port, the collector's socket; queue (default 10000, 1 to
+// 1000000), how many messages wait for it before new ones are dropped;
+// identity ("" = the host name), the server's name in each message.
 package config

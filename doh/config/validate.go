@@ -207,6 +207,15 @@ func (c *Config) validate(x *keyIndex) error {
 		}
 	}
 
+	if c.Dnstap.Address != "" {
+		if _, _, err := DnstapAddress(c.Dnstap.Address); err != nil {
+			bad("dnstap.address", "%v", err)
+		}
+	}
+	if q := c.Dnstap.Queue; q < 1 || q > 1000000 {
+		bad("dnstap.queue", "%d: want 1 to 1000000", q)
+	}
+
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

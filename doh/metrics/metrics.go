@@ -31,10 +31,11 @@ type Metrics struct {
 	attemptLatency *prometheus.HistogramVec // upstream attempt RTT by server
 	perServer      sync.Map                 // netip.AddrPort -> prometheus.Observer
 
-	// answered holds the series of status 200 by rcode (0–15), where
-	// nearly every request is counted, once looked up: counting one then
-	// skips the label lookup (a hash of both labels under a lock).
-	answered [16]atomic.Value // prometheus.Counter
+	// answered holds the series of status 200 by protocol (protoIndex)
+	// and rcode (0–15), where nearly every request is counted, once
+	// looked up: counting one then skips the label lookup (a hash of the
+	// labels under a lock).
+	answered [4][16]atomic.Value // prometheus.Counter
 }
 
 // NewMetrics registers the dohfwd_* metrics observed as they happen, plus
@@ -45,8 +46,8 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dohfwd_doh_requests_total",
-			Help: "DoH requests answered, by HTTP status and DNS rcode (\"\" when no DNS message was answered).",
-		}, []string{"status", "rcode"}),
+			Help: "DoH requests answered, by HTTP version (proto: h2, h3, http/1.1), HTTP status and DNS rcode (\"\" when no DNS message was answered).",
+		}, []string{"proto", "status", "rcode"}),
 		attemptLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dohfwd_upstream_attempt_duration_seconds",
 			Help:    "Round-trip time of upstream attempts, by server, whatever their outcome.",
@@ -82,19 +83,35 @@ func (m *Metrics) ObserveAttempt(ev engine.AttemptEvent) {
 	o.(prometheus.Observer).Observe(ev.RTT.Seconds())
 }
 
-// ObserveRequest counts one DoH request. rcode < 0 means the answer held
-// no DNS message (a 4xx, or an error page).
-func (m *Metrics) ObserveRequest(status, rcode int) {
-	if status != 200 || rcode < 0 || rcode >= len(m.answered) {
-		m.requests.WithLabelValues(statusLabel(status), rcodeLabel(rcode)).Inc()
+// ObserveRequest counts one DoH request that came by proto (its ALPN
+// name: h2, h3, http/1.1). rcode < 0 means the answer held no DNS message
+// (a 4xx, or an error page).
+func (m *Metrics) ObserveRequest(proto string, status, rcode int) {
+	p := protoIndex(proto)
+	if status != 200 || rcode < 0 || rcode >= len(m.answered[p]) {
+		m.requests.WithLabelValues(proto, statusLabel(status), rcodeLabel(rcode)).Inc()
 		return
 	}
-	c, ok := m.answered[rcode].Load().(prometheus.Counter)
-	if !ok {
-		c = m.requests.WithLabelValues(statusLabel(status), rcodeLabel(rcode))
-		m.answered[rcode].Store(c)
+	c, ok := m.answered[p][rcode].Load().(prometheus.Counter)
+	if !ok || p == 0 {
+		c = m.requests.WithLabelValues(proto, statusLabel(status), rcodeLabel(rcode))
+		m.answered[p][rcode].Store(c)
 	}
 	c.Inc()
+}
+
+// protoIndex is proto's row of Metrics.answered; 0 (not kept) for
+// another.
+func protoIndex(proto string) int {
+	switch proto {
+	case "h2":
+		return 1
+	case "h3":
+		return 2
+	case "http/1.1":
+		return 3
+	}
+	return 0
 }
 
 // ForgetServers drops the latency series of servers no longer configured.
@@ -271,4 +288,23 @@ func (c transportsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descQUICRetries, prometheus.CounterValue, float64(quicRetries), transport)
 		}
 	})
+}
+
+// CollectDnstap exports the dnstap messages written and dropped, read from
+// counts at scrape time (zeros while dnstap is off).
+func (m *Metrics) CollectDnstap(counts func() (sent, dropped uint64)) {
+	m.Registry.MustRegister(dnstapCollector{counts})
+}
+
+type dnstapCollector struct{ counts func() (sent, dropped uint64) }
+
+var descDnstap = prometheus.NewDesc("dohfwd_dnstap_messages_total",
+	"dnstap messages written to the collector (sent) and dropped: the queue was full, as while the collector is away, or a write failed.", []string{"result"}, nil)
+
+func (dnstapCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descDnstap }
+
+func (c dnstapCollector) Collect(ch chan<- prometheus.Metric) {
+	sent, dropped := c.counts()
+	ch <- prometheus.MustNewConstMetric(descDnstap, prometheus.CounterValue, float64(sent), "sent")
+	ch <- prometheus.MustNewConstMetric(descDnstap, prometheus.CounterValue, float64(dropped), "dropped")
 }

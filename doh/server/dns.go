@@ -33,7 +33,7 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit, Proto: "dot"}
+		srv := &dnsserver.Server{Resolver: o.Resolver, TLSConfig: certificates, OnDrop: logDrop(o, "dot"), Admit: o.Admit, Proto: "dot", Wiretap: o.Wiretap}
 		out = append(out, &listener{name: "dot", ln: ln, dns: srv})
 	}
 	if cfg.Listen.DoQ != "" {
@@ -58,7 +58,7 @@ func listenDNS(o Options, certificates *tls.Config) ([]*listener, error) {
 			}
 			return nil, fmt.Errorf("listen.dns %s: %w", cfg.Listen.DNS, err)
 		}
-		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit, Proto: "dns"}
+		srv := &dnsserver.Server{Resolver: o.Resolver, OnDrop: logDrop(o, "dns-tcp"), Admit: o.Admit, Proto: "dns", Wiretap: o.Wiretap}
 		out = append(out, &listener{name: "dns-udp", pc: pc, dns: srv}, &listener{name: "dns-tcp", ln: o.wrapClients(ln), dns: srv})
 	}
 	return out, nil
@@ -131,7 +131,9 @@ func designate(o Options, listeners []*listener, certificates *tls.Config) {
 func Designation(cfg *config.Config, bound map[string]netip.AddrPort, certNames []string) ddr.Designation {
 	var d ddr.Designation
 	if ap, ok := bound["https"]; ok {
-		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoH, Port: ap.Port(), Path: cfg.Listen.Path})
+		h3, ok := bound["http3"]
+		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoH, Port: ap.Port(), Path: cfg.Listen.Path,
+			HTTP3: ok && h3.Port() == ap.Port()})
 	}
 	if ap, ok := bound["dot"]; ok {
 		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoT, Port: ap.Port()})

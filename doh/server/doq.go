@@ -39,6 +39,6 @@ func listenDoQ(o Options, certificates *tls.Config) (*listener, error) {
 		return nil, fmt.Errorf("listen.doq %s: %w", addr, err)
 	}
 	srv := &dnsserver.Server{Resolver: o.Resolver, Limits: lim, OnDrop: logDrop(o, "doq"), Admit: o.Admit, HoldConn: o.HoldConn,
-		Proto: "doq"}
+		Proto: "doq", Wiretap: o.Wiretap}
 	return &listener{name: "doq", pc: pc, quic: ln, gate: gate, dns: srv}, nil
 }

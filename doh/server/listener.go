@@ -22,6 +22,8 @@ func (l *listener) addr() net.Addr {
 func (l *listener) serve() error {
 	var err error
 	switch {
+	case l.h3 != nil:
+		err = l.h3.Serve(l.pc)
 	case l.quic != nil:
 		err = l.dns.ServeQUIC(l.quic)
 	case l.dns != nil && l.pc != nil:
@@ -38,6 +40,10 @@ func (l *listener) serve() error {
 }
 
 func (l *listener) shutdown(ctx context.Context) {
+	if l.h3 != nil {
+		l.h3.Shutdown(ctx)
+		return
+	}
 	if l.dns != nil {
 		l.dns.Shutdown(ctx)
 		return
@@ -46,6 +52,10 @@ func (l *listener) shutdown(ctx context.Context) {
 }
 
 func (l *listener) close() {
+	if l.h3 != nil {
+		l.h3.Close()
+		return
+	}
 	if l.dns != nil {
 		l.dns.Close()
 		return

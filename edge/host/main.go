@@ -89,7 +89,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, version string) 
 	// the pool. The module is handed only questions: its wasm runs
 	// several times slower than native code.
 	met := metrics.NewMetrics()
-	d, err := assembly.New(cfg, assembly.Options{LogTo: stderr, Metrics: met, Resolver: pool})
+	d, err := assembly.New(cfg, assembly.Options{LogTo: stderr, Metrics: met, Resolver: pool, Version: version})
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,11 @@ package dnsserver
 import (
 	"net"
 	"slices"
+	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // ServePacket answers the queries that arrive on pc (UDP), each on its
@@ -39,12 +42,17 @@ func (s *Server) ServePacket(pc net.PacketConn) error {
 			return err
 		}
 		// The query outlives buf's next read.
-		q, reply, err := checkQuery(slices.Clone(buf[:n]))
+		raw := slices.Clone(buf[:n])
+		var received time.Time // for the wiretap only
+		if s.Wiretap != nil {
+			received = time.Now()
+		}
+		q, reply, err := checkQuery(raw)
 		if err != nil {
 			continue
 		}
 		if reply != nil {
-			s.sendPacket(pc, addr, reply, q)
+			s.sendPacket(pc, addr, reply, q, raw, received)
 			continue
 		}
 		if !s.startPacket() {
@@ -53,7 +61,7 @@ func (s *Server) ServePacket(pc net.PacketConn) error {
 		s.inFlight.Add(1)
 		go func() {
 			defer func() { s.inFlight.Add(-1); s.serving.Done() }()
-			s.sendPacket(pc, addr, s.resolve(s.ctx, q, clientOf(addr)), q)
+			s.sendPacket(pc, addr, s.resolve(s.ctx, q, clientOf(addr)), q, raw, received)
 		}()
 	}
 }
@@ -75,10 +83,15 @@ func (s *Server) isClosing() bool {
 	return s.closing
 }
 
-func (s *Server) sendPacket(pc net.PacketConn, addr net.Addr, reply, q *dns.Msg) {
+// sendPacket answers q (raw, received at received) with reply.
+func (s *Server) sendPacket(pc net.PacketConn, addr net.Addr, reply, q *dns.Msg, raw []byte, received time.Time) {
 	wire, err := packReply(reply, q, udpLimit(q), nil)
 	if err != nil {
-		return
+		wire = nil
+	} else {
+		pc.WriteTo(wire, addr)
 	}
-	pc.WriteTo(wire, addr)
+	if s.Wiretap != nil {
+		wiretap.Client(s.Wiretap, wiretap.UDP, addrPortOf(addr), addrPortOf(pc.LocalAddr()), raw, received, wire, time.Now())
+	}
 }

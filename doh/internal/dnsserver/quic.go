@@ -14,6 +14,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/quic-go/quic-go"
+
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // DNS over QUIC error codes (RFC 9250, section 8.4), used to close a
@@ -217,6 +219,10 @@ func (s *Server) serveQUICStream(c *quic.Conn, st *quic.Stream, client netip.Add
 		return
 	}
 	raw = raw[:n]
+	var received time.Time // for the wiretap only
+	if s.Wiretap != nil {
+		received = time.Now()
+	}
 	if raw[0] != 0 || raw[1] != 0 {
 		s.quicDrop(c, DoQProtocolError, "message ID not 0")
 		return
@@ -234,11 +240,13 @@ func (s *Server) serveQUICStream(c *quic.Conn, st *quic.Stream, client netip.Add
 			return
 		}
 	}
-	s.writeQUIC(st, reply, q)
+	s.writeQUIC(c, st, reply, q, raw, received)
 }
 
-// writeQUIC sends the framed answer and ends the stream.
-func (s *Server) writeQUIC(st *quic.Stream, reply, q *dns.Msg) {
+// writeQUIC sends the framed answer to query (read at received) and ends
+// the stream; the wiretap, if any, gets both while the answer's buffer is
+// still this call's.
+func (s *Server) writeQUIC(c *quic.Conn, st *quic.Stream, reply, q *dns.Msg, query []byte, received time.Time) {
 	bp := frames.Get().(*[]byte)
 	defer frames.Put(bp)
 	buf := (*bp)[:cap(*bp)]
@@ -259,9 +267,19 @@ func (s *Server) writeQUIC(st *quic.Stream, reply, q *dns.Msg) {
 	st.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
 	if _, err := st.Write(frame); err != nil {
 		st.CancelWrite(DoQRequestCancelled)
+		s.tapQUIC(c, query, received, nil)
 		return
 	}
 	st.Close()
+	s.tapQUIC(c, query, received, frame[2:])
+}
+
+// tapQUIC hands the wiretap one DoQ question and its answer (nil: none
+// was sent).
+func (s *Server) tapQUIC(c *quic.Conn, query []byte, received time.Time, answer []byte) {
+	if s.Wiretap != nil {
+		wiretap.Client(s.Wiretap, wiretap.DoQ, addrPortOf(c.RemoteAddr()), addrPortOf(c.LocalAddr()), query, received, answer, time.Now())
+	}
 }
 
 // quicReadFailed handles a query that did not arrive whole: a stream the

@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // Resolver answers one checked query given as bytes, appending the reply
@@ -94,6 +95,10 @@ type Server struct {
 	// Proto, if set, names the protocol on the question's attempt and
 	// question events (engine.QuestionContext.SetProto): dot, doq, dns.
 	Proto string
+	// Wiretap, if set, is handed each question's query and answer
+	// (dnstap's CLIENT_QUERY and CLIENT_RESPONSE): UDP, TCP, or DoT
+	// with TLSConfig.
+	Wiretap wiretap.Tap
 
 	mu        sync.Mutex
 	limits    Limits
@@ -292,6 +297,23 @@ func (s *Server) ServeStream(ln net.Listener) error {
 		}
 		go st.serve()
 	}
+}
+
+// addrPortOf is a's address and port (the zero AddrPort when it has none),
+// for the wiretap.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
+		if a != nil {
+			ap, _ = netip.ParseAddrPort(a.String())
+		}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // clientOf is the address of a peer (the client, behind PROXY protocol).

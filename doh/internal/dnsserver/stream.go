@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // stream is one TCP or DoT connection: a reader that frames queries, and a
@@ -132,13 +134,17 @@ func (st *stream) read() (graceful bool) {
 			st.dropRead(err)
 			return false
 		}
+		var received time.Time // for the wiretap only
+		if st.s.Wiretap != nil {
+			received = time.Now()
+		}
 		q, reply, err := checkQuery(raw)
 		if err != nil {
 			st.drop(err.Error())
 			return false
 		}
 		if reply != nil {
-			if !st.write(reply, q) {
+			if !st.write(reply, q, raw, received) {
 				return false
 			}
 			continue
@@ -156,7 +162,9 @@ func (st *stream) read() (graceful bool) {
 		go func() {
 			defer func() { st.s.inFlight.Add(-1); <-st.slots; st.open.Done() }()
 			reply := st.s.resolve(st.ctx, q, client)
-			if st.ctx.Err() == nil && !st.write(reply, q) {
+			if st.ctx.Err() != nil {
+				st.tap(raw, received, nil) // given up: no answer
+			} else if !st.write(reply, q, raw, received) {
 				st.abort()
 			}
 		}()
@@ -185,9 +193,9 @@ func (st *stream) abort() {
 	st.raw.Close()
 }
 
-// write sends one framed answer; it reports false when the connection
-// failed.
-func (st *stream) write(reply, q *dns.Msg) bool {
+// write sends one framed answer to q (raw, received at received); it
+// reports false when the connection failed.
+func (st *stream) write(reply, q *dns.Msg, raw []byte, received time.Time) bool {
 	bp := frames.Get().(*[]byte)
 	defer frames.Put(bp)
 	// Pack after two bytes kept for the length, so that the frame goes
@@ -208,10 +216,33 @@ func (st *stream) write(reply, q *dns.Msg) bool {
 		*bp = frame[:0]
 	}
 	st.wmu.Lock()
-	defer st.wmu.Unlock()
 	st.conn.SetWriteDeadline(time.Now().Add(st.s.limits.WriteTimeout))
 	_, err = st.conn.Write(frame)
+	st.wmu.Unlock()
+	if err != nil {
+		frame = nil
+	}
+	if st.s.Wiretap != nil {
+		st.tap(raw, received, frame)
+	}
 	return err == nil
+}
+
+// tap hands the wiretap one question of the stream and its framed answer
+// (nil: none was sent).
+func (st *stream) tap(query []byte, received time.Time, frame []byte) {
+	if st.s.Wiretap == nil {
+		return
+	}
+	var reply []byte
+	if len(frame) > 2 {
+		reply = frame[2:]
+	}
+	p := wiretap.TCP
+	if st.s.tlsConfig != nil {
+		p = wiretap.DoT
+	}
+	wiretap.Client(st.s.Wiretap, p, addrPortOf(st.raw.RemoteAddr()), addrPortOf(st.raw.LocalAddr()), query, received, reply, time.Now())
 }
 
 // frames are the write buffers of answers.
