@@ -313,12 +313,12 @@ func (h *Handler) begin(c *call) (done bool) {
 			c.x.Start = time.Now()
 		}
 	}
-	if h.observe != nil || h.admit != nil {
-		c.x.Peer = r.Peer
-		c.x.ClientIP = r.Peer.Addr()
-		if len(h.trusted) > 0 {
-			c.x.ClientIP = ClientIP(r.Peer.Addr(), h.trusted, r.Header.Values("forwarded"), r.Header.Values("x-forwarded-for"))
-		}
+	// The client, for the observer, Admit and the engine (a scope's ECS
+	// add).
+	c.x.Peer = r.Peer
+	c.x.ClientIP = r.Peer.Addr()
+	if len(h.trusted) > 0 {
+		c.x.ClientIP = ClientIP(r.Peer.Addr(), h.trusted, r.Header.Values("forwarded"), r.Header.Values("x-forwarded-for"))
 	}
 	if h.traceContext {
 		c.x.Trace = requestTrace(r.Header)
@@ -513,14 +513,12 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 }
 
 // questionContext is the context c's question is resolved under: ctx,
-// naming the client (when Admit is set) and its protocol (for the
-// question's events) and carrying the trace (when TraceContext is on).
+// naming the client (for the engine's per-client limits and a scope's
+// ECS add) and its protocol (for the question's events) and carrying the
+// trace (when TraceContext is on).
 func (h *Handler) questionContext(ctx context.Context, c *call) context.Context {
-	var client netip.Addr
 	var tr *engine.Trace
-	if h.admit != nil {
-		client = c.x.ClientIP
-	}
+	client := c.x.ClientIP
 	if h.traceContext {
 		tr = &c.x.Trace
 	}

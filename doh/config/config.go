@@ -110,7 +110,9 @@ type Engine struct {
 	InFlightCeiling    int           `yaml:"in_flight_ceiling"`
 	QuestionTimeout    time.Duration `yaml:"question_timeout"` // 0 = none
 	Probe              bool          `yaml:"probe"`
-	ForwardECS         bool          `yaml:"forward_ecs"`
+	// ForwardECS is the ECS policy of scopes that set none, and of the
+	// fallback servers: true is "pass", false "strip" (Scope.ECS).
+	ForwardECS bool `yaml:"forward_ecs"`
 	// EDEServers lists each attempt (server, transport, outcome) in the
 	// Extended DNS Error of an unavailable answer; false keeps the
 	// upstreams private (the info-code and reason stay).
@@ -126,6 +128,24 @@ type Scope struct {
 	Search       []string `yaml:"search"`
 	SourcesV4    []string `yaml:"sources_v4"`
 	SourcesV6    []string `yaml:"sources_v6"`
+	// ECS is what becomes of a client's EDNS Client Subnet option (RFC
+	// 7871) toward the scope's servers: "strip" (it never reaches them)
+	// or "pass" (it goes as the client wrote it; such answers are not
+	// cached). "" is engine.forward_ecs's choice: pass when true, else
+	// strip.
+	ECS string `yaml:"ecs"`
+	// IPv4Prefix and IPv6Prefix are the source prefixes of ecs: add (0:
+	// 24 and 56).
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+	// UpstreamCookies sends the scope's servers DNS cookies (RFC 7873)
+	// and ignores replies without their own; nil is true. False is for
+	// servers that mishandle cookies.
+	UpstreamCookies *bool `yaml:"upstream_cookies"`
+	// Upstream0x20 asks the scope's servers each name in random case and
+	// ignores replies that do not keep it; nil is true. A server found
+	// not to keep case is asked in lower case anyway.
+	Upstream0x20 *bool `yaml:"upstream_0x20"`
 }
 
 // Cache bounds the answer cache.
