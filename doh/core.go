@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
@@ -199,6 +200,10 @@ type Handler struct {
 	traceContext bool
 	tap          wiretap.Tap // nil: off
 
+	// altSvc, when set, says what Alt-Svc every response carries
+	// (SetAltSvc).
+	altSvc atomic.Pointer[altSvc]
+
 	// serve, when set, answers every request instead of the core (see
 	// HandlerFor); the fields above are then unused.
 	serve RequestServer
@@ -222,6 +227,55 @@ func NewHandler(r Resolver, o Options) *Handler {
 	h.notFound = "not found: DNS queries go to " + h.path + " (RFC 8484) or " + JSONPath + " (JSON)"
 	return h
 }
+
+// SetAltSvc makes every response advertise HTTP/3 (Alt-Svc, RFC 7838;
+// RFC 9114 §3.1.1) from now on, so HTTP/2 and HTTP/1.1 clients learn
+// where to move; udpPort 0 stops it. The HTTP/3 listener sets it once
+// its port is bound. With sameAsTCP (the QUIC side is bound on the HTTPS
+// listener's own port) the port advertised is the one the client named
+// in its Host or :authority (443 when none): behind a balancer or a
+// Service that maps 443 to the listener's port for TCP and UDP alike,
+// that is the port that reaches the QUIC side. Otherwise it is udpPort.
+func (h *Handler) SetAltSvc(udpPort int, sameAsTCP bool) {
+	if udpPort == 0 {
+		h.altSvc.Store(nil)
+		return
+	}
+	h.altSvc.Store(&altSvc{port: strconv.Itoa(udpPort), bound: AltSvcValue(udpPort),
+		https: AltSvcValue(443), followHost: sameAsTCP})
+}
+
+// altSvc is the Alt-Svc a handler advertises.
+type altSvc struct {
+	port, bound string // the UDP port, and its value
+	https       string // the value for port 443
+	followHost  bool
+}
+
+// value is the Alt-Svc for a request that named host.
+func (a *altSvc) value(host string) string {
+	if !a.followHost {
+		return a.bound
+	}
+	port := "443"
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		port = host[i+1:]
+	}
+	switch port {
+	case a.port:
+		return a.bound
+	case "443":
+		return a.https
+	}
+	if n, err := strconv.Atoi(port); err == nil && n > 0 && n < 65536 {
+		return AltSvcValue(n)
+	}
+	return a.bound
+}
+
+// AltSvcValue is the Alt-Svc value that advertises HTTP/3 on port of the
+// same host for a day.
+func AltSvcValue(port int) string { return `h3=":` + strconv.Itoa(port) + `"; ma=86400` }
 
 // Path is the path h serves RFC 8484 at (Options.Path, DefaultPath if
 // none).
@@ -250,18 +304,21 @@ func (h *Handler) begin(c *call) (done bool) {
 	}
 	r := &c.req
 	c.x.Method, c.x.Proto, c.x.Rcode = r.Method, r.Proto, -1
+	if a := h.altSvc.Load(); a != nil {
+		c.resp.Header = append(c.resp.Header, HeaderField{"alt-svc", a.value(r.Host)})
+	}
 	if h.observe != nil {
 		c.x.Start = c.received
 		if c.x.Start.IsZero() {
 			c.x.Start = time.Now()
 		}
 	}
-	if h.observe != nil || h.admit != nil {
-		c.x.Peer = r.Peer
-		c.x.ClientIP = r.Peer.Addr()
-		if len(h.trusted) > 0 {
-			c.x.ClientIP = ClientIP(r.Peer.Addr(), h.trusted, r.Header.Values("forwarded"), r.Header.Values("x-forwarded-for"))
-		}
+	// The client, for the observer, Admit and the engine (a scope's ECS
+	// add).
+	c.x.Peer = r.Peer
+	c.x.ClientIP = r.Peer.Addr()
+	if len(h.trusted) > 0 {
+		c.x.ClientIP = ClientIP(r.Peer.Addr(), h.trusted, r.Header.Values("forwarded"), r.Header.Values("x-forwarded-for"))
 	}
 	if h.traceContext {
 		c.x.Trace = requestTrace(r.Header)
@@ -456,21 +513,35 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 }
 
 // questionContext is the context c's question is resolved under: ctx,
-// naming the client (when Admit is set) and carrying the trace (when
-// TraceContext is on).
+// naming the client (for the engine's per-client limits and a scope's
+// ECS add) and its protocol (for the question's events) and carrying the
+// trace (when TraceContext is on).
 func (h *Handler) questionContext(ctx context.Context, c *call) context.Context {
-	if h.admit == nil && !h.traceContext {
-		return ctx
-	}
-	var client netip.Addr
 	var tr *engine.Trace
-	if h.admit != nil {
-		client = c.x.ClientIP
-	}
+	client := c.x.ClientIP
 	if h.traceContext {
 		tr = &c.x.Trace
 	}
-	return c.qctx.Set(ctx, client, tr)
+	qctx := c.qctx.Set(ctx, client, tr)
+	c.qctx.SetProto(ProtoALPN(c.req.Proto))
+	return qctx
+}
+
+// ProtoALPN is the ALPN name (RFC 7301) of an HTTP version as Go names
+// it (Request.Proto, Exchange.Proto): the proto of a question's events
+// and of the request metrics; "" for another.
+func ProtoALPN(httpProto string) string {
+	switch httpProto {
+	case "HTTP/2.0":
+		return "h2"
+	case "HTTP/3.0":
+		return "h3"
+	case "HTTP/1.1":
+		return "http/1.1"
+	case "HTTP/1.0":
+		return "http/1.0"
+	}
+	return ""
 }
 
 // startMiss begins the miss answer(ctx, c, false) left in c, when the

@@ -65,9 +65,9 @@ type Options struct {
 	TraceContext bool
 	// Admit, if set, is asked for each question about to be resolved,
 	// with the client's address; when it refuses, the client gets 429
-	// with Retry-After and the resolver is not asked. With Admit set the
-	// resolver's context also names the client (engine.WithClient), for
-	// its per-client share of transactions.
+	// with Retry-After and the resolver is not asked. The resolver's
+	// context names the client (engine.WithClient) either way, for its
+	// per-client share of transactions and a scope's ECS add.
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
 	// Wiretap, if set, is handed each question's query and answer
 	// (dnstap's CLIENT_QUERY and CLIENT_RESPONSE); nil: none.

@@ -11,7 +11,8 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 )
 
-// ServeHTTP serves one request that net/http read (HTTP/1.1): it is turned into a [Request], goes through the
+// ServeHTTP serves one request that net/http read (HTTP/1.1) or quic-go's
+// http3 server (HTTP/3): it is turned into a [Request], goes through the
 // same core as the HTTP/2 server's streams, and the [Response] is written
 // back. The request context is the resolver's: a client that goes away
 // cancels its question.
@@ -111,6 +112,8 @@ func canonicalName(n string) string {
 		return "Allow"
 	case "x-content-type-options":
 		return "X-Content-Type-Options"
+	case "alt-svc":
+		return "Alt-Svc"
 	}
 	return http.CanonicalHeaderKey(n)
 }

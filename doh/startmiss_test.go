@@ -31,6 +31,9 @@ func (l *leavingClient) StartMiss(ctx context.Context, m *engine.Miss, then engi
 		return false
 	}
 	l.starts.Add(1)
+	if qc, ok := ctx.(*engine.QuestionContext); ok { // naming the client's protocol
+		ctx = qc.Context
+	}
 	if cc, ok := ctx.(*engine.CancelContext); ok && l.armed.CompareAndSwap(true, false) {
 		cc.Cancel()
 	}

@@ -32,7 +32,7 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 	qn.first = nil
 	if !begun {
 		var err error
-		if bufs, err = packQuery(&qn.client, name, cfg.ForwardECS); err != nil {
+		if bufs, err = packQuery(&qn.client, name, qn.scope.forwardECS, qn.subnet); err != nil {
 			// Nothing can be sent for a name that does not pack; no
 			// server is at fault.
 			r.result, r.reason = ResultUnavailable, ReasonAttemptsSpent
@@ -79,6 +79,7 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 				tx.transport = TCP
 			}
 			tx.source = qn.scope.source(tx.server.addr)
+			tx.cookies, tx.mixCase = qn.scope.cookies, qn.scope.mixCase
 			if !e.inFlight.acquire() {
 				if !qn.background {
 					e.counters.refused.Add(1)
@@ -145,6 +146,9 @@ func (qn *question) attemptEnded(name string, bufs *askBuffers, pick int, now ti
 		r.result, r.at, r.ends = ResultNXDomain, tx.ended, true
 	default:
 		return false
+	}
+	if tx.mixCase && name == qn.client.name {
+		restoreCase(res.reply, tx.query[2:], qn.client.qname)
 	}
 	*en = qn.replyEntry(bufs, res.reply)
 	return true

@@ -64,11 +64,13 @@ var upstreamAnswers = []struct {
 // fresh socket per transaction, and the pool of connected sockets.
 func BenchmarkForwardUDP(b *testing.B) {
 	for _, sockets := range []struct {
-		name string
-		net  engine.NativeNetwork
-	}{{"fresh", engine.NativeNetwork{FreshSockets: true}}, {"pooled", engine.NativeNetwork{}}} {
+		name     string
+		net      engine.NativeNetwork
+		hardened bool // DNS cookies and 0x20 on, as dohfwd's configuration has them
+	}{{"fresh", engine.NativeNetwork{FreshSockets: true}, false}, {"pooled", engine.NativeNetwork{}, false},
+		{"pooled-cookies-0x20", engine.NativeNetwork{}, true}} {
 		for _, shape := range upstreamAnswers {
-			b.Run(sockets.name+"/"+shape.name, func(b *testing.B) { benchmarkForwardUDP(b, sockets.net, shape.opts) })
+			b.Run(sockets.name+"/"+shape.name, func(b *testing.B) { benchmarkForwardUDP(b, sockets.net, shape.opts, sockets.hardened) })
 		}
 	}
 }
@@ -79,11 +81,13 @@ func BenchmarkForwardUDP(b *testing.B) {
 // takes from every millisecond, as the dnstap writer does: the cost of
 // the hook on the question's goroutine.
 func BenchmarkForwardUDPWiretap(b *testing.B) {
-	b.Run("off", func(b *testing.B) { benchmarkForwardUDPTap(b, engine.NativeNetwork{}, upstreamAnswers[1].opts, nil) })
+	b.Run("off", func(b *testing.B) {
+		benchmarkForwardUDPTap(b, engine.NativeNetwork{}, upstreamAnswers[1].opts, nil, false)
+	})
 	b.Run("on", func(b *testing.B) {
 		tap := newCopyTap()
 		defer tap.close()
-		benchmarkForwardUDPTap(b, engine.NativeNetwork{}, upstreamAnswers[1].opts, tap)
+		benchmarkForwardUDPTap(b, engine.NativeNetwork{}, upstreamAnswers[1].opts, tap, false)
 	})
 }
 
@@ -132,11 +136,11 @@ func (t *copyTap) Tap(m wiretap.Message) {
 
 func (t *copyTap) close() { close(t.queue); <-t.done }
 
-func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions) {
-	benchmarkForwardUDPTap(b, network, opts, nil)
+func benchmarkForwardUDP(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions, hardened bool) {
+	benchmarkForwardUDPTap(b, network, opts, nil, hardened)
 }
 
-func benchmarkForwardUDPTap(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions, tap wiretap.Tap) {
+func benchmarkForwardUDPTap(b *testing.B, network engine.Network, opts upstreamtest.NSDOptions, tap wiretap.Tap, hardened bool) {
 	addr, metric := "", "own-cpu-ns/op"
 	if _, ok := upstreamtest.NSDPath(); ok {
 		addr = startNSDWith(b, opts)
@@ -144,7 +148,8 @@ func benchmarkForwardUDPTap(b *testing.B, network engine.Network, opts upstreamt
 		addr = upstreamtest.Start(b, upstreamtest.Answer("@ 60 IN A 192.0.2.80")).String()
 		metric = "cpu-with-upstream-ns/op"
 	}
-	e, err := engine.New(engine.Config{Scopes: []engine.ScopeConfig{{Name: "test", DefaultRoute: true, Servers: []string{addr}}}},
+	e, err := engine.New(engine.Config{UpstreamCookies: hardened, Upstream0x20: hardened,
+		Scopes: []engine.ScopeConfig{{Name: "test", DefaultRoute: true, Servers: []string{addr}}}},
 		engine.Options{Network: network, Wiretap: tap})
 	if err != nil {
 		b.Fatal(err)

@@ -27,8 +27,17 @@ type Config struct {
 	// the attempt rules.
 	QuestionTimeout time.Duration
 	Probe           bool
-	// ForwardECS keeps a client's EDNS Client Subnet option upstream.
+	// ForwardECS keeps a client's EDNS Client Subnet option upstream in
+	// every scope whose ECS policy is ECSDefault, and for the fallback
+	// servers.
 	ForwardECS bool
+	// UpstreamCookies sends every server DNS cookies (RFC 7873) and
+	// ignores replies that do not carry its own; Upstream0x20 asks every
+	// name in random case and ignores replies that do not keep it. A
+	// scope may opt out of either (ScopeConfig); the fallback servers
+	// have both when these are on. dohfwd's configuration turns both on.
+	UpstreamCookies bool
+	Upstream0x20    bool
 	// EDEHideServers leaves the attempts (servers, transports, outcomes)
 	// out of an unavailable answer's Extended DNS Error; its info-code
 	// and reason stay.
@@ -49,7 +58,39 @@ type ScopeConfig struct {
 	Search       []string
 	SourcesV4    []string
 	SourcesV6    []string
+	// ECS is what becomes of a client's EDNS Client Subnet option (RFC
+	// 7871) in the scope's queries.
+	ECS ECSPolicy
+	// ECSPrefixV4 and ECSPrefixV6 are the source prefixes ECSAdd sends;
+	// 0 takes DefaultECSPrefixV4 and DefaultECSPrefixV6.
+	ECSPrefixV4, ECSPrefixV6 int
+	// NoUpstreamCookies sends the scope's servers no DNS cookies (RFC
+	// 7873) when Config.UpstreamCookies is on, for servers that mishandle
+	// them.
+	NoUpstreamCookies bool
+	// NoUpstream0x20 asks the scope's servers each name in the case the
+	// client wrote it, not in random case, and matches replies without
+	// regard to case, when Config.Upstream0x20 is on.
+	NoUpstream0x20 bool
 }
+
+// ECSPolicy says whether a client's EDNS Client Subnet option reaches a
+// scope's servers. Answers never carry one back: the engine strips it
+// from every reply it stores (hopOptionsRemoved).
+type ECSPolicy uint8
+
+const (
+	ECSDefault ECSPolicy = iota // as Config.ForwardECS says
+	ECSStrip                    // the option never reaches an upstream
+	ECSPass                     // the option goes upstream as the client wrote it; the answer is neither cached nor shared
+	ECSAdd                      // the engine sends the client's subnet (WithClient), cached per the scope prefix returned
+)
+
+// The default source prefixes of ECSAdd (RFC 7871 §11.1).
+const (
+	DefaultECSPrefixV4 = 24
+	DefaultECSPrefixV6 = 56
+)
 
 // The cache's TTL bounds. Zero MaxTTL and NegativeMaxTTL take these.
 const (

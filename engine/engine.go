@@ -406,6 +406,12 @@ type question struct {
 	// the first attempt StartMiss began, taken by ask.
 	led   *flight
 	first *askBuffers
+
+	// subnet is the client's subnet an ECSAdd scope sends (invalid:
+	// none); subnetShared says the answer came back for scope prefix 0,
+	// for every client (ecs.go).
+	subnet       netip.Prefix
+	subnetShared bool
 }
 
 func (qn *question) setBudget(start time.Time) {

@@ -188,5 +188,5 @@ func (qn *question) immediate(r *found) bool {
 // be tried under a search list, and no ECS option is to be forwarded.
 func (qn *question) cacheMayAnswer() bool {
 	return len(qn.scope.servers) > 0 && !(len(qn.scope.search) > 0 && dnswire.CountLabel(qn.client.name) == 1) &&
-		!(qn.routes.cfg.ForwardECS && qn.client.ecs)
+		!(qn.scope.forwardECS && qn.client.ecs)
 }

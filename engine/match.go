@@ -32,30 +32,49 @@ func questionEnd(m []byte) int {
 	return off
 }
 
+// match is how a reply compares with the query it may answer.
+type match uint8
+
+const (
+	matchNone     match = iota // not an answer to the query
+	matchExact                 // an answer to it
+	matchCaseOnly              // an answer but for the case of its name (0x20)
+)
+
 // replyMatches reports whether reply answers query: QR set, the same ID,
-// opcode QUERY and the same single question (name compared without regard
-// to ASCII case, type and class exactly). query is the engine's own wire
-// query, so its question is well formed; reply is anything at all.
-func replyMatches(reply, query []byte) bool {
+// opcode QUERY and the same single question (type and class exactly; the
+// name exactly when exactCase, else without regard to ASCII case). query
+// is the engine's own wire query, so its question is well formed; reply
+// is anything at all.
+func replyMatches(reply, query []byte, exactCase bool) match {
 	if len(reply) < dnswire.HeaderLen || len(query) < dnswire.HeaderLen {
-		return false
+		return matchNone
 	}
 	if reply[0] != query[0] || reply[1] != query[1] {
-		return false
+		return matchNone
 	}
 	if reply[2]&0x80 == 0 || (reply[2]>>3)&0x0F != 0 { // QR, opcode
-		return false
+		return matchNone
 	}
 	if binary.BigEndian.Uint16(reply[4:]) != 1 {
-		return false
+		return matchNone
 	}
 	qe := questionEnd(query)
 	re := questionEnd(reply)
-	if qe < 0 || re != qe {
-		return false
+	if qe < 0 || re != qe || string(reply[re-4:re]) != string(query[qe-4:qe]) {
+		return matchNone
 	}
-	return equalFoldASCII(reply[dnswire.HeaderLen:re-4], query[dnswire.HeaderLen:qe-4]) &&
-		string(reply[re-4:re]) == string(query[qe-4:qe])
+	rn, qn := reply[dnswire.HeaderLen:re-4], query[dnswire.HeaderLen:qe-4]
+	if string(rn) == string(qn) {
+		return matchExact
+	}
+	if !equalFoldASCII(rn, qn) {
+		return matchNone
+	}
+	if exactCase {
+		return matchCaseOnly
+	}
+	return matchExact
 }
 
 // equalFoldASCII compares wire names folding only

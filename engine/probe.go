@@ -124,7 +124,7 @@ func (e *Engine) probe(s *scope, u *upstream, cfg *Config) {
 	defer askBuffersPool.Put(bufs)
 	bufs.query = append(bufs.query[:0], probeQuery...)
 	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: bufs.query, bufs: bufs,
-		deadline: time.Now().Add(cfg.TransactionTimeout)}
+		deadline: time.Now().Add(cfg.TransactionTimeout), cookies: s.cookies}
 	sent := time.Now()
 	var res exchangeResult
 	e.exchange(context.Background(), &tx, &res)

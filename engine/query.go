@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -43,15 +44,19 @@ var askBuffersPool = sync.Pool{New: func() any {
 
 // packQuery builds the upstream query for one candidate name once into
 // a pooled askBuffers: the client's RD and CD bits, EDNS0 at 1232 bytes
-// with the client's DO bit, the client's ECS option only when forwardECS.
+// with the client's DO bit, the client's ECS option only when forwardECS,
+// or the subnet's (ECSAdd) when valid.
 // The two bytes in front are for the TCP length; each transaction writes
 // its own ID. The caller returns the buffers to askBuffersPool.
 //
 // The message is written by hand: a header, one question and an OPT record
 // are all a query is, and this runs for every question.
-func packQuery(client *clientQuery, name string, forwardECS bool) (*askBuffers, error) {
+func packQuery(client *clientQuery, name string, forwardECS bool, subnet netip.Prefix) (*askBuffers, error) {
 	bufs := askBuffersPool.Get().(*askBuffers)
 	buf, err := appendQuery(bufs.query[:0], client, name, forwardECS)
+	if err == nil && subnet.IsValid() {
+		buf = appendSubnet(buf, subnet)
+	}
 	if err != nil {
 		askBuffersPool.Put(bufs)
 		return nil, fmt.Errorf("query %q: %w", name, err)

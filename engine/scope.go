@@ -27,6 +27,16 @@ type scope struct {
 	nextV4       atomic.Uint32 // round-robin position in sourcesV4
 	nextV6       atomic.Uint32
 	reported     bool // false for the fallback servers: their demotion is not reported
+	// cookies and mixCase: DNS cookies (cookie.go) and 0x20 (namecase.go)
+	// toward the scope's servers.
+	cookies, mixCase bool
+	// forwardECS sends a client's EDNS Client Subnet option to the
+	// scope's servers (ECSPass).
+	forwardECS bool
+	// ecsAdd sends the client's subnet at prefix4 or prefix6 bits
+	// (ECSAdd, ecs.go).
+	ecsAdd           bool
+	prefix4, prefix6 int
 }
 
 // source returns the egress address for a transaction to server: the
@@ -188,7 +198,22 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 			return nil, fmt.Errorf("scope %q: name is taken", sc.Name)
 		}
 		seen[sc.Name] = true
-		s := &scope{name: sc.Name, defaultRoute: sc.DefaultRoute, reported: true}
+		s := &scope{name: sc.Name, defaultRoute: sc.DefaultRoute, reported: true,
+			cookies: cfg.UpstreamCookies && !sc.NoUpstreamCookies, mixCase: cfg.Upstream0x20 && !sc.NoUpstream0x20,
+			forwardECS: sc.ECS == ECSPass || sc.ECS == ECSDefault && cfg.ForwardECS}
+		if sc.ECS > ECSAdd {
+			return nil, fmt.Errorf("scope %q: ECS policy %d: want strip, pass or add", sc.Name, sc.ECS)
+		}
+		s.ecsAdd, s.prefix4, s.prefix6 = sc.ECS == ECSAdd, sc.ECSPrefixV4, sc.ECSPrefixV6
+		if s.prefix4 == 0 {
+			s.prefix4 = DefaultECSPrefixV4
+		}
+		if s.prefix6 == 0 {
+			s.prefix6 = DefaultECSPrefixV6
+		}
+		if s.prefix4 < 0 || s.prefix4 > 32 || s.prefix6 < 0 || s.prefix6 > 128 {
+			return nil, fmt.Errorf("scope %q: ECS prefixes /%d and /%d: want at most /32 and /128", sc.Name, s.prefix4, s.prefix6)
+		}
 		for _, d := range sc.Domains {
 			fqdn, err := domainASCII(d)
 			if err != nil {
@@ -227,7 +252,8 @@ func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, err
 	if err != nil {
 		return nil, fmt.Errorf("fallback_servers: %w", err)
 	}
-	r.fallback = &scope{name: FallbackScope, servers: fb}
+	r.fallback = &scope{name: FallbackScope, servers: fb, cookies: cfg.UpstreamCookies, mixCase: cfg.Upstream0x20,
+		forwardECS: cfg.ForwardECS}
 	if r.local, err = buildLocal(cfg.Hosts); err != nil {
 		return nil, err
 	}
@@ -260,7 +286,8 @@ func sameRouting(a, b *Config) bool {
 	for i := range a.Scopes {
 		x, y := a.Scopes[i], b.Scopes[i]
 		if x.Name != y.Name || x.DefaultRoute != y.DefaultRoute || !slices.Equal(x.Domains, y.Domains) ||
-			!slices.Equal(x.Servers, y.Servers) || !slices.Equal(x.Search, y.Search) {
+			!slices.Equal(x.Servers, y.Servers) || !slices.Equal(x.Search, y.Search) || x.ECS != y.ECS ||
+			x.ECSPrefixV4 != y.ECSPrefixV4 || x.ECSPrefixV6 != y.ECSPrefixV6 {
 			return false
 		}
 	}

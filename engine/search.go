@@ -178,11 +178,17 @@ func (qn *question) lookup(name string, searched bool, r *found) {
 			return
 		}
 	}
-	if rt.cfg.ForwardECS && qn.client.ecs {
+	if qn.scope.forwardECS && qn.client.ecs {
 		qn.askUpstream(name, searched, r)
 		return
 	}
 	key := keyFor(&qn.client, name)
+	if qn.scope.ecsAdd {
+		var ok bool
+		if key, ok = qn.subnetKey(key, r); ok {
+			return
+		}
+	}
 	if fl := qn.led; fl != nil {
 		// Begun by JoinFlight, which found no entry: lead checks the
 		// cache again.
@@ -236,14 +242,14 @@ func (qn *question) cached(key cacheKey, r *found) (stale *entry, ok bool) {
 	if !live {
 		return qn.staleEntry(en, live), false
 	}
-	if c.conf.PrefetchMinHits > 0 && en.prefetchDue(now, c.conf.PrefetchMinHits) {
+	if c.conf.PrefetchMinHits > 0 && !qn.subnet.IsValid() && en.prefetchDue(now, c.conf.PrefetchMinHits) {
 		if qn.client.borrowed { // the prefetch keeps the key
 			qn.client.own()
 			key.name = strings.Clone(key.name)
 		}
 		qn.prefetch(key)
 	}
-	if qn.e.publish != nil {
+	if qn.e.publish != nil && !qn.subnet.IsValid() {
 		qn.publishHit(key, en, now)
 	}
 	r.en, r.at, r.result, r.cacheHit = en, now, ResultLocal, true
@@ -279,6 +285,9 @@ func (qn *question) setFlight(key cacheKey, fl *flight, en *entry, r *found) {
 		fl.tried = qn.tried // the leader adds no more once landed
 	}
 	if c := qn.routes.cache; en != nil && c != nil {
+		if qn.subnetShared {
+			key = sharedKey(key)
+		}
 		c.put(key, en)
 	}
 }
@@ -396,6 +405,9 @@ func (qn *question) answerEntry(searched bool, res *exchangeResult, en *entry, r
 	}
 	if r.result == ResultNXDomain && searched {
 		qn.spent--
+	}
+	if qn.subnet.IsValid() {
+		qn.subnetShared = scopePrefixZero(res.walked.optData)
 	}
 	r.en = makeEntry(en, &res.walked, r.result, &qn.routes.cfg.Cache, r.at) // r.at: when the reply came
 	r.en.scope = qn.scope.name

@@ -25,6 +25,13 @@ type upstream struct {
 	// recent holds the outcomes of the latest attempts, 4 bits each
 	// (outcome+1, newest in the low bits; 0 = none), for operators.
 	recent atomic.Uint64
+	// cookie holds its DNS cookies (cookie.go).
+	cookie upstreamCookie
+	// caseless marks a server found not to keep the question's case; it
+	// is asked in lower case (namecase.go). caseMisses counts its latest
+	// replies in a row with the name in another case.
+	caseless   atomic.Bool
+	caseMisses atomic.Int32
 }
 
 // recentOutcomes is how many outcomes upstream.recent holds.
@@ -51,7 +58,9 @@ func (u *upstream) recentList() []string {
 }
 
 func newUpstream(addr netip.AddrPort) *upstream {
-	return &upstream{addr: addr, key: addr.String()}
+	u := &upstream{addr: addr, key: addr.String()}
+	newUpstreamCookie(&u.cookie)
+	return u
 }
 
 // demote marks the server until period from now; a later failure moves the

@@ -76,7 +76,7 @@ func (qn *question) orStale(r found, stale *entry) found {
 func (qn *question) noServers(asked string) found {
 	r := found{result: ResultUnavailable, reason: ReasonNoServers}
 	rt := qn.routes
-	if rt.cache != nil && !(rt.cfg.ForwardECS && qn.client.ecs) {
+	if rt.cache != nil && !(qn.scope.forwardECS && qn.client.ecs) {
 		r = qn.orStale(r, qn.staleEntry(rt.cache.get(keyFor(&qn.client, asked), qn.start)))
 	}
 	return r

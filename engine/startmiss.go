@@ -91,7 +91,7 @@ func endsHere(o Outcome) bool { return o == OutcomeAnswer || o == OutcomeNXDomai
 func (e *Engine) StartMiss(ctx context.Context, m *Miss, then MissContinuation) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.first != nil || e.first == TCP && !e.openNow || len(sc.servers) == 0 ||
-		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
+		len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 || sc.forwardECS && cq.ecs || sc.ecsAdd || ctx.Err() != nil {
 		return false
 	}
 	start := time.Now()
@@ -129,7 +129,7 @@ func (m *Miss) Started() bool { return m.led != nil }
 // the question's ask then finds for itself as ever. It sets m.first and
 // reports whether the upstream loop took the transaction (then).
 func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, sc *scope, now time.Time, m *Miss, then MissContinuation) bool {
-	bufs, err := packQuery(cq, cq.name, false)
+	bufs, err := packQuery(cq, cq.name, false, netip.Prefix{})
 	if err != nil {
 		return false
 	}
@@ -149,6 +149,7 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	pick := c.next(now.Sub(e.epoch), nil)
 	tx.server, tx.transport = c.servers[pick], e.first
 	tx.source = sc.source(tx.server.addr)
+	tx.cookies, tx.mixCase = sc.cookies, sc.mixCase
 	if !e.inFlight.acquire() {
 		askBuffersPool.Put(bufs)
 		return false
@@ -319,7 +320,7 @@ func (e *Engine) FinishWithReply(ctx context.Context, m *Miss, reply []byte, fro
 		}
 	}
 	s := &bufs.first
-	if !replyEnds(reply, tx.query[2:], tx.transport, &s.res) || !endsHere(s.res.outcome) {
+	if replyEnds(tx, reply, tx.transport, &s.res) != matchExact || !endsHere(s.res.outcome) {
 		s.res = exchangeResult{}
 		return resp, false
 	}

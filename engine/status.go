@@ -32,6 +32,11 @@ type ServerStatus struct {
 	Recent []string `json:"recent"`
 	// PooledSockets is its idle pooled UDP sockets.
 	PooledSockets int `json:"pooled_sockets"`
+	// Cookie says the server returned a server cookie (RFC 7873) that
+	// the engine sends back; CaseNotKept that it was found not to keep
+	// the question's case and is asked in lower case (0x20 off for it).
+	Cookie      bool `json:"cookie"`
+	CaseNotKept bool `json:"case_not_kept,omitempty"`
 }
 
 // Status reports the scopes with their servers' demotion at this moment;
@@ -48,7 +53,8 @@ func (e *Engine) Status() Status {
 	for _, s := range r.scopes {
 		ss := ScopeStatus{Name: s.name, Domains: s.domains, Servers: []ServerStatus{}}
 		for _, u := range s.servers {
-			sv := ServerStatus{Address: u.key, Recent: u.recentList(), PooledSockets: u.idleSockets()}
+			sv := ServerStatus{Address: u.key, Recent: u.recentList(), PooledSockets: u.idleSockets(),
+				Cookie: u.cookie.known(), CaseNotKept: u.caseless.Load()}
 			if until := u.markUntil(); demotedAt(until, now) {
 				t := e.epoch.Add(until)
 				sv.Demoted, sv.DemotedUntil = true, &t
@@ -73,8 +79,9 @@ func (e *Engine) InFlight() int64 { return e.inFlight.n.Load() }
 // MergeStatuses folds the statuses of several engines that run the same
 // configuration (the instances of an edge host) into one: the scopes of
 // the first, a server shown demoted when any engine has it demoted (until
-// the latest mark), and the sums of the counters, in-flight numbers,
-// ceilings and pooled sockets.
+// the latest mark) and with a cookie or not keeping case when any engine
+// found so, and the sums of the counters, in-flight numbers, ceilings and
+// pooled sockets.
 func MergeStatuses(all []Status) Status {
 	if len(all) == 0 {
 		return Status{Scopes: []ScopeStatus{}, FallbackServers: []string{}, Counters: (&counters{}).snapshot()}
@@ -95,10 +102,11 @@ func MergeStatuses(all []Status) Status {
 			mine, theirs := out.Scopes[si].Servers, st.Scopes[si].Servers
 			for vi := range min(len(mine), len(theirs)) {
 				pooled := mine[vi].PooledSockets + theirs[vi].PooledSockets
+				cookie, caseless := mine[vi].Cookie || theirs[vi].Cookie, mine[vi].CaseNotKept || theirs[vi].CaseNotKept
 				if t := theirs[vi]; t.Demoted && (!mine[vi].Demoted || t.DemotedUntil.After(*mine[vi].DemotedUntil)) {
 					mine[vi] = t
 				}
-				mine[vi].PooledSockets = pooled
+				mine[vi].PooledSockets, mine[vi].Cookie, mine[vi].CaseNotKept = pooled, cookie, caseless
 			}
 		}
 	}

@@ -40,6 +40,73 @@ type transaction struct {
 	// socket opened): one clock reading for the socket's return to its
 	// pool, the attempt's RTT and the stored time of its answer.
 	ended time.Time
+	// cookies and mixCase are the scope's: DNS cookies (cookie.go) and
+	// 0x20 (namecase.go) toward its servers.
+	cookies, mixCase bool
+	// What prepare wrote into the query as sent: a name whose reply must
+	// keep its case, a server cookie; retried says the query went again
+	// after a BADCOOKIE. baseLen is the query's length without its
+	// COOKIE option.
+	exactCase, sentServerCookie, retried bool
+	// gotServerCookie says the reply matched carried a server cookie
+	// with the client's (checkCookie).
+	gotServerCookie bool
+	baseLen         int
+}
+
+// begin readies tx's query for its first send (prepare).
+func (tx *transaction) begin() {
+	tx.baseLen, tx.retried = len(tx.query), false
+	tx.prepare()
+}
+
+// prepare writes into tx's query what is the transaction's own: a random
+// ID; the name's case, random under 0x20 or lower for a server that does
+// not keep case; the COOKIE option for its server from its source; the
+// TCP length. The query is the engine's own (appendQuery): one question,
+// then its OPT record, the last.
+func (tx *transaction) prepare() {
+	q := tx.query[:tx.baseLen]
+	ids := &tx.bufs.ids
+	binary.BigEndian.PutUint16(q[2:], ids.newID())
+	tx.exactCase, tx.sentServerCookie, tx.gotServerCookie = false, false, false
+	if tx.mixCase || tx.cookies {
+		qe := 2 + questionEnd(q[2:])
+		if qe > 2 {
+			if tx.mixCase {
+				name := q[2+dnswire.HeaderLen : qe-4]
+				if tx.server.caseless.Load() {
+					lowerCase(name)
+				} else {
+					randomizeCase(name, ids)
+					tx.exactCase = true
+				}
+			}
+			// The OPT's fixed part: root, type, class, TTL, RDLENGTH.
+			if tx.cookies && len(q) >= qe+dnswire.OPTFixedLen && q[qe] == 0 &&
+				binary.BigEndian.Uint16(q[qe+1:]) == dnswire.TypeOPT {
+				opts := len(q) - qe - dnswire.OPTFixedLen // the options appendQuery wrote
+				q, tx.sentServerCookie = tx.server.cookie.appendOption(q, tx.source)
+				binary.BigEndian.PutUint16(q[qe+dnswire.OPTFixedLen-2:], uint16(opts+len(q)-tx.baseLen))
+			}
+		}
+	}
+	binary.BigEndian.PutUint16(q, uint16(len(q)-2))
+	tx.query = q
+}
+
+// retryBadCookie readies tx's query to go again when r is the server's
+// BADCOOKIE (RFC 7873 §5.3): once per transaction, within its deadline,
+// with the server cookie the reply carried (checkCookie learned it). It
+// reports whether the query is to be sent again; r is then zero.
+func (tx *transaction) retryBadCookie(r *exchangeResult) bool {
+	if r.rcode != dnswire.RcodeBadCookie || !tx.gotServerCookie || tx.retried {
+		return false
+	}
+	tx.retried = true
+	tx.prepare()
+	*r = exchangeResult{}
+	return true
 }
 
 // CancelWatcher is implemented by a client's context that can close a
@@ -134,6 +201,9 @@ type exchangeResult struct {
 	// clean says the socket may serve another transaction: a UDP reply
 	// was used (answer, NXDOMAIN or truncated) and nothing else came.
 	clean bool
+	// cookieless says a reply was ignored for lacking the COOKIE option
+	// of a server that had sent one (checkCookie).
+	cookieless bool
 }
 
 // newID returns a random 16-bit ID from the cryptographic source. The
@@ -187,8 +257,7 @@ type exchanging struct {
 // watched for ctx's cancel. It reports false when no socket opened: r
 // then holds the failure and tx.ended is zero.
 func (e *Engine) openExchange(ctx context.Context, tx *transaction, x *exchanging, r *exchangeResult) bool {
-	binary.BigEndian.PutUint16(tx.query[2:], tx.bufs.ids.newID())
-	binary.BigEndian.PutUint16(tx.query, uint16(len(tx.query)-2))
+	tx.begin()
 
 	if e.reuse && tx.transport == UDP {
 		x.pool = tx.server.pools.get(tx.source)
@@ -231,6 +300,11 @@ func (e *Engine) endExchangeAt(ctx context.Context, tx *transaction, x *exchangi
 	// not reused either.
 	stopped := stopClosing(ctx, sock, x.stop)
 	tx.ended = ended
+	if r.cookieless && r.outcome == OutcomeTimeout {
+		// Only replies without a cookie came: the server stopped
+		// sending them.
+		tx.server.cookie.forget()
+	}
 	if x.pool != nil && r.clean && stopped {
 		x.pool.put(x.ps, ended)
 	} else {
@@ -320,7 +394,14 @@ func (e *Engine) receiveUDP(ctx context.Context, tx *transaction, sock Socket, x
 			strays = true
 			continue
 		}
-		if e.matched(buf[:n], query, UDP, r) {
+		if e.matched(tx, buf[:n], UDP, r) {
+			if tx.retryBadCookie(r) {
+				if err := sock.Send(tx.query[2:]); err != nil {
+					e.socketFailure(ctx, tx, err, OutcomeSendError, r)
+					return
+				}
+				continue
+			}
 			r.clean = !strays && usedCleanly(r.outcome)
 			return
 		}
@@ -339,7 +420,14 @@ func (e *Engine) receiveTCP(ctx context.Context, tx *transaction, sock Socket, q
 				break
 			}
 			pending = rest
-			if e.matched(m, query, TCP, r) {
+			if e.matched(tx, m, TCP, r) {
+				if tx.retryBadCookie(r) {
+					if err := sock.Send(tx.query); err != nil {
+						e.socketFailure(ctx, tx, err, connectOr(err, OutcomeSendError), r)
+						return
+					}
+					continue
+				}
 				return
 			}
 		}
@@ -374,18 +462,25 @@ func connectOr(err error, otherwise Outcome) Outcome {
 	return otherwise
 }
 
-// matched checks one reply against the query and reports whether it
-// ended the transaction, its result then written into r (zero before the
-// call). A reply that does not match, or matches but does not walk,
-// counts as mismatched and is ignored: r's walk may then hold it, which
-// the next reply's overwrites. Only the header and question are compared
-// and the records walked: the reply is not unpacked.
-func (e *Engine) matched(m, query []byte, t Transport, r *exchangeResult) bool {
-	if !replyEnds(m, query, t, r) {
-		e.counters.mismatchedReplies.Add(1)
-		return false
+// matched checks one reply to tx and reports whether it ended the
+// transaction, its result then written into r (zero before the call). A
+// reply that does not match, or matches but does not walk, or carries a
+// cookie not the server's, counts as mismatched and is ignored: r's walk
+// may then hold it, which the next reply's overwrites. Only the header
+// and question are compared and the records walked: the reply is not
+// unpacked.
+func (e *Engine) matched(tx *transaction, m []byte, t Transport, r *exchangeResult) bool {
+	switch replyEnds(tx, m, t, r) {
+	case matchExact:
+		if tx.exactCase {
+			caseKept(tx.server)
+		}
+		return true
+	case matchCaseOnly:
+		e.caseDiffered(tx.server)
 	}
-	return true
+	e.counters.mismatchedReplies.Add(1)
+	return false
 }
 
 // usedCleanly reports whether a UDP reply with outcome o leaves its
@@ -394,21 +489,33 @@ func usedCleanly(o Outcome) bool {
 	return o == OutcomeAnswer || o == OutcomeNXDomain || o == OutcomeTruncated
 }
 
-// replyEnds is matched without its counter: whether m ends the
-// transaction, its result then written into r.
-func replyEnds(m, query []byte, t Transport, r *exchangeResult) bool {
-	if !replyMatches(m, query) {
-		return false
+// replyEnds is matched without its counter: whether m ends tx
+// (matchExact), its result then written into r. matchCaseOnly is a reply
+// that would, but for the case of its name.
+func replyEnds(tx *transaction, m []byte, t Transport, r *exchangeResult) match {
+	k := replyMatches(m, tx.query[2:], tx.exactCase)
+	if k == matchNone {
+		return matchNone
 	}
 	w := &r.walked
 	if !walkReplyInto(m, nil, w) {
-		if t == UDP && m[dnswire.OffFlags]&0x02 != 0 {
+		if k == matchExact && t == UDP && m[dnswire.OffFlags]&0x02 != 0 {
 			// Truncated, its last record cut: the TCP retry gets it
 			// whole, and nothing in it is used.
 			r.outcome, r.rcode, r.reply = OutcomeTruncated, int(m[3]&0x0F), m
-			return true
+			return matchExact
 		}
-		return false
+		return matchNone
+	}
+	switch tx.checkCookie(w.optData) {
+	case cookieWrong:
+		return matchNone
+	case cookieMissing:
+		r.cookieless = true
+		return matchNone
+	}
+	if k == matchCaseOnly {
+		return matchCaseOnly
 	}
 	r.rcode = w.rcode
 	switch {
@@ -427,7 +534,7 @@ func replyEnds(m, query []byte, t Transport, r *exchangeResult) bool {
 	// between the records and the OPT written for the client, and the
 	// client could not read its answer (found by FuzzUpstreamReply).
 	r.reply = m[:w.end]
-	return true
+	return matchExact
 }
 
 // socketFailure turns a socket error into the attempt's outcome. A deadline

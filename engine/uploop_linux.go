@@ -4,7 +4,6 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
 	"net"
 	"net/netip"
 	"os"
@@ -263,13 +262,24 @@ func (l *upLoop) readOne(s *loopSock) {
 		l.end(s, false)
 		return
 	}
-	if l.e.matched(buf[:n], tx.query[2:], UDP, r) {
+	if l.e.matched(tx, buf[:n], UDP, r) {
+		if tx.retryBadCookie(r) {
+			if _, err := syscall.Write(s.fd, tx.query[2:]); err != nil {
+				l.e.socketFailure(s.ctx, tx, errnoError("send", err), OutcomeSendError, r)
+				l.end(s, false)
+				return
+			}
+			l.readOne(s)
+			return
+		}
 		r.clean = !s.strays && usedCleanly(r.outcome)
 		l.end(s, endsHere(r.outcome))
 		return
 	}
 	s.strays = true
+	cookieless := r.cookieless
 	*r = exchangeResult{}
+	r.cookieless = cookieless
 	l.readOne(s) // the reply may be queued behind it
 }
 
@@ -508,8 +518,7 @@ func (e *Engine) loopStart(ctx context.Context, tx *transaction, s *started, the
 	if pool == nil {
 		return false
 	}
-	binary.BigEndian.PutUint16(tx.query[2:], tx.bufs.ids.newID())
-	binary.BigEndian.PutUint16(tx.query, uint16(len(tx.query)-2))
+	tx.begin()
 	var ls *loopSock
 	for fresh := false; ; fresh = true {
 		ps, ok := pooledSocket{}, false

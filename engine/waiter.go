@@ -77,7 +77,7 @@ type waiter struct {
 func (e *Engine) JoinFlight(ctx context.Context, m *Miss, dst []byte, deliver func(*Response)) bool {
 	rt, cq, sc := m.routes, &m.client, m.scope
 	if rt == nil || m.led != nil || len(sc.servers) == 0 || len(sc.search) > 0 && dnswire.CountLabel(cq.name) == 1 ||
-		rt.cfg.ForwardECS && cq.ecs || ctx.Err() != nil {
+		sc.forwardECS && cq.ecs || sc.ecsAdd || ctx.Err() != nil {
 		return false
 	}
 	cc, _ := ctx.(*CancelContext)

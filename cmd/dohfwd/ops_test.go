@@ -318,7 +318,7 @@ func TestLogsMetricsAndStatusTable(t *testing.T) {
 		`dohfwd_attempts_total{outcome="answer"} 1`,
 		`dohfwd_questions_total{result="answer"} 1`,
 		"dohfwd_in_flight 0",
-		`dohfwd_doh_requests_total{rcode="NOERROR",status="200"} 1`,
+		`dohfwd_doh_requests_total{proto="h2",rcode="NOERROR",status="200"} 1`,
 		`dohfwd_upstream_attempt_duration_seconds_count{server="` + nsd + `"} 1`,
 		`dohfwd_upstream_attempt_duration_seconds_count{server="` + dead.String() + `"} 1`,
 	} {

@@ -420,7 +420,7 @@ func TestStaleAtInFlightCeilingReachesEveryClient(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		held := false
 		for _, q := range u.Queries() {
-			held = held || q.Msg != nil && len(q.Msg.Question) == 1 && q.Msg.Question[0].Name == "hold.stale.test."
+			held = held || q.Msg != nil && len(q.Msg.Question) == 1 && strings.EqualFold(q.Msg.Question[0].Name, "hold.stale.test.")
 		}
 		if held {
 			break

@@ -27,6 +27,8 @@ type DohfwdConfig struct {
 		HTTP          string   `json:"http"`
 		Admin         string   `json:"admin"`
 		ProxyProtocol []string `json:"proxy_protocol"`
+		// HTTP3 is listen.http3; nil (absent) is dohfwd's default, on.
+		HTTP3 *bool `json:"http3"`
 	} `json:"listen"`
 	TLS struct {
 		Mode     string `json:"mode"`
@@ -230,6 +232,7 @@ func checkConfig(s *Set, d *appsv1.Deployment, c *corev1.Container, tlsDir strin
 			bad("ConfigMap %s: %s listens on %q, unreachable from outside the pod", s.ConfigMaps[0].Name, name, addr)
 		}
 	}
+	errs = append(errs, checkHTTP3(s, c, cfg)...)
 	errs = append(errs, checkProxyProtocol(s, d, cfg)...)
 	if cfg.TLS.Mode == "acme" {
 		return append(errs, checkFleet(s, c, cfg, tlsDir)...)
@@ -240,6 +243,40 @@ func checkConfig(s *Set, d *appsv1.Deployment, c *corev1.Container, tlsDir strin
 	for file, want := range map[string]string{cfg.TLS.CertFile: "tls.crt", cfg.TLS.KeyFile: "tls.key"} {
 		if tlsDir == "" || file != path.Join(tlsDir, want) {
 			bad("ConfigMap %s: tls file %q is not %s in the Secret mount %q", s.ConfigMaps[0].Name, file, want, tlsDir)
+		}
+	}
+	return errs
+}
+
+// checkHTTP3 holds the QUIC side of the HTTPS listener (listen.http3,
+// on unless false) against the container and the Services: the container
+// names the HTTPS port on UDP doh-quic, and a Service that sends TCP to
+// doh sends UDP on the same port to doh-quic, since the TCP answers
+// advertise HTTP/3 on the port the client reached (Alt-Svc).
+func checkHTTP3(s *Set, c *corev1.Container, cfg DohfwdConfig) []error {
+	if cfg.Listen.HTTPS == "" || (cfg.Listen.HTTP3 != nil && !*cfg.Listen.HTTP3) {
+		return nil
+	}
+	var errs []error
+	port, err := ListenPort(cfg.Listen.HTTPS)
+	if err != nil {
+		return nil // reported with the listeners
+	}
+	if cp := containerPort(c, intstr.FromString("doh-quic")); cp == nil || cp.ContainerPort != port || cp.Protocol != corev1.ProtocolUDP {
+		errs = append(errs, fmt.Errorf("listen.http3 is on: the container needs port doh-quic, %d/UDP", port))
+	}
+	for _, svc := range s.Services {
+		for _, p := range svc.Spec.Ports {
+			if p.TargetPort.String() != "doh" {
+				continue
+			}
+			udp := false
+			for _, q := range svc.Spec.Ports {
+				udp = udp || (q.Port == p.Port && q.Protocol == corev1.ProtocolUDP && q.TargetPort.String() == "doh-quic")
+			}
+			if !udp {
+				errs = append(errs, fmt.Errorf("Service %s: port %d sends TCP to doh but no UDP to doh-quic: HTTP/3 (Alt-Svc for port %d) is unreachable", svc.Name, p.Port, p.Port))
+			}
 		}
 	}
 	return errs

@@ -4,10 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -86,6 +88,18 @@ func TestCheckCatchesMismatches(t *testing.T) {
 		"service selector": func(s *Set) { s.Services[0].Spec.Selector = map[string]string{"app": "other"} },
 		"service targetPort": func(s *Set) {
 			s.Services[0].Spec.Ports[0].TargetPort = intstr.FromString("https")
+		},
+		"no UDP Service port for HTTP/3": func(s *Set) {
+			s.Services[0].Spec.Ports = slices.DeleteFunc(s.Services[0].Spec.Ports, func(p corev1.ServicePort) bool {
+				return p.Protocol == corev1.ProtocolUDP
+			})
+		},
+		"HTTP/3 container port on TCP": func(s *Set) {
+			for i, p := range s.Deployments[0].Spec.Template.Spec.Containers[0].Ports {
+				if p.Name == "doh-quic" {
+					s.Deployments[0].Spec.Template.Spec.Containers[0].Ports[i].Protocol = corev1.ProtocolTCP
+				}
+			}
 		},
 		"pdb selector": func(s *Set) { s.PDBs[0].Spec.Selector.MatchLabels = map[string]string{"app": "other"} },
 		"hpa target":   func(s *Set) { s.HPAs[0].Spec.ScaleTargetRef.Name = "other" },

@@ -76,13 +76,16 @@ type Info struct {
 	Transports func() map[string]TransportCounters
 }
 
-// TransportCounters are one DNS transport's totals in /status.
+// TransportCounters are one transport's totals in /status: a DNS
+// listener's (dot, doq, dns) questions, and a QUIC listener's (doq, h3)
+// Retries. A field a transport does not have is left out: HTTP/3's
+// requests are dohfwd_doh_requests_total's, by proto.
 type TransportCounters struct {
 	// Questions put to the engine (or refused for the client's limits).
-	Questions uint64 `json:"questions"`
+	Questions *uint64 `json:"questions,omitempty"`
 	// QUICRetries counts new QUIC connections asked to validate their
 	// address with a Retry.
-	QUICRetries uint64 `json:"quic_retries,omitempty"`
+	QUICRetries *uint64 `json:"quic_retries,omitempty"`
 }
 
 // Handler returns the admin endpoints. gatherer may be nil (no /metrics);

@@ -33,9 +33,9 @@ import (
 // natively (Prometheus); the module has none.
 type Metrics interface {
 	telemetry.AttemptMetrics
-	// ObserveRequest counts one DoH request; rcode < 0 when the answer
-	// held no DNS message.
-	ObserveRequest(status, rcode int)
+	// ObserveRequest counts one DoH request that came by proto (h2, h3,
+	// http/1.1); rcode < 0 when the answer held no DNS message.
+	ObserveRequest(proto string, status, rcode int)
 	// ForgetServers drops what is kept per server for servers a reload
 	// removed.
 	ForgetServers(keep func(netip.AddrPort) bool)
@@ -235,7 +235,7 @@ func (d *Dohfwd) DnstapCounters() (sent, dropped uint64) {
 // module instances answered.
 func (d *Dohfwd) Observe(x doh.Exchange) {
 	if d.metrics != nil {
-		d.metrics.ObserveRequest(x.Status, x.Rcode)
+		d.metrics.ObserveRequest(doh.ProtoALPN(x.Proto), x.Status, x.Rcode)
 	}
 	// A client over its limits is summed up by limitSummary, not logged
 	// once per refused query.

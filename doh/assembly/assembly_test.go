@@ -128,9 +128,9 @@ func TestAssemblyWithoutEngineAndRefusals(t *testing.T) {
 }
 
 const wantRequests = `
-# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP status and DNS rcode ("" when no DNS message was answered).
+# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP version (proto: h2, h3, http/1.1), HTTP status and DNS rcode ("" when no DNS message was answered).
 # TYPE dohfwd_doh_requests_total counter
-dohfwd_doh_requests_total{rcode="NOERROR",status="200"} 1
+dohfwd_doh_requests_total{proto="http/1.1",rcode="NOERROR",status="200"} 1
 `
 
 // The DoH handler's resolver (the engine behind DDR) answers bytes and

@@ -35,7 +35,11 @@ type Config struct {
 
 // Listen holds the listeners' addresses and the DoH path.
 type Listen struct {
-	HTTPS          string   `yaml:"https"` // "" turns it off
+	HTTPS string `yaml:"https"` // "" turns it off
+	// HTTP3 serves DoH over HTTP/3 (QUIC, RFC 9114) on the UDP port of
+	// the HTTPS listener's address, and HTTP/2 and HTTP/1.1 answers
+	// advertise it (Alt-Svc); false leaves the HTTPS listener TCP only.
+	HTTP3          bool     `yaml:"http3"`
 	HTTP           string   `yaml:"http"`  // plaintext HTTP/1.1 + h2c; "" = off
 	DoT            string   `yaml:"dot"`   // DNS over TLS (RFC 7858); "" = off
 	DoQ            string   `yaml:"doq"`   // DNS over QUIC (RFC 9250), a UDP address; "" = off
@@ -106,7 +110,9 @@ type Engine struct {
 	InFlightCeiling    int           `yaml:"in_flight_ceiling"`
 	QuestionTimeout    time.Duration `yaml:"question_timeout"` // 0 = none
 	Probe              bool          `yaml:"probe"`
-	ForwardECS         bool          `yaml:"forward_ecs"`
+	// ForwardECS is the ECS policy of scopes that set none, and of the
+	// fallback servers: true is "pass", false "strip" (Scope.ECS).
+	ForwardECS bool `yaml:"forward_ecs"`
 	// EDEServers lists each attempt (server, transport, outcome) in the
 	// Extended DNS Error of an unavailable answer; false keeps the
 	// upstreams private (the info-code and reason stay).
@@ -122,6 +128,24 @@ type Scope struct {
 	Search       []string `yaml:"search"`
 	SourcesV4    []string `yaml:"sources_v4"`
 	SourcesV6    []string `yaml:"sources_v6"`
+	// ECS is what becomes of a client's EDNS Client Subnet option (RFC
+	// 7871) toward the scope's servers: "strip" (it never reaches them)
+	// or "pass" (it goes as the client wrote it; such answers are not
+	// cached). "" is engine.forward_ecs's choice: pass when true, else
+	// strip.
+	ECS string `yaml:"ecs"`
+	// IPv4Prefix and IPv6Prefix are the source prefixes of ecs: add (0:
+	// 24 and 56).
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+	// UpstreamCookies sends the scope's servers DNS cookies (RFC 7873)
+	// and ignores replies without their own; nil is true. False is for
+	// servers that mishandle cookies.
+	UpstreamCookies *bool `yaml:"upstream_cookies"`
+	// Upstream0x20 asks the scope's servers each name in random case and
+	// ignores replies that do not keep it; nil is true. A server found
+	// not to keep case is asked in lower case anyway.
+	Upstream0x20 *bool `yaml:"upstream_0x20"`
 }
 
 // Cache bounds the answer cache.
@@ -257,7 +281,7 @@ var resolvConf = "/etc/resolv.conf"
 // the system scope.
 func defaults() *Config {
 	return &Config{
-		Listen: Listen{HTTPS: "127.0.0.1:8443", Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
+		Listen: Listen{HTTPS: "127.0.0.1:8443", HTTP3: true, Admin: "127.0.0.1:9153", Path: "/dns-query", TrustedProxies: []string{},
 			ProxyProtocol: []string{}, ServerTiming: true, TraceContext: true},
 		TLS: TLS{Mode: "self-signed", ACME: ACME{Domains: []string{},
 			Redis: Redis{KeyPrefix: "dohfwd", LockLease: 30 * time.Second}}},

@@ -19,6 +19,8 @@ func (c *Config) EngineConfig() engine.Config {
 		Probe:              c.Engine.Probe,
 		ForwardECS:         c.Engine.ForwardECS,
 		EDEHideServers:     !c.Engine.EDEServers,
+		UpstreamCookies:    upstreamCookies,
+		Upstream0x20:       true,
 		FallbackServers:    slices.Clone(c.FallbackServers),
 		Hosts:              asciiHosts(c.Hosts),
 		Cache: engine.CacheConfig{
@@ -38,7 +40,16 @@ func (c *Config) EngineConfig() engine.Config {
 			Name: s.Name, Domains: asciiNames(s.Domains), DefaultRoute: s.DefaultRoute,
 			Servers: slices.Clone(s.Servers), Search: asciiNames(s.Search),
 			SourcesV4: slices.Clone(s.SourcesV4), SourcesV6: slices.Clone(s.SourcesV6),
+			ECS:               ecsPolicies[s.ECS],
+			ECSPrefixV4:       s.IPv4Prefix,
+			ECSPrefixV6:       s.IPv6Prefix,
+			NoUpstreamCookies: s.UpstreamCookies != nil && !*s.UpstreamCookies,
+			NoUpstream0x20:    s.Upstream0x20 != nil && !*s.Upstream0x20,
 		})
 	}
 	return ec
 }
+
+// ecsPolicies are the values of a scope's ecs key ("" defers to
+// engine.forward_ecs).
+var ecsPolicies = map[string]engine.ECSPolicy{"": engine.ECSDefault, "strip": engine.ECSStrip, "pass": engine.ECSPass, "add": engine.ECSAdd}

@@ -109,6 +109,18 @@ func (c *Config) validate(x *keyIndex) error {
 		checkNames(key+".domains", s.Domains, engine.ParseDomain, bad)
 		checkNames(key+".search", s.Search, engine.ParseSearchDomain, bad)
 		checkServers(key+".servers", s.Servers, bad)
+		if _, ok := ecsPolicies[s.ECS]; !ok {
+			bad(key+".ecs", "%q: want strip, pass or add", s.ECS)
+		}
+		if s.IPv4Prefix < 0 || s.IPv4Prefix > 32 {
+			bad(key+".ipv4_prefix", "%d: want 1 to 32", s.IPv4Prefix)
+		}
+		if s.IPv6Prefix < 0 || s.IPv6Prefix > 128 {
+			bad(key+".ipv6_prefix", "%d: want 1 to 128", s.IPv6Prefix)
+		}
+		if (s.IPv4Prefix != 0 || s.IPv6Prefix != 0) && s.ECS != "add" {
+			bad(key+".ecs", "ipv4_prefix and ipv6_prefix are for ecs: add")
+		}
 		for j, a := range s.SourcesV4 {
 			if _, err := engine.ParseSource(a, 4); err != nil {
 				bad(fmt.Sprintf("%s.sources_v4[%d]", key, j), "%v", err)

@@ -31,7 +31,7 @@ func exported(t *testing.T) map[string][]string {
 	}
 	m.CollectEngine(e)
 	telemetry.NewObserver(zerolog.Nop(), m).Attempt(sampleAttempt)
-	m.ObserveRequest(200, dns.RcodeSuccess)
+	m.ObserveRequest("h2", 200, dns.RcodeSuccess)
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -31,10 +31,11 @@ type Metrics struct {
 	attemptLatency *prometheus.HistogramVec // upstream attempt RTT by server
 	perServer      sync.Map                 // netip.AddrPort -> prometheus.Observer
 
-	// answered holds the series of status 200 by rcode (0–15), where
-	// nearly every request is counted, once looked up: counting one then
-	// skips the label lookup (a hash of both labels under a lock).
-	answered [16]atomic.Value // prometheus.Counter
+	// answered holds the series of status 200 by protocol (protoIndex)
+	// and rcode (0–15), where nearly every request is counted, once
+	// looked up: counting one then skips the label lookup (a hash of the
+	// labels under a lock).
+	answered [4][16]atomic.Value // prometheus.Counter
 }
 
 // NewMetrics registers the dohfwd_* metrics observed as they happen, plus
@@ -45,8 +46,8 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dohfwd_doh_requests_total",
-			Help: "DoH requests answered, by HTTP status and DNS rcode (\"\" when no DNS message was answered).",
-		}, []string{"status", "rcode"}),
+			Help: "DoH requests answered, by HTTP version (proto: h2, h3, http/1.1), HTTP status and DNS rcode (\"\" when no DNS message was answered).",
+		}, []string{"proto", "status", "rcode"}),
 		attemptLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dohfwd_upstream_attempt_duration_seconds",
 			Help:    "Round-trip time of upstream attempts, by server, whatever their outcome.",
@@ -82,19 +83,35 @@ func (m *Metrics) ObserveAttempt(ev engine.AttemptEvent) {
 	o.(prometheus.Observer).Observe(ev.RTT.Seconds())
 }
 
-// ObserveRequest counts one DoH request. rcode < 0 means the answer held
-// no DNS message (a 4xx, or an error page).
-func (m *Metrics) ObserveRequest(status, rcode int) {
-	if status != 200 || rcode < 0 || rcode >= len(m.answered) {
-		m.requests.WithLabelValues(statusLabel(status), rcodeLabel(rcode)).Inc()
+// ObserveRequest counts one DoH request that came by proto (its ALPN
+// name: h2, h3, http/1.1). rcode < 0 means the answer held no DNS message
+// (a 4xx, or an error page).
+func (m *Metrics) ObserveRequest(proto string, status, rcode int) {
+	p := protoIndex(proto)
+	if status != 200 || rcode < 0 || rcode >= len(m.answered[p]) {
+		m.requests.WithLabelValues(proto, statusLabel(status), rcodeLabel(rcode)).Inc()
 		return
 	}
-	c, ok := m.answered[rcode].Load().(prometheus.Counter)
-	if !ok {
-		c = m.requests.WithLabelValues(statusLabel(status), rcodeLabel(rcode))
-		m.answered[rcode].Store(c)
+	c, ok := m.answered[p][rcode].Load().(prometheus.Counter)
+	if !ok || p == 0 {
+		c = m.requests.WithLabelValues(proto, statusLabel(status), rcodeLabel(rcode))
+		m.answered[p][rcode].Store(c)
 	}
 	c.Inc()
+}
+
+// protoIndex is proto's row of Metrics.answered; 0 (not kept) for
+// another.
+func protoIndex(proto string) int {
+	switch proto {
+	case "h2":
+		return 1
+	case "h3":
+		return 2
+	case "http/1.1":
+		return 3
+	}
+	return 0
 }
 
 // ForgetServers drops the latency series of servers no longer configured.
@@ -241,22 +258,23 @@ func (c limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimitPrefixes, prometheus.GaugeValue, float64(c.l.Prefixes()))
 }
 
-// CollectTransports exports the DNS listeners' counters by transport
-// (dot, doq, dns), read from each at scrape time; quicRetries counts only
-// where quic is true.
-func (m *Metrics) CollectTransports(each func(yield func(transport string, questions uint64, quic bool, quicRetries uint64))) {
+// CollectTransports exports the listeners' counters by transport, read
+// from each at scrape time: a DNS listener's questions (dot, doq, dns) and
+// a QUIC listener's Retries (doq, h3); nil is a counter the transport does
+// not have.
+func (m *Metrics) CollectTransports(each func(yield func(transport string, questions, quicRetries *uint64))) {
 	m.Registry.MustRegister(transportsCollector{each})
 }
 
 type transportsCollector struct {
-	each func(yield func(transport string, questions uint64, quic bool, quicRetries uint64))
+	each func(yield func(transport string, questions, quicRetries *uint64))
 }
 
 var (
 	descTransportQuestions = prometheus.NewDesc("dohfwd_dns_questions_total",
 		"Questions the DNS listeners put to the engine (or refused for the client's limits), by transport (dot, doq, dns).", []string{"transport"}, nil)
 	descQUICRetries = prometheus.NewDesc("dohfwd_quic_retries_total",
-		"New QUIC connections asked to validate their address with a Retry, by transport.", []string{"transport"}, nil)
+		"New QUIC connections asked to validate their address with a Retry, by transport (doq, h3).", []string{"transport"}, nil)
 )
 
 func (transportsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -265,10 +283,12 @@ func (transportsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c transportsCollector) Collect(ch chan<- prometheus.Metric) {
-	c.each(func(transport string, questions uint64, quic bool, quicRetries uint64) {
-		ch <- prometheus.MustNewConstMetric(descTransportQuestions, prometheus.CounterValue, float64(questions), transport)
-		if quic {
-			ch <- prometheus.MustNewConstMetric(descQUICRetries, prometheus.CounterValue, float64(quicRetries), transport)
+	c.each(func(transport string, questions, quicRetries *uint64) {
+		if questions != nil {
+			ch <- prometheus.MustNewConstMetric(descTransportQuestions, prometheus.CounterValue, float64(*questions), transport)
+		}
+		if quicRetries != nil {
+			ch <- prometheus.MustNewConstMetric(descQUICRetries, prometheus.CounterValue, float64(*quicRetries), transport)
 		}
 	})
 }

@@ -30,10 +30,10 @@ func TestMetricsNamesAndValues(t *testing.T) {
 	m.CollectEngine(fakeStats{})
 	telemetry.NewObserver(zerolog.Nop(), m).Attempt(sampleAttempt)
 	for range 3 { // the second and later through the series kept for 200
-		m.ObserveRequest(200, dns.RcodeNameError)
+		m.ObserveRequest("h2", 200, dns.RcodeNameError)
 	}
-	m.ObserveRequest(200, dns.RcodeServerFailure)
-	m.ObserveRequest(400, -1)
+	m.ObserveRequest("h3", 200, dns.RcodeServerFailure)
+	m.ObserveRequest("http/1.1", 400, -1)
 	for _, name := range []string{"dohfwd_upstream_failed_total", "dohfwd_refused_total",
 		"dohfwd_cancelled_total", "dohfwd_mismatched_replies_total", "dohfwd_in_flight", "dohfwd_cache_hits_total"} {
 		got, err := testutil.GatherAndCount(m.Registry, name)
@@ -42,11 +42,11 @@ func TestMetricsNamesAndValues(t *testing.T) {
 		}
 	}
 	exp := `
-# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP status and DNS rcode ("" when no DNS message was answered).
+# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP version (proto: h2, h3, http/1.1), HTTP status and DNS rcode ("" when no DNS message was answered).
 # TYPE dohfwd_doh_requests_total counter
-dohfwd_doh_requests_total{rcode="",status="400"} 1
-dohfwd_doh_requests_total{rcode="NXDOMAIN",status="200"} 3
-dohfwd_doh_requests_total{rcode="SERVFAIL",status="200"} 1
+dohfwd_doh_requests_total{proto="http/1.1",rcode="",status="400"} 1
+dohfwd_doh_requests_total{proto="h2",rcode="NXDOMAIN",status="200"} 3
+dohfwd_doh_requests_total{proto="h3",rcode="SERVFAIL",status="200"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), "dohfwd_doh_requests_total"); err != nil {
 		t.Error(err)

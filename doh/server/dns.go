@@ -131,7 +131,9 @@ func designate(o Options, listeners []*listener, certificates *tls.Config) {
 func Designation(cfg *config.Config, bound map[string]netip.AddrPort, certNames []string) ddr.Designation {
 	var d ddr.Designation
 	if ap, ok := bound["https"]; ok {
-		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoH, Port: ap.Port(), Path: cfg.Listen.Path})
+		h3, ok := bound["http3"]
+		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoH, Port: ap.Port(), Path: cfg.Listen.Path,
+			HTTP3: ok && h3.Port() == ap.Port()})
 	}
 	if ap, ok := bound["dot"]; ok {
 		d.Endpoints = append(d.Endpoints, ddr.Endpoint{Protocol: ddr.DoT, Port: ap.Port()})

@@ -22,6 +22,8 @@ func (l *listener) addr() net.Addr {
 func (l *listener) serve() error {
 	var err error
 	switch {
+	case l.h3 != nil:
+		err = l.h3.Serve(l.pc)
 	case l.quic != nil:
 		err = l.dns.ServeQUIC(l.quic)
 	case l.dns != nil && l.pc != nil:
@@ -38,6 +40,10 @@ func (l *listener) serve() error {
 }
 
 func (l *listener) shutdown(ctx context.Context) {
+	if l.h3 != nil {
+		l.h3.Shutdown(ctx)
+		return
+	}
 	if l.dns != nil {
 		l.dns.Shutdown(ctx)
 		return
@@ -46,6 +52,10 @@ func (l *listener) shutdown(ctx context.Context) {
 }
 
 func (l *listener) close() {
+	if l.h3 != nil {
+		l.h3.Close()
+		return
+	}
 	if l.dns != nil {
 		l.dns.Close()
 		return
@@ -53,31 +63,40 @@ func (l *listener) close() {
 	l.srv.Close()
 }
 
-// transportCounters reads the DNS listeners' counters by transport (dot,
-// doq, dns: the plain listener's UDP and TCP share a server), for /status
+// transportCounters reads the listeners' counters by transport: the DNS
+// listeners' questions (dot, doq, dns: the plain listener's UDP and TCP
+// share a server) and the QUIC listeners' Retries (doq, h3), for /status
 // and /metrics.
 func transportCounters(listeners []*listener) func() map[string]admin.TransportCounters {
 	type source struct {
-		srv  *dnsserver.Server
-		gate *quicconf.Gate // nil unless QUIC
+		srv  *dnsserver.Server // nil unless a DNS listener
+		gate *quicconf.Gate    // nil unless QUIC
 	}
 	byName := map[string]source{}
 	for _, l := range listeners {
-		if l.dns == nil {
+		if l.dns == nil && l.gate == nil {
 			continue
 		}
 		name := l.name
-		if name == "dns-udp" || name == "dns-tcp" {
+		switch name {
+		case "dns-udp", "dns-tcp":
 			name = "dns"
+		case "http3":
+			name = "h3"
 		}
 		byName[name] = source{srv: l.dns, gate: l.gate}
 	}
 	return func() map[string]admin.TransportCounters {
 		out := make(map[string]admin.TransportCounters, len(byName))
 		for name, src := range byName {
-			c := admin.TransportCounters{Questions: src.srv.Questions()}
+			var c admin.TransportCounters
+			if src.srv != nil {
+				n := src.srv.Questions()
+				c.Questions = &n
+			}
 			if src.gate != nil {
-				c.QUICRetries = src.gate.Retries()
+				n := src.gate.Retries()
+				c.QUICRetries = &n
 			}
 			out[name] = c
 		}

@@ -1,5 +1,5 @@
 // Package server runs dohfwd's listeners around a DoH handler: HTTPS
-// (HTTP/2 and HTTP/1.1), the optional plaintext HTTP/1.1 + h2c listener,
+// (HTTP/2 and HTTP/1.1) and its UDP twin for HTTP/3, the optional plaintext HTTP/1.1 + h2c listener,
 // the optional DNS-over-TLS and plain DNS listeners, and the admin
 // listener. It reloads the configuration on SIGHUP and drains
 // questions in flight on SIGTERM. It serves any DoH handler over any
@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"reflect"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -124,11 +125,13 @@ type listener struct {
 	srv  httpServer
 	ln   net.Listener
 
+	h3 *doh.H3Server // on pc
+
 	dns *dnsserver.Server
 	pc  net.PacketConn
-	// quic, with dns, is a DNS-over-QUIC listener (pc is its socket),
-	// gate its address-validation policy.
+	// quic, with dns, is a DNS-over-QUIC listener (pc is its socket).
 	quic dnsserver.QUICListener
+	// gate is a QUIC listener's (DoQ or HTTP/3) address-validation policy.
 	gate *quicconf.Gate
 }
 
@@ -258,6 +261,13 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 			return fail(err)
 		}
 		out[len(out)-1].srv = srv
+		if cfg.Listen.HTTP3 {
+			h3, err := listenHTTP3(o, out[len(out)-1].ln.Addr(), certificates)
+			if err != nil {
+				return fail(err)
+			}
+			out = append(out, h3)
+		}
 	}
 	if cfg.Listen.HTTP != "" {
 		ln, err := listenDoH(o, "listen.http", cfg.Listen.HTTP)
@@ -271,11 +281,11 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		return fail(err)
 	}
 	out = append(out, dnsListeners...)
-	transports := transportCounters(dnsListeners)
+	transports := transportCounters(out)
 	if o.Metrics != nil {
-		o.Metrics.CollectTransports(func(yield func(string, uint64, bool, uint64)) {
+		o.Metrics.CollectTransports(func(yield func(string, *uint64, *uint64)) {
 			for name, c := range transports() {
-				yield(name, c.Questions, name == "doq", c.QUICRetries)
+				yield(name, c.Questions, c.QUICRetries)
 			}
 		})
 	}
@@ -309,6 +319,38 @@ func listenDoH(o Options, key, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
 	}
 	return o.wrapClients(proxied.Listen(ln, ProxyOptions(o.Config, o.Log))), nil
+}
+
+// listenHTTP3 binds the HTTPS listener's UDP twin (tcp's address and
+// port) for DoH over HTTP/3 with the same certificates, and has the DoH
+// handler advertise it (Alt-Svc) on every HTTP version.
+func listenHTTP3(o Options, tcp net.Addr, certificates *tls.Config) (*listener, error) {
+	ta, _ := tcp.(*net.TCPAddr)
+	if ta == nil {
+		return nil, fmt.Errorf("listen.http3: the HTTPS listener's address %s is not TCP", tcp)
+	}
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: ta.IP, Port: ta.Port, Zone: ta.Zone})
+	if err != nil && strings.HasSuffix(o.Config.Listen.HTTPS, ":0") {
+		// The TCP port was any free one, and its UDP twin is taken: any
+		// free UDP port does, since Alt-Svc says which.
+		pc, err = net.ListenUDP("udp", &net.UDPAddr{IP: ta.IP, Zone: ta.Zone})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen.http3 (udp %s): %w", ta, err)
+	}
+	// New connections prove their address with a Retry when they come
+	// faster than limits.connections a second, or when too many
+	// handshakes of unvalidated addresses are under way (quicconf.Gate).
+	gate := &quicconf.Gate{}
+	if n := o.Config.Limits.Connections; n > 0 {
+		gate.Rate, gate.Burst = float64(n), n
+	}
+	srv := doh.NewH3Server(o.Handler, certificates, o.Limits, doh.H3Options{HoldConn: o.HoldConn, Gate: gate})
+	if h, ok := o.Handler.(*doh.Handler); ok {
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		h.SetAltSvc(port, port == ta.Port)
+	}
+	return &listener{name: "http3", h3: srv, pc: pc, gate: gate}, nil
 }
 
 // wrapClients applies WrapClientListener, if any.
@@ -365,7 +407,7 @@ func reload(o Options, current *atomic.Pointer[config.Config]) {
 	if o.Reloaded != nil {
 		o.Reloaded(next)
 	}
-	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP != old.Listen.HTTP || next.Listen.DoT != old.Listen.DoT ||
+	if next.Listen.HTTPS != old.Listen.HTTPS || next.Listen.HTTP3 != old.Listen.HTTP3 || next.Listen.HTTP != old.Listen.HTTP || next.Listen.DoT != old.Listen.DoT ||
 		next.Listen.DoQ != old.Listen.DoQ ||
 		next.Listen.DNS != old.Listen.DNS || !reflect.DeepEqual(next.DDR, old.DDR) ||
 		next.Listen.Admin != old.Listen.Admin || next.Listen.Path != old.Listen.Path ||
@@ -397,6 +439,9 @@ func drain(o Options, listeners []*listener, reason string) {
 		for _, l := range listeners {
 			if srv, ok := l.srv.(*doh.Server); ok {
 				n += srv.Active()
+			}
+			if l.h3 != nil {
+				n += l.h3.Active()
 			}
 		}
 		return n

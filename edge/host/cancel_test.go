@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func clientCancelNotCharged(t *testing.T, rt *Runtime, silent upstreamtest.Handl
 	// every other, so the follow-up question shows whether the server was
 	// demoted and whether the instance was freed.
 	up := upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
-		if q.Msg != nil && len(q.Msg.Question) == 1 && q.Msg.Question[0].Name == "silent.example.org." {
+		if q.Msg != nil && len(q.Msg.Question) == 1 && strings.EqualFold(q.Msg.Question[0].Name, "silent.example.org.") {
 			return silent(q)
 		}
 		return upstreamtest.Answer("@ 60 IN A 192.0.2.1")(q)

@@ -73,10 +73,10 @@ func requestsAndLatencyCounted(t *testing.T, whole bool) {
 		resp.Body.Close()
 	}
 	want := `
-# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP status and DNS rcode ("" when no DNS message was answered).
+# HELP dohfwd_doh_requests_total DoH requests answered, by HTTP version (proto: h2, h3, http/1.1), HTTP status and DNS rcode ("" when no DNS message was answered).
 # TYPE dohfwd_doh_requests_total counter
-dohfwd_doh_requests_total{rcode="",status="400"} 1
-dohfwd_doh_requests_total{rcode="NXDOMAIN",status="200"} 2
+dohfwd_doh_requests_total{proto="h2",rcode="",status="400"} 1
+dohfwd_doh_requests_total{proto="h2",rcode="NXDOMAIN",status="200"} 2
 `
 	if err := testutil.GatherAndCompare(met.Registry, strings.NewReader(want), "dohfwd_doh_requests_total"); err != nil {
 		t.Error(err)

@@ -189,7 +189,7 @@ func TestWazeroReloadSetsTheModulesLogLevel(t *testing.T) {
 // a question held upstream holds its client's share of transactions.
 func shareUpstream(t *testing.T) *upstreamtest.Server {
 	return upstreamtest.Start(t, func(q upstreamtest.Query) upstreamtest.Action {
-		if q.Msg != nil && len(q.Msg.Question) == 1 && strings.HasPrefix(q.Msg.Question[0].Name, "slow") {
+		if q.Msg != nil && len(q.Msg.Question) == 1 && strings.HasPrefix(strings.ToLower(q.Msg.Question[0].Name), "slow") {
 			return upstreamtest.Delay(700*time.Millisecond, upstreamtest.Answer("@ 60 IN A 192.0.2.21"))(q)
 		}
 		return upstreamtest.Answer("@ 60 IN A 192.0.2.21")(q)

@@ -62,7 +62,7 @@ func (t *LatencyTally) ObserveAttempt(ev engine.AttemptEvent) {
 }
 
 // ObserveRequest does nothing: the host counts the requests it passes on.
-func (*LatencyTally) ObserveRequest(status, rcode int) {}
+func (*LatencyTally) ObserveRequest(proto string, status, rcode int) {}
 
 // ForgetServers drops the servers a reload removed.
 func (t *LatencyTally) ForgetServers(keep func(netip.AddrPort) bool) {

@@ -53,6 +53,7 @@ func NewBatchedObserver(log zerolog.Logger, batch *BatchWriter, m AttemptMetrics
 var (
 	_ engine.Observer      = (*Observer)(nil)
 	_ engine.ProbeObserver = (*Observer)(nil)
+	_ engine.CaseObserver  = (*Observer)(nil)
 )
 
 // Attempt writes the "attempt" event: one per upstream attempt, whatever
@@ -259,6 +260,15 @@ func (o *Observer) Probe(ev engine.ProbeEvent) {
 		Float64("rtt_ms", float64(ev.RTT.Microseconds())/1000).
 		Bool("cleared", ev.Cleared).
 		Msg("probe")
+}
+
+// CaseNotKept writes the "case not kept" warning, once per server: its
+// replies did not keep the question name's random case (0x20), so it is
+// asked in lower case and loses that defence against forged replies.
+func (o *Observer) CaseNotKept(server string) {
+	if e := o.log.Warn(); e != nil {
+		e.Str("server", server).Msg("upstream does not keep the question's case: asked in lower case from now on (0x20 off for it)")
+	}
 }
 
 // typeField writes qtype as its mnemonic, or its number when it has none.

@@ -40,6 +40,9 @@ type Endpoint struct {
 	// Path is the DoH path, e.g. "/dns-query"; the dohpath parameter is
 	// its URI template, Path + "{?dns}".
 	Path string
+	// HTTP3: the DoH listener also serves HTTP/3 on the same port (UDP):
+	// alpn lists h3 after h2 (RFC 9461 §3.1).
+	HTTP3 bool
 }
 
 // Designation is what this server advertises.
@@ -85,7 +88,11 @@ func records(d Designation) (answer, additional []record) {
 			rdata := binary.BigEndian.AppendUint16(nil, prio)
 			rdata = append(rdata, target...)
 			alpn := e.Protocol.alpn()
-			rdata = appendParam(rdata, dnswire.SvcParamALPN, append([]byte{byte(len(alpn))}, alpn...))
+			value := append([]byte{byte(len(alpn))}, alpn...)
+			if e.HTTP3 && e.Protocol == DoH {
+				value = append(value, 2, 'h', '3')
+			}
+			rdata = appendParam(rdata, dnswire.SvcParamALPN, value)
 			rdata = appendParam(rdata, dnswire.SvcParamPort, binary.BigEndian.AppendUint16(nil, e.Port))
 			if len(v4) > 0 {
 				rdata = appendParam(rdata, dnswire.SvcParamIPv4Hint, v4)

@@ -104,6 +104,19 @@ func TestDesignationRecordsOnTheWire(t *testing.T) {
 	}
 }
 
+// A DoH listener that also serves HTTP/3 on its port lists h3 after h2
+// (RFC 9461 section 3.1).
+func TestDesignationHTTP3(t *testing.T) {
+	d := Designation{Names: []string{"dns.example.net"}, Endpoints: []Endpoint{{Protocol: DoH, Port: 443, Path: "/dns-query", HTTP3: true}}}
+	m := answer(t, NewTable(d), Name, dns.TypeSVCB, false)
+	if m == nil || len(m.Answer) != 1 {
+		t.Fatalf("reply %v", m)
+	}
+	if p := params(t, m.Answer[0]); p["alpn"] != "h2,h3" || p["dohpath"] != "/dns-query{?dns}" {
+		t.Errorf("params %v, want alpn h2,h3 and the dohpath", p)
+	}
+}
+
 // Several names and addresses of each family: every name gets a record
 // per endpoint, the hints list every address, the name in lower case.
 func TestDesignationSeveralNamesAndAddresses(t *testing.T) {

@@ -84,8 +84,8 @@ type Server struct {
 	OnDrop func(peer net.Addr, reason string)
 	// Admit, if set, is asked for each question about to be resolved,
 	// with the client's address; a refused client gets REFUSED with EDE
-	// 18 (Prohibited) and the resolver is not asked. With Admit set the
-	// resolver's context also names the client (engine.WithClient).
+	// 18 (Prohibited) and the resolver is not asked. The resolver's
+	// context names the client (engine.WithClient) either way.
 	Admit func(client netip.Addr) (ok bool, retryAfter time.Duration)
 	// HoldConn, if set, counts each accepted QUIC connection against the
 	// connection limits (limits.Limiter.HoldConn): a refused one is closed
@@ -166,14 +166,12 @@ func (s *Server) resolve(ctx context.Context, q *dns.Msg, client netip.Addr) *dn
 		if ok, _ := s.Admit(client); !ok {
 			return refusedReply(q)
 		}
-	} else {
-		client = netip.Addr{} // named to the engine only for the limits
 	}
-	if client.IsValid() || s.Proto != "" {
-		qc := new(engine.QuestionContext)
-		ctx = qc.Set(ctx, client, nil)
-		qc.SetProto(s.Proto)
-	}
+	// The client is named to the engine for its limits and a scope's
+	// ECS add.
+	qc := new(engine.QuestionContext)
+	ctx = qc.Set(ctx, client, nil)
+	qc.SetProto(s.Proto)
 	// The query is packed again and the reply unpacked: packReply
 	// truncates and pads an unpacked reply.
 	raw, err := q.Pack()
