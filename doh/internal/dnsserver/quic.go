@@ -278,7 +278,7 @@ func (s *Server) writeQUIC(c *quic.Conn, st *quic.Stream, reply, q *dns.Msg, que
 // was sent).
 func (s *Server) tapQUIC(c *quic.Conn, query []byte, received time.Time, answer []byte) {
 	if s.Wiretap != nil {
-		wiretap.Client(s.Wiretap, wiretap.DoQ, addrPortOf(c.RemoteAddr()), addrPortOf(c.LocalAddr()), query, received, answer, time.Now())
+		wiretap.Client(s.Wiretap, wiretap.DoQ, wiretap.AddrPort(c.RemoteAddr()), wiretap.AddrPort(c.LocalAddr()), query, received, answer, time.Now())
 	}
 }
 

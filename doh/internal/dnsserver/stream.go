@@ -242,7 +242,7 @@ func (st *stream) tap(query []byte, received time.Time, frame []byte) {
 	if st.s.tlsConfig != nil {
 		p = wiretap.DoT
 	}
-	wiretap.Client(st.s.Wiretap, p, addrPortOf(st.raw.RemoteAddr()), addrPortOf(st.raw.LocalAddr()), query, received, reply, time.Now())
+	wiretap.Client(st.s.Wiretap, p, wiretap.AddrPort(st.raw.RemoteAddr()), wiretap.AddrPort(st.raw.LocalAddr()), query, received, reply, time.Now())
 }
 
 // frames are the write buffers of answers.
