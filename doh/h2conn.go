@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 	"golang.org/x/net/http2"
 )
 
@@ -171,7 +172,7 @@ func newH2Conn(s *Server, nc net.Conn, br *bufio.Reader) *h2conn {
 		c.peer = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	if c.h != nil && c.h.tap != nil {
-		c.local = addrPortOf(nc.LocalAddr())
+		c.local = wiretap.AddrPort(nc.LocalAddr())
 	}
 	l := c.limits
 	c.maxList = maxHeaderList(l)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
 // ServeHTTP serves one request that net/http read (HTTP/1.1) or quic-go's
@@ -33,7 +34,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.tap != nil {
 		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-			req.Local = addrPortOf(local)
+			req.Local = wiretap.AddrPort(local)
 		}
 	}
 	if r.Method == http.MethodPost && r.ContentLength <= MaxMessageSize && r.Body != nil {
@@ -143,19 +144,3 @@ var sharedValues = func() map[string][]string {
 // RequestTrace returns the trace of a request with headers h: the
 // caller's from traceparent, else a new one; its span is new either way.
 func RequestTrace(h http.Header) engine.Trace { return NewTrace(h["Traceparent"]) }
-
-// addrPortOf is a's address and port, the zero AddrPort when it has none.
-func addrPortOf(a net.Addr) netip.AddrPort {
-	var ap netip.AddrPort
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ap = a.AddrPort()
-	case *net.UDPAddr:
-		ap = a.AddrPort()
-	default:
-		if a != nil {
-			ap, _ = netip.ParseAddrPort(a.String())
-		}
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-}

@@ -1,14 +1,12 @@
 package upstreamtest
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -47,9 +45,7 @@ func StartKnotCookies(t testing.TB, zones ...Zone) string {
 		}
 		fmt.Fprintf(&zoneConf, "  - domain: %q\n    file: %q\n", origin, file)
 	}
-	const tries = 3 // another process may take the port between reserving and knot binding it
-	for try := 1; ; try++ {
-		port := FreePort(t)
+	return startAuthoritative(t, "knot", zones, func(port int) *exec.Cmd {
 		conf := filepath.Join(dir, "knot.conf")
 		text := fmt.Sprintf(`server:
   listen: 127.0.0.1@%d
@@ -74,20 +70,6 @@ zone:
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			t.Fatalf("upstreamtest: knot: %v", err)
 		}
-		cmd := exec.Command(bin, "-c", conf)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("upstreamtest: knot: %v", err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if answersFor(addr, zones, 10*time.Second) {
-			return addr
-		}
-		cmd.Process.Kill()
-		if try == tries {
-			t.Fatalf("upstreamtest: knot did not answer on %s after %d tries:\n%s", addr, tries, out.Bytes())
-		}
-	}
+		return exec.Command(bin, "-c", conf)
+	}, nil)
 }

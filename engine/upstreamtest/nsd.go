@@ -76,15 +76,30 @@ func StartNSDWith(t testing.TB, opts NSDOptions, zones ...Zone) string {
 		file := write(origin+"zone", z.Text)
 		fmt.Fprintf(&zoneConf, "zone:\n  name: %q\n  zonefile: %q\n", origin, file)
 	}
-	const tries = 3 // another process may take the port between reserving and nsd binding it
+	return startAuthoritative(t, "nsd", zones, func(port int) *exec.Cmd {
+		conf := write("nsd.conf", nsdConf(dir, port, opts)+zoneConf.String())
+		return exec.Command(bin, "-d", "-c", conf)
+	}, func() []byte {
+		log, _ := os.ReadFile(filepath.Join(dir, "nsd.log"))
+		return log
+	})
+}
+
+// startAuthoritative starts the server command makes for a free port and
+// returns its address once it answers for zones. Another process may take
+// the port between reserving it and the server binding it, so it tries
+// three ports; then it fails t with the server's output and what log
+// (may be nil) returns.
+func startAuthoritative(t testing.TB, name string, zones []Zone, command func(port int) *exec.Cmd, log func() []byte) string {
+	t.Helper()
+	const tries = 3
 	for try := 1; ; try++ {
 		port := FreePort(t)
-		conf := write("nsd.conf", nsdConf(dir, port, opts)+zoneConf.String())
-		cmd := exec.Command(bin, "-d", "-c", conf)
+		cmd := command(port)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("upstreamtest: nsd: %v", err)
+			t.Fatalf("upstreamtest: %s: %v", name, err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -93,8 +108,11 @@ func StartNSDWith(t testing.TB, opts NSDOptions, zones ...Zone) string {
 		}
 		cmd.Process.Kill()
 		if try == tries {
-			log, _ := os.ReadFile(filepath.Join(dir, "nsd.log"))
-			t.Fatalf("upstreamtest: nsd did not answer on %s after %d tries:\n%s\n%s", addr, tries, out.Bytes(), log)
+			var more []byte
+			if log != nil {
+				more = log()
+			}
+			t.Fatalf("upstreamtest: %s did not answer on %s after %d tries:\n%s\n%s", name, addr, tries, out.Bytes(), more)
 		}
 	}
 }

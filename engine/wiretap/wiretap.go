@@ -10,6 +10,7 @@
 package wiretap
 
 import (
+	"net"
 	"net/netip"
 	"time"
 )
@@ -86,4 +87,21 @@ func Client(tap Tap, p Protocol, client, server netip.AddrPort, query []byte, re
 		m.Kind, m.Response, m.ResponseTime = ClientResponse, reply, answered
 		tap.Tap(m)
 	}
+}
+
+// AddrPort is a socket address as a message names it: address (an
+// IPv4-mapped one unmapped) and port; the zero AddrPort when it has none.
+func AddrPort(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
+		if a != nil {
+			ap, _ = netip.ParseAddrPort(a.String())
+		}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }

@@ -92,6 +92,6 @@ func (s *Server) sendPacket(pc net.PacketConn, addr net.Addr, reply, q *dns.Msg,
 		pc.WriteTo(wire, addr)
 	}
 	if s.Wiretap != nil {
-		wiretap.Client(s.Wiretap, wiretap.UDP, addrPortOf(addr), addrPortOf(pc.LocalAddr()), raw, received, wire, time.Now())
+		wiretap.Client(s.Wiretap, wiretap.UDP, wiretap.AddrPort(addr), wiretap.AddrPort(pc.LocalAddr()), raw, received, wire, time.Now())
 	}
 }

@@ -249,21 +249,7 @@ func (s *Server) serveQUICStream(c *quic.Conn, st *quic.Stream, client netip.Add
 func (s *Server) writeQUIC(c *quic.Conn, st *quic.Stream, reply, q *dns.Msg, query []byte, received time.Time) {
 	bp := frames.Get().(*[]byte)
 	defer frames.Put(bp)
-	buf := (*bp)[:cap(*bp)]
-	wire, err := packReply(reply, q, 0, buf[2:])
-	if err != nil {
-		wire, _ = packReply(errorReplyTo(q, dns.RcodeServerFailure), q, 0, buf[2:])
-	}
-	var frame []byte
-	if len(wire) <= len(buf)-2 && &buf[2] == &wire[0] {
-		frame = buf[:2+len(wire)]
-	} else {
-		frame = append(make([]byte, 2, 2+len(wire)), wire...)
-	}
-	binary.BigEndian.PutUint16(frame, uint16(len(wire)))
-	if cap(frame) <= 16<<10 {
-		*bp = frame[:0]
-	}
+	frame := frameReply(bp, reply, q)
 	st.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
 	if _, err := st.Write(frame); err != nil {
 		st.CancelWrite(DoQRequestCancelled)
@@ -278,7 +264,7 @@ func (s *Server) writeQUIC(c *quic.Conn, st *quic.Stream, reply, q *dns.Msg, que
 // was sent).
 func (s *Server) tapQUIC(c *quic.Conn, query []byte, received time.Time, answer []byte) {
 	if s.Wiretap != nil {
-		wiretap.Client(s.Wiretap, wiretap.DoQ, addrPortOf(c.RemoteAddr()), addrPortOf(c.LocalAddr()), query, received, answer, time.Now())
+		wiretap.Client(s.Wiretap, wiretap.DoQ, wiretap.AddrPort(c.RemoteAddr()), wiretap.AddrPort(c.LocalAddr()), query, received, answer, time.Now())
 	}
 }
 

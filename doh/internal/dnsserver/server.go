@@ -299,23 +299,6 @@ func (s *Server) ServeStream(ln net.Listener) error {
 	}
 }
 
-// addrPortOf is a's address and port (the zero AddrPort when it has none),
-// for the wiretap.
-func addrPortOf(a net.Addr) netip.AddrPort {
-	var ap netip.AddrPort
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ap = a.AddrPort()
-	case *net.UDPAddr:
-		ap = a.AddrPort()
-	default:
-		if a != nil {
-			ap, _ = netip.ParseAddrPort(a.String())
-		}
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-}
-
 // clientOf is the address of a peer (the client, behind PROXY protocol).
 func clientOf(a net.Addr) netip.Addr {
 	switch a := a.(type) {

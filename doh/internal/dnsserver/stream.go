@@ -198,26 +198,10 @@ func (st *stream) abort() {
 func (st *stream) write(reply, q *dns.Msg, raw []byte, received time.Time) bool {
 	bp := frames.Get().(*[]byte)
 	defer frames.Put(bp)
-	// Pack after two bytes kept for the length, so that the frame goes
-	// out in one write (one TLS record).
-	buf := (*bp)[:cap(*bp)]
-	wire, err := packReply(reply, q, 0, buf[2:])
-	if err != nil {
-		wire, _ = packReply(errorReplyTo(q, dns.RcodeServerFailure), q, 0, buf[2:])
-	}
-	var frame []byte
-	if len(wire) <= len(buf)-2 && &buf[2] == &wire[0] {
-		frame = buf[:2+len(wire)]
-	} else { // the answer outgrew the buffer
-		frame = append(make([]byte, 2, 2+len(wire)), wire...)
-	}
-	binary.BigEndian.PutUint16(frame, uint16(len(wire)))
-	if cap(frame) <= 16<<10 {
-		*bp = frame[:0]
-	}
+	frame := frameReply(bp, reply, q)
 	st.wmu.Lock()
 	st.conn.SetWriteDeadline(time.Now().Add(st.s.limits.WriteTimeout))
-	_, err = st.conn.Write(frame)
+	_, err := st.conn.Write(frame)
 	st.wmu.Unlock()
 	if err != nil {
 		frame = nil
@@ -242,7 +226,31 @@ func (st *stream) tap(query []byte, received time.Time, frame []byte) {
 	if st.s.tlsConfig != nil {
 		p = wiretap.DoT
 	}
-	wiretap.Client(st.s.Wiretap, p, addrPortOf(st.raw.RemoteAddr()), addrPortOf(st.raw.LocalAddr()), query, received, reply, time.Now())
+	wiretap.Client(st.s.Wiretap, p, wiretap.AddrPort(st.raw.RemoteAddr()), wiretap.AddrPort(st.raw.LocalAddr()), query, received, reply, time.Now())
+}
+
+// frameReply packs reply to q with its two-byte length before it (RFC
+// 1035 section 4.2.2, RFC 9250 section 4.2), into *bp's buffer when it
+// fits, so that the frame goes out in one write (one TLS record, one
+// QUIC frame); a SERVFAIL when reply does not pack. *bp keeps the buffer,
+// grown, up to 16 KiB.
+func frameReply(bp *[]byte, reply, q *dns.Msg) []byte {
+	buf := (*bp)[:cap(*bp)]
+	wire, err := packReply(reply, q, 0, buf[2:])
+	if err != nil {
+		wire, _ = packReply(errorReplyTo(q, dns.RcodeServerFailure), q, 0, buf[2:])
+	}
+	var frame []byte
+	if len(wire) <= len(buf)-2 && &buf[2] == &wire[0] {
+		frame = buf[:2+len(wire)]
+	} else { // the answer outgrew the buffer
+		frame = append(make([]byte, 2, 2+len(wire)), wire...)
+	}
+	binary.BigEndian.PutUint16(frame, uint16(len(wire)))
+	if cap(frame) <= 16<<10 {
+		*bp = frame[:0]
+	}
+	return frame
 }
 
 // frames are the write buffers of answers.
