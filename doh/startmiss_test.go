@@ -25,16 +25,18 @@ type leavingClient struct {
 }
 
 func (l *leavingClient) StartMiss(ctx context.Context, m *engine.Miss, then engine.MissContinuation) bool {
-	// Once the loop took it (true), m is the loop's: not read here.
+	// The client's cancel, read before the engine has the question: once
+	// the loop took it (true), m and its question context are the loop's.
+	cancelOf := ctx
+	if qc, ok := ctx.(*engine.QuestionContext); ok { // naming the client's protocol
+		cancelOf = qc.Context
+	}
 	taken := l.Engine.StartMiss(ctx, m, then)
 	if !taken && !m.Started() {
 		return false
 	}
 	l.starts.Add(1)
-	if qc, ok := ctx.(*engine.QuestionContext); ok { // naming the client's protocol
-		ctx = qc.Context
-	}
-	if cc, ok := ctx.(*engine.CancelContext); ok && l.armed.CompareAndSwap(true, false) {
+	if cc, ok := cancelOf.(*engine.CancelContext); ok && l.armed.CompareAndSwap(true, false) {
 		cc.Cancel()
 	}
 	return taken
