@@ -45,7 +45,9 @@ type dnstapMessage struct {
 func (m *dnstapMessage) name() string {
 	text := m.Message.QueryMessage + m.Message.ResponseMessage
 	if s := questionLine.FindStringSubmatch(text); s != nil {
-		return s[1]
+		// Lowercased: a forwarder message carries the name as sent
+		// upstream, in 0x20's random case.
+		return strings.ToLower(s[1])
 	}
 	return ""
 }
