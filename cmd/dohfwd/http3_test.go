@@ -596,3 +596,27 @@ func TestHTTP3UnvalidatedHandshakesAreBounded(t *testing.T) {
 		t.Errorf("/status transports.h3 = %v, want quic_retries and no questions", h3)
 	}
 }
+
+// HTTP/3 is an upgrade: when another program holds the HTTPS port's UDP
+// twin, dohfwd says so in its log and serves DoH over HTTP/2 as ever,
+// advertising no Alt-Svc, rather than not starting.
+func TestHTTP3PortTakenLeavesHTTP2Serving(t *testing.T) {
+	t.Parallel()
+	held, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	yaml := strings.Replace(scopeYAML(startNSD(t)), "https: 127.0.0.1:0", "https: "+held.LocalAddr().String(), 1)
+	d := startDohfwd(t, yaml, newPKI(t))
+	d.waitEvent(5*time.Second, func(ev map[string]any) bool {
+		return ev["level"] == "error" && strings.HasPrefix(fmt.Sprint(ev["message"]), "HTTP/3 not served")
+	})
+	res, m := d.query(d.client(), newQuery("www.e2e.test", dns.TypeA))
+	if res.StatusCode != 200 || m == nil || len(m.Answer) != 1 || res.ProtoMajor != 2 {
+		t.Fatalf("DoH over HTTP/2 with HTTP/3's port taken: %v %v", res.Status, m)
+	}
+	if v := res.Header.Get("Alt-Svc"); v != "" {
+		t.Errorf("Alt-Svc %q with no HTTP/3 served", v)
+	}
+}

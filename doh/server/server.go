@@ -262,11 +262,14 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 		}
 		out[len(out)-1].srv = srv
 		if cfg.Listen.HTTP3 {
-			h3, err := listenHTTP3(o, out[len(out)-1].ln.Addr(), certificates)
-			if err != nil {
-				return fail(err)
+			// HTTP/3 is an upgrade clients find by Alt-Svc: when its UDP
+			// port cannot be had, DoH goes on over HTTP/2 and HTTP/1.1,
+			// advertising none, rather than the server not starting.
+			if h3, err := listenHTTP3(o, out[len(out)-1].ln.Addr(), certificates); err != nil {
+				o.Log.Error().Err(err).Msg("HTTP/3 not served; DoH goes on over HTTP/2 and HTTP/1.1 without Alt-Svc")
+			} else {
+				out = append(out, h3)
 			}
-			out = append(out, h3)
 		}
 	}
 	if cfg.Listen.HTTP != "" {

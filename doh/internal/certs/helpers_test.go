@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,15 +31,34 @@ type logBuffer = syncbuf.Buffer
 func testLogger(t *testing.T) (zerolog.Logger, *logBuffer) {
 	t.Helper()
 	buf := &logBuffer{}
-	w := zerolog.MultiLevelWriter(buf, zerolog.ConsoleWriter{Out: testWriter{t}, NoColor: true})
+	tw := &testWriter{t: t}
+	t.Cleanup(tw.stop)
+	w := zerolog.MultiLevelWriter(buf, zerolog.ConsoleWriter{Out: tw, NoColor: true})
 	return zerolog.New(w).With().Timestamp().Logger(), buf
 }
 
-type testWriter struct{ t *testing.T }
+// testWriter writes log lines to t's log until t's cleanup: certmagic's
+// background goroutines may log after the test is over, and t.Log then
+// races the test's end.
+type testWriter struct {
+	t       *testing.T
+	mu      sync.Mutex
+	stopped bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
 	return len(p), nil
+}
+
+func (w *testWriter) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
 }
 
 // serveTLS runs a real HTTPS server on a loopback port with the Manager's
