@@ -79,7 +79,10 @@ image=$("${P[@]}" images -q | head -1)
 
 size=$("${P[@]}" image inspect --format '{{.Size}}' "$image")
 echo "  image size: $((size / 1024)) KiB"
-check "image is at most 25 MB" test "$size" -le $((25 * 1024 * 1024))
+# 28 MB: QUIC (quic-go, for DoH over HTTP/3 and DNS over QUIC) added
+# 2.26 MB to the static binary (25 796 770 to 28 053 666 bytes, -s -w);
+# the image was 25 415 KiB before it and 27 623 KiB with it.
+check "image is at most 28 MB" test "$size" -le $((28 * 1024 * 1024))
 user=$("${P[@]}" image inspect --format '{{.Config.User}}' "$image")
 check "image runs as numeric non-root user ($user)" bash -c '[[ $0 =~ ^[1-9][0-9]*(:[0-9]+)?$ ]]' "$user"
 labels=$("${P[@]}" image inspect --format '{{json .Labels}}' "$image")
