@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -299,36 +300,7 @@ func TestDoQCertificateRotationKeepsConnections(t *testing.T) {
 func TestDnsproxyOverQUIC(t *testing.T) {
 	t.Parallel()
 	d, doq := startDoQ(t, scopeYAML(startNSD(t)))
-	listen := fmt.Sprintf("%d", freePort(t))
-	cmd := exec.Command(testtool.Find(t, "dnsproxy", "scripts/setup.d/25-quic-clients.sh builds it"), "-l", "127.0.0.1", "-p", listen, "-u", "quic://"+doq, "--timeout=5s")
-	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+d.pki.CA) // Go's roots: the test CA alone
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("dnsproxy:\n%s", out.String())
-		}
-	})
-	c := &dns.Client{Timeout: 2 * time.Second}
-	var m *dns.Msg
-	var err error
-	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if m, _, err = c.Exchange(newQuery("www.e2e.test", dns.TypeA), "127.0.0.1:"+listen); err == nil {
-			break
-		}
-	}
-	if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
-		t.Fatalf("through dnsproxy: %v, %v", m, err)
-	}
-	m, _, err = c.Exchange(newQuery("v6.e2e.test", dns.TypeAAAA), "127.0.0.1:"+listen)
-	if err != nil || len(m.Answer) != 1 {
-		t.Fatalf("through dnsproxy: %v, %v", m, err)
-	}
+	askThroughDnsproxy(t, d, "quic://"+doq)
 	if n := d.metric(`dohfwd_dns_questions_total{transport="doq"}`); n < 2 {
 		t.Errorf(`dohfwd_dns_questions_total{transport="doq"} = %v, want 2 or more`, n)
 	}
@@ -482,5 +454,44 @@ func TestDoQUnvalidatedHandshakesAndAmplification(t *testing.T) {
 	c := dialDoQ(t, d, doq)
 	if m, err := askDoQ(c, doqFrame(newQuery("localhost", dns.TypeA), 0)); err != nil || m.Rcode != dns.RcodeSuccess {
 		t.Fatalf("a real client during the handshakes: %v, %v", m, err)
+	}
+}
+
+// askThroughDnsproxy runs AdGuard dnsproxy as a plain DNS server whose
+// upstream is dohfwd at upstream (quic://… or h3://…), trusting the test
+// CA alone, and checks that two questions come back as dohfwd's upstream
+// knows them: www.e2e.test A and v6.e2e.test AAAA.
+func askThroughDnsproxy(t *testing.T, d *dohfwd, upstream string) {
+	t.Helper()
+	listen := strconv.Itoa(freePort(t))
+	cmd := exec.Command(testtool.Find(t, "dnsproxy", "scripts/setup.d/25-quic-clients.sh builds it"),
+		"-l", "127.0.0.1", "-p", listen, "-u", upstream, "--timeout=5s")
+	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+d.pki.CA) // Go's roots: the test CA alone
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("dnsproxy:\n%s", out.String())
+		}
+	})
+	c := &dns.Client{Timeout: 2 * time.Second}
+	var m *dns.Msg
+	var err error
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if m, _, err = c.Exchange(newQuery("www.e2e.test", dns.TypeA), "127.0.0.1:"+listen); err == nil {
+			break
+		}
+	}
+	if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
+		t.Fatalf("through dnsproxy: %v, %v", m, err)
+	}
+	m, _, err = c.Exchange(newQuery("v6.e2e.test", dns.TypeAAAA), "127.0.0.1:"+listen)
+	if err != nil || len(m.Answer) != 1 {
+		t.Fatalf("through dnsproxy: %v, %v", m, err)
 	}
 }

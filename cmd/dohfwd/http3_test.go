@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -30,7 +29,6 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/dohfwd/dohfwd/engine/upstreamtest"
-	"github.com/dohfwd/dohfwd/scripts/testtool"
 )
 
 // http3Addr is the address of d's HTTP/3 listener, from its listening
@@ -398,39 +396,8 @@ func TestHTTP3ConnectionLimits(t *testing.T) {
 // the requests under proto h3.
 func TestDnsproxyOverHTTP3(t *testing.T) {
 	t.Parallel()
-	bin := testtool.Find(t, "dnsproxy", "scripts/setup.d/25-quic-clients.sh builds it")
 	d := startDohfwd(t, scopeYAML(startNSD(t)), newPKI(t))
-	h3addr := d.http3Addr()
-	listen := strconv.Itoa(freePort(t))
-	cmd := exec.Command(bin, "-l", "127.0.0.1", "-p", listen, "-u", "h3://"+h3addr+"/dns-query", "--timeout=5s")
-	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+d.pki.CA) // Go's roots: the test CA alone
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("dnsproxy:\n%s", out.String())
-		}
-	})
-	c := &dns.Client{Timeout: 2 * time.Second}
-	var m *dns.Msg
-	var err error
-	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if m, _, err = c.Exchange(newQuery("www.e2e.test", dns.TypeA), "127.0.0.1:"+listen); err == nil {
-			break
-		}
-	}
-	if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
-		t.Fatalf("through dnsproxy: %v, %v", m, err)
-	}
-	m, _, err = c.Exchange(newQuery("v6.e2e.test", dns.TypeAAAA), "127.0.0.1:"+listen)
-	if err != nil || len(m.Answer) != 1 {
-		t.Fatalf("through dnsproxy: %v, %v", m, err)
-	}
+	askThroughDnsproxy(t, d, "h3://"+d.http3Addr()+"/dns-query")
 	if n := d.metric(`dohfwd_doh_requests_total{proto="h3",rcode="NOERROR",status="200"}`); n < 2 {
 		t.Errorf(`dohfwd_doh_requests_total{proto="h3",rcode="NOERROR",status="200"} = %v, want 2 or more`, n)
 	}
