@@ -53,17 +53,7 @@ log:
   format: json
 `, up)
 	d := startDohfwd(t, yaml, newPKI(t))
-	tls := []string{"+tls-ca=" + d.pki.CA, "+tls-hostname=localhost"}
-	fronts := []struct {
-		listener string
-		args     []string
-	}{
-		{"https", append([]string{"+https"}, tls...)},
-		{"http", []string{"+http-plain"}},
-		{"dot", append([]string{"+tls"}, tls...)},
-		{"dns-udp", []string{"+notcp"}},
-		{"dns-tcp", []string{"+tcp"}},
-	}
+	fronts := digFronts(d)
 	for i, f := range fronts {
 		host, port, _ := net.SplitHostPort(d.listenerAddr(f.listener))
 		for _, zone := range []string{"e2e.test", "pass.test"} {
@@ -181,17 +171,7 @@ log:
   format: json
 `, up)
 	d := startDohfwd(t, yaml, newPKI(t))
-	tls := []string{"+tls-ca=" + d.pki.CA, "+tls-hostname=localhost"}
-	fronts := []struct {
-		listener string
-		args     []string
-	}{
-		{"https", append([]string{"+https"}, tls...)},
-		{"http", []string{"+http-plain"}},
-		{"dot", append([]string{"+tls"}, tls...)},
-		{"dns-udp", []string{"+notcp"}},
-		{"dns-tcp", []string{"+tcp"}},
-	}
+	fronts := digFronts(d)
 	for i, f := range fronts {
 		host, port, _ := net.SplitHostPort(d.listenerAddr(f.listener))
 		name := fmt.Sprintf("add%d.e2e.test", i)
@@ -271,5 +251,25 @@ log:
 	}
 	if sent := upstreamECS(t, up, "proxied.e2e.test"); sent != "2001:db8:aa::/56" {
 		t.Fatalf("PROXY protocol: sent %q upstream, want 2001:db8:aa::/56", sent)
+	}
+}
+
+// digFront is one of dohfwd's listeners and the dig options that ask
+// through it.
+type digFront struct {
+	listener string
+	args     []string
+}
+
+// digFronts are the listeners dig can ask: DoH over TLS and plain HTTP,
+// DoT, Do53 over UDP and TCP (DoQ is kdig's).
+func digFronts(d *dohfwd) []digFront {
+	tls := []string{"+tls-ca=" + d.pki.CA, "+tls-hostname=localhost"}
+	return []digFront{
+		{"https", append([]string{"+https"}, tls...)},
+		{"http", []string{"+http-plain"}},
+		{"dot", append([]string{"+tls"}, tls...)},
+		{"dns-udp", []string{"+notcp"}},
+		{"dns-tcp", []string{"+tcp"}},
 	}
 }
