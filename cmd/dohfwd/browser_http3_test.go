@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -41,28 +38,7 @@ chromium IN A 127.0.0.1
 	pages := startPageServer(t)
 
 	host := "chromium." + strings.TrimSuffix(domain, ".")
-	token := pages.tokenFor(host)
-	url := fmt.Sprintf("http://%s:%d/", host, pages.port)
-	home := t.TempDir()
-	trustCA(t, certutil, filepath.Join(home, ".pki", "nssdb"), pki.CA)
-	profile := t.TempDir()
-	localState := fmt.Sprintf(`{"dns_over_https":{"mode":"secure","templates":%q}}`, d.URL())
-	if err := os.WriteFile(filepath.Join(profile, "Local State"), []byte(localState), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	retryBrowser(t, "chromium", func(ctx context.Context) error {
-		dom, err := runBrowser(ctx, home, chromium,
-			"--headless", "--no-sandbox", "--disable-gpu", "--enable-quic", "--origin-to-force-quic-on="+d.HTTPS,
-			"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-			"--user-data-dir="+profile, "--dump-dom", url)
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(dom, token) {
-			return fmt.Errorf("--dump-dom of %s lacks the page's token %q:\n%s", url, token, dom)
-		}
-		return nil
-	})
+	token := chromiumLoads(t, chromium, certutil, d, pages, host, "--enable-quic", "--origin-to-force-quic-on="+d.HTTPS)
 	pages.mustHaveServed(t, host, token)
 	qname := host + "."
 	if evs := d.Events(func(ev map[string]any) bool {

@@ -67,29 +67,7 @@ firefox IN A 127.0.0.1
 	t.Run("chromium", func(t *testing.T) {
 		t.Parallel()
 		host := "chromium." + strings.TrimSuffix(domain, ".")
-		token := pages.tokenFor(host)
-		url := fmt.Sprintf("http://%s:%d/", host, pages.port)
-
-		home := t.TempDir()
-		trustCA(t, certutil, filepath.Join(home, ".pki", "nssdb"), pki.CA)
-		profile := t.TempDir()
-		localState := fmt.Sprintf(`{"dns_over_https":{"mode":"secure","templates":%q}}`, d.URL())
-		if err := os.WriteFile(filepath.Join(profile, "Local State"), []byte(localState), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		retryBrowser(t, "chromium", func(ctx context.Context) error {
-			dom, err := runBrowser(ctx, home, chromium,
-				"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-				"--disable-background-networking", "--disable-component-update", "--disable-sync",
-				"--user-data-dir="+profile, "--dump-dom", url)
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(dom, token) {
-				return fmt.Errorf("--dump-dom of %s lacks the page's token %q:\n%s", url, token, dom)
-			}
-			return nil
-		})
+		token := chromiumLoads(t, chromium, certutil, d, pages, host, "--disable-quic")
 		pages.mustHaveServed(t, host, token)
 		mustHaveAnsweredOverDoH(t, d, host)
 	})
@@ -402,4 +380,35 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "..." + s[len(s)-n:]
+}
+
+// chromiumLoads has headless Chromium, in secure DoH mode with d's URL as
+// its only resolver and trusting d's CA, load pages' page for host (quic
+// says how it may use QUIC), and returns the page's token once the DOM
+// holds it.
+func chromiumLoads(t *testing.T, chromium, certutil string, d *dohfwd, pages *pageServer, host string, quic ...string) string {
+	t.Helper()
+	token := pages.tokenFor(host)
+	url := fmt.Sprintf("http://%s:%d/", host, pages.port)
+	home := t.TempDir()
+	trustCA(t, certutil, filepath.Join(home, ".pki", "nssdb"), d.pki.CA)
+	profile := t.TempDir()
+	localState := fmt.Sprintf(`{"dns_over_https":{"mode":"secure","templates":%q}}`, d.URL())
+	if err := os.WriteFile(filepath.Join(profile, "Local State"), []byte(localState), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu"}, quic...)
+	args = append(args, "--no-first-run", "--disable-background-networking", "--disable-component-update",
+		"--disable-sync", "--user-data-dir="+profile, "--dump-dom", url)
+	retryBrowser(t, "chromium", func(ctx context.Context) error {
+		dom, err := runBrowser(ctx, home, chromium, args...)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(dom, token) {
+			return fmt.Errorf("--dump-dom of %s lacks the page's token %q:\n%s", url, token, dom)
+		}
+		return nil
+	})
+	return token
 }
