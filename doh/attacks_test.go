@@ -75,6 +75,15 @@ type rawClient struct {
 // dialRaw opens an h2c connection and sends the preface and settings.
 func dialRaw(t testing.TB, addr string, settings ...http2.Setting) *rawClient {
 	t.Helper()
+	c := openRaw(t, addr, settings...)
+	c.flush()
+	return c
+}
+
+// openRaw opens an h2c connection and buffers the preface and settings,
+// unsent.
+func openRaw(t testing.TB, addr string, settings ...http2.Setting) *rawClient {
+	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +96,6 @@ func dialRaw(t testing.TB, addr string, settings ...http2.Setting) *rawClient {
 	c.enc = hpack.NewEncoder(&c.blk)
 	c.out.WriteString(http2.ClientPreface)
 	c.fr.WriteSettings(settings...)
-	c.flush()
 	return c
 }
 

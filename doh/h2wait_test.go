@@ -5,7 +5,6 @@ package doh
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/miekg/dns"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // dialRawWith opens an h2c connection and sends the preface, settings
@@ -21,18 +19,7 @@ import (
 // batch.
 func dialRawWith(t testing.TB, addr string, write func(c *rawClient)) *rawClient {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	c := &rawClient{t: t, nc: nc}
-	c.fr = http2.NewFramer(&c.out, nc)
-	c.fr.AllowIllegalWrites = true
-	c.fr.SetMaxReadFrameSize(1 << 20)
-	c.enc = hpack.NewEncoder(&c.blk)
-	c.out.WriteString(http2.ClientPreface)
-	c.fr.WriteSettings()
+	c := openRaw(t, addr)
 	write(c)
 	if err := c.flush(); err != nil {
 		t.Fatal(err)
