@@ -466,17 +466,7 @@ func TestHTTP3SIGTERMDrainsInFlight(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error("lost in the drain:", e)
-	}
-	if code := d.wait(15 * time.Second); code != 0 {
-		t.Fatalf("exit code %d, want 0", code)
-	}
-	if ev := d.Events(func(ev map[string]any) bool { return ev["message"] == "stopped" }); len(ev) != 1 || ev[0]["complete"] != true {
-		t.Fatalf("stopped event: %v", ev)
-	}
+	d.wantDrained(&wg, errs)
 }
 
 // silentConn is a client socket that sends what quic-go writes and reads

@@ -230,17 +230,7 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 			break
 		}
 	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error("lost in the drain:", e)
-	}
-	if code := d.wait(15 * time.Second); code != 0 {
-		t.Fatalf("exit code %d, want 0", code)
-	}
-	if ev := d.Events(func(ev map[string]any) bool { return ev["message"] == "stopped" }); len(ev) != 1 || ev[0]["complete"] != true {
-		t.Fatalf("stopped event: %v", ev)
-	}
+	d.wantDrained(&wg, errs)
 	// Log events are written in batches: the ones of the drained
 	// questions still reach stderr before the process exits.
 	drained := func(msg string) int {
@@ -344,5 +334,24 @@ func TestLogsMetricsAndStatusTable(t *testing.T) {
 		if strings.Contains(line, nsd) && !strings.Contains(line, " ok ") {
 			t.Errorf("nsd row: %q", line)
 		}
+	}
+}
+
+// wantDrained waits for the questions asked before a SIGTERM (wg; each
+// failure one string on errs), then wants none lost, exit code 0 and a
+// complete "stopped" event.
+func (d *dohfwd) wantDrained(wg *sync.WaitGroup, errs chan string) {
+	t := d.t
+	t.Helper()
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error("lost in the drain:", e)
+	}
+	if code := d.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if ev := d.Events(func(ev map[string]any) bool { return ev["message"] == "stopped" }); len(ev) != 1 || ev[0]["complete"] != true {
+		t.Fatalf("stopped event: %v", ev)
 	}
 }
