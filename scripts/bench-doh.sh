@@ -143,19 +143,9 @@ if [ -n "$SYS_STATS" ]; then
 fi
 
 # --- scratch space and cleanup -----------------------------------------------
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 # shellcheck source=scripts/bench-lib.sh
 . scripts/bench-lib.sh
+bench_scratch
 
 # --- dohfwd ----------------------------------------------------------------
 log "building dohfwd (make build)"

@@ -40,19 +40,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 export PATH="$PATH:/usr/sbin"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 # shellcheck source=scripts/bench-lib.sh
 . scripts/bench-lib.sh
+bench_scratch
 
 log "building dohfwd (make build)"
 make -s build >/dev/null

@@ -41,18 +41,8 @@ dnsproxy="$(go env GOPATH)/bin/dnsproxy"
 command -v nsd >/dev/null || die "nsd is needed (scripts/setup.d/05-base.sh)"
 command -v openssl >/dev/null || die "openssl is needed"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 . scripts/bench-lib.sh
+bench_scratch
 
 log "building dohfwd and h3load"
 CGO_ENABLED=0 go build -trimpath -o "$work/dohfwd" ./cmd/dohfwd

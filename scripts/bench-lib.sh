@@ -1,6 +1,23 @@
-# Shared parts of the benchmark scripts (bench-doh.sh, bench-edge.sh).
-# Sourced, not run: the caller sets `work` (a scratch folder it removes) and
-# an array `pids` (processes its cleanup kills) before using these.
+# Shared parts of the benchmark scripts (bench-doh.sh, bench-dot.sh,
+# bench-http3.sh, bench-edge.sh). Sourced, not run: the caller sets `work`
+# (a scratch folder it removes) and an array `pids` (processes its cleanup
+# kills) before using these, or has bench_scratch set both.
+
+# bench_scratch makes the scratch folder `work` and the array `pids`, and
+# traps the script's exit to kill those processes and remove the folder.
+bench_scratch() {
+	work=$(mktemp -d)
+	pids=()
+	trap bench_cleanup EXIT
+	trap 'exit 130' INT TERM
+}
+
+bench_cleanup() {
+	local p
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+}
 
 # bench_same_path is the DoH GET path of www.bench.test A (ID 0, RD).
 # CLIENT_EDNS=1 gives every query of the benchmarks an EDNS0 OPT record
