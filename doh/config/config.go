@@ -28,6 +28,14 @@ type Config struct {
 	DDR             DDR                 `yaml:"ddr"`
 	AppleProfile    AppleProfile        `yaml:"apple_profile"`
 	Dnstap          Dnstap              `yaml:"dnstap"`
+	// Policies are the block policies by name (package
+	// engine/blocklist): lists of names to block, names to let through,
+	// and how to answer a blocked question.
+	Policies map[string]Policy `yaml:"policies"`
+	// PoliciesReload is how often the policies' list files are checked
+	// for changes (size, modification time, then contents) and reloaded
+	// without a restart; 0 turns the check off (SIGHUP still reloads).
+	PoliciesReload time.Duration `yaml:"policies_reload"`
 
 	// Source is the file the configuration came from, or DefaultSource.
 	Source string `yaml:"-"`
@@ -295,10 +303,12 @@ func defaults() *Config {
 		Cache: Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour,
 			StaleMax: 24 * time.Hour, StaleTTL: 30 * time.Second, StaleAnswerAfter: 1800 * time.Millisecond,
 			PrefetchMinHits: 2},
-		Limits: Limits{PrefixV4: 24, PrefixV6: 56, StreamsPerConnection: 250},
-		Log:    Log{Level: "info", Format: "auto"},
-		DDR:    DDR{Names: []string{}, Addresses: []string{}},
-		Dnstap: Dnstap{Queue: 10000},
+		Limits:         Limits{PrefixV4: 24, PrefixV6: 56, StreamsPerConnection: 250},
+		Log:            Log{Level: "info", Format: "auto"},
+		DDR:            DDR{Names: []string{}, Addresses: []string{}},
+		Dnstap:         Dnstap{Queue: 10000},
+		Policies:       map[string]Policy{},
+		PoliciesReload: time.Minute,
 	}
 }
 

@@ -226,6 +226,7 @@ func (c *Config) validate(x *keyIndex) error {
 	default:
 		bad("log.format", "%q: want auto, json or console", c.Log.Format)
 	}
+	c.checkPolicies(bad)
 	// The engine's own check, last: the checks above name the key and
 	// line of everything it refuses, so this adds nothing unless they
 	// have fallen behind it (a test keeps them level).
