@@ -153,7 +153,9 @@ func (e *Engine) exchangeEncrypted(ctx context.Context, tx *transaction, r *exch
 	// random-case name as a new one.
 	tx.cookies, tx.mixCase = false, false
 	tx.begin()
-	tx.query = padQuery(tx.query)
+	// Padded in a copy: the query's OPT is the ask's, which the next
+	// attempt sends again (to a plain server, unpadded).
+	tx.query = padQuery(append(make([]byte, 0, len(tx.query)+dotQueryBlock+4), tx.query...))
 	if tx.transport == DoH {
 		e.exchangeDoH(ctx, tx, r)
 	} else {
