@@ -269,4 +269,3 @@ func TestDoTManyInFlightBoundedConnections(t *testing.T) {
 		t.Fatalf("server read %d queries, want %d (one each)", got, n)
 	}
 }
-
