@@ -123,7 +123,7 @@ func (e *Engine) probe(s *scope, u *upstream, cfg *Config) {
 	bufs := askBuffersPool.Get().(*askBuffers)
 	defer askBuffersPool.Put(bufs)
 	bufs.query = append(bufs.query[:0], probeQuery...)
-	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: bufs.query, bufs: bufs,
+	tx := transaction{server: u, transport: u.transportFor(e.first), source: s.source(u.addr), query: bufs.query, bufs: bufs,
 		deadline: time.Now().Add(cfg.TransactionTimeout), cookies: s.cookies}
 	sent := time.Now()
 	var res exchangeResult
