@@ -38,9 +38,13 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 // serve assembles dohfwd natively (its own sockets, Prometheus) and runs
 // its listeners.
 func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
+	upTLS, err := upstreamTLS(cfg)
+	if err != nil {
+		return err
+	}
 	d, err := assembly.New(cfg, assembly.Options{
 		LogTo:    logTo,
-		Network:  engine.NativeNetwork{},
+		Network:  engine.NativeNetwork{TLS: upTLS},
 		Metrics:  metrics.NewMetrics(),
 		BatchLog: true,
 		Version:  versionString(),
@@ -50,6 +54,19 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	}
 	defer d.Close() // after the drain: pooled sockets, then the last log batch
 	return d.Serve(ctx, assembly.Serving{Version: versionString()})
+}
+
+// upstreamTLS is the TLS of the encrypted upstreams: upstream_tls.ca_file's
+// roots, or the system's.
+func upstreamTLS(cfg *config.Config) (*engine.UpstreamTLS, error) {
+	if cfg.UpstreamTLS.CAFile == "" {
+		return engine.NewUpstreamTLS(nil), nil
+	}
+	roots, err := engine.LoadCAFile(cfg.UpstreamTLS.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("upstream_tls.ca_file: %w", err)
+	}
+	return engine.NewUpstreamTLS(roots), nil
 }
 
 func checkConfigCommand(args []string, stdout, stderr io.Writer) int {
