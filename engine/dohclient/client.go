@@ -2,8 +2,6 @@ package dohclient
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"net"
 	"net/netip"
 	"sync"
@@ -18,9 +16,10 @@ import (
 // engine.DefaultEncryptedConnections connections per server,
 // engine.DefaultEncryptedIdle idle time.
 type Config struct {
-	// RootCAs verifies the servers' certificates; nil is the system's
-	// roots (upstream_tls.ca_file adds a private CA).
-	RootCAs *x509.CertPool
+	// TLS verifies the servers (roots from upstream_tls.ca_file, or the
+	// system's; pins) and keeps the TLS sessions, shared with the DoT
+	// connections; nil is engine.DefaultUpstreamTLS().
+	TLS *engine.UpstreamTLS
 	// MaxConns is the most connections kept open to one server.
 	MaxConns int
 	// IdleTimeout closes a connection that carried no stream that long.
@@ -34,9 +33,8 @@ type Config struct {
 // Client posts DNS queries to DoH servers. It implements
 // engine.HTTPSExchanger and engine.ConnStatser. Safe for concurrent use.
 type Client struct {
-	cfg      Config
-	h2       *http2.Transport
-	sessions tls.ClientSessionCache
+	cfg Config
+	h2  *http2.Transport
 
 	mu    sync.Mutex
 	pools map[string]*pool // by the endpoint's canonical string
@@ -50,6 +48,9 @@ func New(cfg Config) *Client {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = engine.DefaultEncryptedIdle
+	}
+	if cfg.TLS == nil {
+		cfg.TLS = engine.DefaultUpstreamTLS()
 	}
 	if cfg.Dial == nil {
 		cfg.Dial = dialTCP
@@ -67,8 +68,7 @@ func New(cfg Config) *Client {
 			// Idle connections need no health check (the idle timer
 			// closes them); a stream that times out pings (retry.go).
 		},
-		sessions: tls.NewLRUClientSessionCache(256),
-		pools:    make(map[string]*pool),
+		pools: make(map[string]*pool),
 	}
 }
 

@@ -2,6 +2,8 @@ package dohclient_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -17,6 +19,25 @@ import (
 )
 
 const testName = "doh.test"
+
+// testPKI is a CA's pool and its certificates for testName (and
+// 127.0.0.1): valid, expired, and one from a CA nobody trusts.
+type testPKI struct {
+	Pool                     *x509.CertPool
+	Leaf, Expired, Untrusted tls.Certificate
+	Pin                      string // Leaf's
+}
+
+// newPKI makes a testPKI with the clock of the caller (a synctest
+// bubble's, inside one).
+func newPKI(t testing.TB) *testPKI {
+	ca, other := upstreamtest.NewCA(t), upstreamtest.NewCA(t)
+	later := time.Now().Add(24 * time.Hour)
+	p := &testPKI{Pool: ca.Pool(), Leaf: ca.Leaf(t, later, testName, "127.0.0.1"),
+		Expired: ca.Leaf(t, time.Now().Add(-time.Hour), testName, "127.0.0.1"), Untrusted: other.Leaf(t, later, testName, "127.0.0.1")}
+	p.Pin = upstreamtest.Pin(p.Leaf)
+	return p
+}
 
 // query is a wire query for name with a fresh ID.
 func query(t testing.TB, name string) []byte {
@@ -77,9 +98,9 @@ func wantClass(t testing.TB, err error, op string, class engine.ErrorClass) {
 }
 
 func TestExchangeOverRealHTTP2Server(t *testing.T) {
-	pki := upstreamtest.NewPKI(t, testName)
+	pki := newPKI(t)
 	srv := startReal(t, pki.Leaf, 0)
-	c := dohclient.New(dohclient.Config{RootCAs: pki.Pool})
+	c := dohclient.New(dohclient.Config{TLS: engine.NewUpstreamTLS(pki.Pool)})
 	defer c.Close()
 	ep := endpoint(t, srv.addr, testName)
 	r, info, err := exchange(t, c, ep, "a.example", 2*time.Second)
@@ -107,12 +128,12 @@ func TestExchangeOverRealHTTP2Server(t *testing.T) {
 // application/dns-message is a failed attempt of class http, never an
 // answer, and the connection stays usable.
 func TestHTTPRefusalIsFailedAttempt(t *testing.T) {
-	pki := upstreamtest.NewPKI(t, testName)
+	pki := newPKI(t)
 	var mu sync.Mutex
 	act := fakeAction{}
 	f := &h2Fake{t: t, cert: pki.Leaf, handle: func(fakeStream) fakeAction { mu.Lock(); defer mu.Unlock(); return act }}
 	ep := endpoint(t, f.listen(), testName)
-	c := dohclient.New(dohclient.Config{RootCAs: pki.Pool})
+	c := dohclient.New(dohclient.Config{TLS: engine.NewUpstreamTLS(pki.Pool)})
 	defer c.Close()
 	for _, tc := range []struct {
 		name string
@@ -151,11 +172,11 @@ func TestHTTPRefusalIsFailedAttempt(t *testing.T) {
 // certificate from an untrusted CA or an expired one fail the handshake
 // with class tls.
 func TestTLSVerification(t *testing.T) {
-	pki := upstreamtest.NewPKI(t, testName)
+	pki := newPKI(t)
 	good := startReal(t, pki.Leaf, 0)
 	expired := startReal(t, pki.Expired, 0)
 	untrusted := startReal(t, pki.Untrusted, 0)
-	c := dohclient.New(dohclient.Config{RootCAs: pki.Pool})
+	c := dohclient.New(dohclient.Config{TLS: engine.NewUpstreamTLS(pki.Pool)})
 	defer c.Close()
 	for _, tc := range []struct {
 		name string
@@ -193,12 +214,12 @@ func TestConnectRefused(t *testing.T) {
 // A server that sends GOAWAY below a stream and closes: the question goes
 // again on a new connection within its attempt and is answered.
 func TestGoAwayRetriedOnNewConnection(t *testing.T) {
-	pki := upstreamtest.NewPKI(t, testName)
+	pki := newPKI(t)
 	f := &h2Fake{t: t, cert: pki.Leaf, handle: func(s fakeStream) fakeAction {
 		return fakeAction{goAway: s.conn == 1 && s.id > 1}
 	}}
 	ep := endpoint(t, f.listen(), testName)
-	c := dohclient.New(dohclient.Config{RootCAs: pki.Pool})
+	c := dohclient.New(dohclient.Config{TLS: engine.NewUpstreamTLS(pki.Pool)})
 	defer c.Close()
 	if _, _, err := exchange(t, c, ep, "first.example", 2*time.Second); err != nil {
 		t.Fatal(err)
@@ -218,11 +239,11 @@ func TestGoAwayRetriedOnNewConnection(t *testing.T) {
 // Replies taken out of order on one connection each reach their own
 // question (HTTP/2 streams, never order).
 func TestOutOfOrderReplies(t *testing.T) {
-	pki := upstreamtest.NewPKI(t, testName)
+	pki := newPKI(t)
 	const n = 8
 	f := &h2Fake{t: t, cert: pki.Leaf, handle: func(fakeStream) fakeAction { return fakeAction{hold: n} }}
 	ep := endpoint(t, f.listen(), testName)
-	c := dohclient.New(dohclient.Config{RootCAs: pki.Pool, MaxConns: 1})
+	c := dohclient.New(dohclient.Config{TLS: engine.NewUpstreamTLS(pki.Pool), MaxConns: 1})
 	defer c.Close()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -247,10 +268,10 @@ func TestOutOfOrderReplies(t *testing.T) {
 // Many questions in flight against a server allowing few streams per
 // connection: all answered, never more than MaxConns connections.
 func TestManyInFlightBoundedConnections(t *testing.T) {
-	pki := upstreamtest.NewPKI(t, testName)
+	pki := newPKI(t)
 	f := &h2Fake{t: t, cert: pki.Leaf, maxStreams: 16, handle: func(fakeStream) fakeAction { return fakeAction{} }}
 	ep := endpoint(t, f.listen(), testName)
-	c := dohclient.New(dohclient.Config{RootCAs: pki.Pool, MaxConns: 3})
+	c := dohclient.New(dohclient.Config{TLS: engine.NewUpstreamTLS(pki.Pool), MaxConns: 3})
 	defer c.Close()
 	const n = 2000
 	var wg sync.WaitGroup

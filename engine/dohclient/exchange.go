@@ -31,7 +31,7 @@ func (p *pool) exchange(ctx context.Context, source netip.Addr, query, buf []byt
 			go p.open(pc, deadline)
 		}
 		if !ready {
-			if err := waitOpened(ctx, pc, deadline); err != nil {
+			if err := waitOpened(ctx, pc, deadline, opener); err != nil {
 				return 0, info, err
 			}
 		}
@@ -48,17 +48,23 @@ func (p *pool) exchange(ctx context.Context, source netip.Addr, query, buf []byt
 	}
 }
 
-// waitOpened waits for pc's dial to end, until deadline or ctx's end,
-// and returns its error.
-func waitOpened(ctx context.Context, pc *pconn, deadline time.Time) error {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
+// waitOpened waits for pc's dial to end, or ctx's end, and returns its
+// error. The attempt that opens pc waits for the dial's own end, which
+// its deadline bounds, so that its failure says which step failed; one
+// that found pc being opened gives up at its own deadline.
+func waitOpened(ctx context.Context, pc *pconn, deadline time.Time, opener bool) error {
+	var expired <-chan time.Time
+	if !opener {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-pc.opened:
 		return pc.err
 	case <-ctx.Done():
 		return &engine.SocketError{Op: "connect", Class: engine.ErrClosed, Err: ctx.Err()}
-	case <-t.C:
+	case <-expired:
 		return &engine.SocketError{Op: "handshake", Class: engine.ErrTimeout, Err: errHandshakeWait}
 	}
 }
@@ -116,7 +122,7 @@ func (p *pool) failure(ctx, rctx context.Context, pc *pconn, op string, err erro
 	if errors.As(err, &se) {
 		return &engine.SocketError{Op: op, Class: engine.ErrReset, Err: err}
 	}
-	return classifyError(op, err)
+	return engine.ClassifyError(op, err, nil)
 }
 
 // readBody reads the whole body into buf; one that does not fit is an

@@ -1,7 +1,6 @@
 package dohclient
 
 import (
-	"crypto/tls"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -23,12 +22,11 @@ const dialShare = 100
 
 // pool is one endpoint's connections.
 type pool struct {
-	c       *Client
-	ep      engine.Endpoint
-	tlsConf *tls.Config
-	url     *url.URL
-	host    string // the :authority: NAME, with the port when not 443
-	header  http.Header
+	c      *Client
+	ep     engine.Endpoint
+	url    *url.URL
+	host   string // the :authority: NAME, with the port when not 443
+	header http.Header
 
 	mu    sync.Mutex
 	conns []*pconn
@@ -59,7 +57,6 @@ func newPool(c *Client, ep *engine.Endpoint) *pool {
 		"Content-Type": {mediaType},
 		"Accept":       {mediaType},
 	}
-	p.tlsConf = tlsConfig(c, ep)
 	return p
 }
 

@@ -20,7 +20,6 @@ var (
 	errClientClosed  = errors.New("DoH client closed")
 	errHandshakeWait = errors.New("the connection being opened was not ready by the deadline")
 	errNoH2          = errors.New("server did not negotiate HTTP/2 (ALPN h2)")
-	errPin           = errors.New("no certificate in the chain matches a configured SPKI pin")
 )
 
 // httpError is a failed attempt of class "http", receiving.

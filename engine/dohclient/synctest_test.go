@@ -12,14 +12,13 @@ import (
 
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/dohclient"
-	"github.com/dohfwd/dohfwd/engine/upstreamtest"
 )
 
 // The timing cases (idle close, a server's idle close, a stalled
 // handshake, a dead connection) run in a synctest bubble over in-memory
 // connections, so their 2 s, 5 s and 30 s pass in no time and exactly.
 
-// pipeNet dials in-memory connections whose other end serve runs.
+// pipeNet dials in-memory connections (memConn) whose other end serve runs.
 type pipeNet struct {
 	serve func(net.Conn)
 	mu    sync.Mutex
@@ -28,7 +27,7 @@ type pipeNet struct {
 }
 
 func (p *pipeNet) dial(_ context.Context, _ netip.Addr, _ netip.AddrPort) (net.Conn, error) {
-	c, s := net.Pipe()
+	c, s := memPipe()
 	p.mu.Lock()
 	p.ends = append(p.ends, c, s)
 	p.dials++
@@ -57,11 +56,11 @@ var pipeAddr = netip.MustParseAddrPort("192.0.2.53:443")
 
 // bubble runs f in a synctest bubble with a PKI made inside it (its
 // certificates valid at the bubble's clock) and closes what f opened.
-func bubble(t *testing.T, f func(t *testing.T, pki *upstreamtest.PKI, pn *pipeNet, c *dohclient.Client)) {
+func bubble(t *testing.T, f func(t *testing.T, pki *testPKI, pn *pipeNet, c *dohclient.Client)) {
 	synctest.Test(t, func(t *testing.T) {
-		pki := upstreamtest.NewPKI(t, testName)
+		pki := newPKI(t)
 		pn := &pipeNet{}
-		c := dohclient.New(dohclient.Config{RootCAs: pki.Pool, Dial: pn.dial})
+		c := dohclient.New(dohclient.Config{TLS: engine.NewUpstreamTLS(pki.Pool), Dial: pn.dial})
 		defer synctest.Wait()
 		defer pn.close()
 		defer c.Close()
@@ -72,7 +71,7 @@ func bubble(t *testing.T, f func(t *testing.T, pki *upstreamtest.PKI, pn *pipeNe
 // An unused connection is closed after the idle time (30 s by default),
 // not before; the next question opens one and resumes the TLS session.
 func TestIdleConnectionClosed(t *testing.T) {
-	bubble(t, func(t *testing.T, pki *upstreamtest.PKI, pn *pipeNet, c *dohclient.Client) {
+	bubble(t, func(t *testing.T, pki *testPKI, pn *pipeNet, c *dohclient.Client) {
 		pn.serve = fakeServer(t, pki.Leaf, 0)
 		ep := endpoint(t, pipeAddr, testName)
 		if _, _, err := exchange(t, c, ep, "a.example", 2*time.Second); err != nil {
@@ -99,7 +98,7 @@ func TestIdleConnectionClosed(t *testing.T) {
 // close): the connection leaves the pool when it goes, and the next
 // question is answered on a new one, no question lost.
 func TestServerClosesIdleConnection(t *testing.T) {
-	bubble(t, func(t *testing.T, pki *upstreamtest.PKI, pn *pipeNet, c *dohclient.Client) {
+	bubble(t, func(t *testing.T, pki *testPKI, pn *pipeNet, c *dohclient.Client) {
 		pn.serve = fakeServer(t, pki.Leaf, 5*time.Second)
 		ep := endpoint(t, pipeAddr, testName)
 		if _, _, err := exchange(t, c, ep, "a.example", 2*time.Second); err != nil {
@@ -123,7 +122,7 @@ func TestServerClosesIdleConnection(t *testing.T) {
 // A server that accepts the connection and never answers the handshake:
 // the attempt fails at its deadline, exactly, with class timeout.
 func TestHandshakeStallBoundedByDeadline(t *testing.T) {
-	bubble(t, func(t *testing.T, pki *upstreamtest.PKI, pn *pipeNet, c *dohclient.Client) {
+	bubble(t, func(t *testing.T, pki *testPKI, pn *pipeNet, c *dohclient.Client) {
 		pn.serve = func(net.Conn) {} // reads nothing
 		ep := endpoint(t, pipeAddr, testName)
 		start := time.Now()
@@ -143,7 +142,7 @@ func TestHandshakeStallBoundedByDeadline(t *testing.T) {
 // 1 s, does not, and is closed, so the next question opens a new one
 // instead of timing out on the dead one.
 func TestDeadConnectionClosedAfterTimeout(t *testing.T) {
-	bubble(t, func(t *testing.T, pki *upstreamtest.PKI, pn *pipeNet, c *dohclient.Client) {
+	bubble(t, func(t *testing.T, pki *testPKI, pn *pipeNet, c *dohclient.Client) {
 		f := &h2Fake{t: t, cert: pki.Leaf, handle: func(s fakeStream) fakeAction {
 			return fakeAction{silent: s.conn == 1 && s.id > 1}
 		}}
