@@ -16,6 +16,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
 
+	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
@@ -72,10 +73,41 @@ func runH3Job(j h3job) {
 	j.c.endStream(j.st)
 }
 
+// h3Next is where a request stream goes on after advance.
+type h3Next uint8
+
+const (
+	h3Done   h3Next = iota // it ended
+	h3Worker               // a worker goes on
+	h3Loop                 // the engine's upstream loop has its question (StartMiss)
+)
+
+// ResolveHere implements engine.MissContinuation: the question finished
+// on the upstream loop, its response written there when it is small
+// (quic-go copies it; nothing waits).
+func (st *h3stream) ResolveHere() engine.Flusher {
+	st.conn.goOn(st, st.conn.advance(st, true))
+	return nil
+}
+
+// ResolveElsewhere implements engine.MissContinuation: a worker goes on.
+func (st *h3stream) ResolveElsewhere() { st.conn.goOn(st, h3Worker) }
+
+// goOn takes st where advance said.
+func (c *h3conn) goOn(st *h3stream, next h3Next) {
+	switch next {
+	case h3Done:
+		c.endStream(st)
+	case h3Worker:
+		c.srv.pool.Run(h3job{c, st})
+	}
+}
+
 // h3stream is a request stream's state, pooled.
 type h3stream struct {
 	call
 	h3Reading
+	conn  *h3conn
 	str   *quic.Stream
 	src   h3Source
 	br    *bufio.Reader
@@ -283,7 +315,7 @@ func (c *h3conn) start(str *quic.Stream) {
 	s.active.Add(1)
 	now := time.Now()
 	st := h3streams.Get().(*h3stream)
-	st.str, st.stage, st.maxList = str, stageRead, c.maxList
+	st.conn, st.str, st.stage, st.maxList = c, str, stageRead, c.maxList
 	st.src.took(str, now)
 	st.br.Reset(&st.src)
 	// The request must come whole within ReadTimeout and its answer
@@ -291,28 +323,25 @@ func (c *h3conn) start(str *quic.Stream) {
 	str.SetReadDeadline(now.Add(s.limits.ReadTimeout))
 	str.SetWriteDeadline(now.Add(s.limits.WriteTimeout))
 	st.req.Proto, st.req.Peer, st.req.Local = ProtoHTTP3, c.peer, c.local
-	if c.advance(st, true) {
-		c.endStream(st)
-		return
-	}
-	s.pool.Run(h3job{c, st})
+	c.goOn(st, c.advance(st, true))
 }
 
 // h3InlineWrite is the largest response the accept loop writes itself:
 // quic-go copies a write this small and returns at once.
 const h3InlineWrite = 1000
 
-// advance takes st as far as it can go: to its end (true), or, inline
-// (on the accept loop), up to where it would wait (false: a worker goes
-// on from there).
-func (c *h3conn) advance(st *h3stream, inline bool) bool {
+// advance takes st as far as it can go: to its end, or, inline (on the
+// accept loop or the upstream loop), up to where it would wait: then a
+// worker goes on from there, or, for a miss the engine began
+// (StartMiss: its query leaves at once, from here), the upstream loop.
+func (c *h3conn) advance(st *h3stream, inline bool) h3Next {
 	h, cl, str := c.h, &st.call, st.str
 	for {
 		switch st.stage {
 		case stageRead:
 			err := st.readRequest(st.br, cl)
 			if err == errH3More && inline {
-				return false
+				return h3Worker
 			}
 			if err == errH3More {
 				// Read it again from the start, from the stream this time.
@@ -324,7 +353,7 @@ func (c *h3conn) advance(st *h3stream, inline bool) bool {
 			}
 			if err != nil {
 				c.refuse(str, st, err)
-				return true
+				return h3Done
 			}
 			st.stage = stageAnswer
 		case stageAnswer:
@@ -333,25 +362,31 @@ func (c *h3conn) advance(st *h3stream, inline bool) bool {
 				continue
 			}
 			st.stage = stageResolve
-			if inline {
-				return false
+			if !inline {
+				continue
 			}
+			if h.startMiss(str.Context(), cl, st) {
+				return h3Loop
+			}
+			return h3Worker
 		case stageResolve:
 			// str's context ends when the client stops reading or the
-			// connection ends.
-			if !h.answer(str.Context(), cl, true) {
+			// connection ends. A question the resolver began is ended
+			// by it, its client gone or not.
+			ctx := str.Context()
+			if !(ctx.Err() == nil || cl.mustAnswer()) || !h.answer(ctx, cl, true) {
 				h.finish(cl) // the client went away: no one to answer
 				str.CancelRead(h3RequestCancelled)
 				str.CancelWrite(h3RequestCancelled)
-				return true
+				return h3Done
 			}
 			st.stage = stageWrite
 		case stageWrite:
 			if inline && len(cl.resp.Body) > h3InlineWrite {
-				return false
+				return h3Worker
 			}
 			c.respond(st)
-			return true
+			return h3Done
 		}
 	}
 }
@@ -403,7 +438,7 @@ func (c *h3conn) refuse(str *quic.Stream, st *h3stream, err error) {
 // free returns a stream's state to the pool.
 func (st *h3stream) free() {
 	st.call.reset()
-	st.str, st.src.str, st.src.err = nil, nil, nil
+	st.conn, st.str, st.src.str, st.src.err = nil, nil, nil, nil
 	st.src.buf = st.src.buf[:0]
 	if cap(st.in) <= pooledBufferSize*4 && cap(st.out) <= pooledBufferSize*4 && cap(st.req.Body) <= pooledBufferSize*4 &&
 		cap(st.block) <= pooledBufferSize*4 && cap(st.resp.out) <= pooledBufferSize*4 {
