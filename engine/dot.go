@@ -97,11 +97,12 @@ func (st *encryptedState) openConns() int {
 	return len(st.conns)
 }
 
-// close closes every connection: the server left the configuration.
-// Queries on them end as on a connection the peer closed.
-func (st *encryptedState) close() {
+// close closes every connection; final says the server left the
+// configuration and none is opened again. Queries on them end as on a
+// connection the peer closed (they go again on a new one unless final).
+func (st *encryptedState) close(final bool) {
 	st.mu.Lock()
-	st.closed = true
+	st.closed = st.closed || final
 	conns := st.conns
 	st.conns = nil
 	st.broadcast()
@@ -113,10 +114,11 @@ func (st *encryptedState) close() {
 
 var errConnClosedLocally = &SocketError{Op: "receive", Class: ErrClosed, Err: errors.New("connection closed: the server left the configuration")}
 
-// closeEncrypted closes an encrypted server's connections.
-func (u *upstream) closeEncrypted() {
+// closeEncrypted closes an encrypted server's connections; final says it
+// left the configuration.
+func (u *upstream) closeEncrypted(final bool) {
 	if u.enc != nil {
-		u.enc.close()
+		u.enc.close(final)
 	}
 }
 
@@ -153,7 +155,9 @@ func (e *Engine) exchangeEncrypted(ctx context.Context, tx *transaction, r *exch
 	// random-case name as a new one.
 	tx.cookies, tx.mixCase = false, false
 	tx.begin()
-	tx.query = padQuery(tx.query)
+	// Padded in a copy: the query's OPT is the ask's, which the next
+	// attempt sends again (to a plain server, unpadded).
+	tx.query = padQuery(append(make([]byte, 0, len(tx.query)+dotQueryBlock+4), tx.query...))
 	if tx.transport == DoH {
 		e.exchangeDoH(ctx, tx, r)
 	} else {

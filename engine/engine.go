@@ -125,7 +125,7 @@ func (e *Engine) Reconfigure(cfg Config) error {
 		if next[ap] == nil {
 			u.pools.close()
 			u.loopPools.close()
-			u.closeEncrypted()
+			u.closeEncrypted(true)
 		}
 	}
 	e.upstreams = next

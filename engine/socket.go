@@ -90,9 +90,10 @@ const (
 	ErrClosed      ErrorClass = 6 // the peer closed (EOF), or the socket was closed locally
 	ErrLocal       ErrorClass = 7 // local resources or permission: EMFILE, ENFILE, ENOMEM, ENOBUFS, EADDRNOTAVAIL, EADDRINUSE, EACCES, EPERM
 	ErrTLS         ErrorClass = 8 // the TLS handshake failed: a wrong or untrusted certificate, a pin that does not match, a protocol alert
+	ErrHTTP        ErrorClass = 9 // a DoH reply the HTTP exchange refused: a status other than 200, another content type, a body that does not fit
 )
 
-var errorClassNames = [...]string{"", "other", "timeout", "refused", "unreachable", "reset", "closed", "local", "tls"}
+var errorClassNames = [...]string{"", "other", "timeout", "refused", "unreachable", "reset", "closed", "local", "tls", "http"}
 
 func (c ErrorClass) String() string {
 	if int(c) < len(errorClassNames) && c != 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/dohclient"
 )
 
 func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
@@ -42,9 +43,17 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// https:// servers: the DoH client shares upTLS (roots, pins, TLS
+	// sessions) with the DoT connections, and their limits.
+	dohc := dohclient.New(dohclient.Config{
+		TLS:         upTLS,
+		MaxConns:    cfg.UpstreamTLS.MaxConnections,
+		IdleTimeout: cfg.UpstreamTLS.IdleTimeout,
+	})
+	defer dohc.Close()
 	d, err := assembly.New(cfg, assembly.Options{
 		LogTo:    logTo,
-		Network:  engine.NativeNetwork{TLS: upTLS},
+		Network:  engine.NativeNetwork{TLS: upTLS, DoH: dohc},
 		Metrics:  metrics.NewMetrics(),
 		BatchLog: true,
 		Version:  versionString(),

@@ -210,10 +210,10 @@ type UpstreamTLS struct {
 	// upstreams against instead of the system's roots (a private
 	// resolver's CA); "" = the system's.
 	CAFile string `yaml:"ca_file"`
-	// MaxConnections bounds the connections kept open to each DoT
+	// MaxConnections bounds the connections kept open to each DoT or DoH
 	// server; queries are pipelined on them.
 	MaxConnections int `yaml:"max_connections"`
-	// IdleTimeout closes a DoT connection unused that long.
+	// IdleTimeout closes a DoT or DoH connection unused that long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 

@@ -4,9 +4,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/pem"
 	"io"
@@ -251,29 +253,61 @@ func (s *DoTServer) serve(c *tls.Conn) {
 			return
 		}
 		q := s.log(m, from)
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			a := s.h(q)
-			for _, r := range a.Replies {
-				if !s.wait(r.Until, r.Delay) {
-					return
-				}
-				b := r.wire()
-				framed := binary.BigEndian.AppendUint16(nil, uint16(len(b)))
-				framed = append(framed, b...)
-				if r.Cut {
-					framed = framed[:len(framed)/2]
-				}
-				wmu.Lock()
-				c.Write(framed)
-				wmu.Unlock()
-			}
-			if a.Close {
-				c.Close()
-			}
-		}()
+		a := s.h(q)
+		s.reply(c, &wmu, a)
 	}
+}
+
+// reply sends a's replies on c, each after its delay, without holding the
+// reader (so replies leave in the order of their delays): a timer for a
+// delayed one, a goroutine only for one held Until a channel closes.
+func (s *DoTServer) reply(c *tls.Conn, wmu *sync.Mutex, a Action) {
+	write := func(r Reply) {
+		b := r.wire()
+		framed := binary.BigEndian.AppendUint16(nil, uint16(len(b)))
+		framed = append(framed, b...)
+		if r.Cut {
+			framed = framed[:len(framed)/2]
+		}
+		wmu.Lock()
+		c.Write(framed)
+		wmu.Unlock()
+	}
+	held := a.Close
+	for _, r := range a.Replies {
+		held = held || r.Until != nil || len(a.Replies) > 1
+	}
+	if !held {
+		for _, r := range a.Replies {
+			if r.Delay <= 0 {
+				write(r)
+				continue
+			}
+			s.wg.Add(1)
+			time.AfterFunc(r.Delay, func() {
+				defer s.wg.Done()
+				select {
+				case <-s.done:
+				default:
+					write(r)
+				}
+			})
+		}
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for _, r := range a.Replies {
+			if !s.wait(r.Until, r.Delay) {
+				return
+			}
+			write(r)
+		}
+		if a.Close {
+			c.Close()
+		}
+	}()
 }
 
 func (s *DoTServer) log(m []byte, from netip.AddrPort) Query {
@@ -347,4 +381,11 @@ func newMsg(m []byte) *dns.Msg {
 		return nil
 	}
 	return msg
+}
+
+// Pin is cert's leaf SPKI pin as a server string takes it,
+// "sha256/BASE64".
+func Pin(cert tls.Certificate) string {
+	sum := sha256.Sum256(cert.Leaf.RawSubjectPublicKeyInfo)
+	return "sha256/" + base64.StdEncoding.EncodeToString(sum[:])
 }
