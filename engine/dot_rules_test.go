@@ -328,3 +328,33 @@ func TestDoTHandshakeErrorDemotes(t *testing.T) {
 		}
 	})
 }
+
+// Background probes of a demoted DoT server go over its kept connection,
+// not a new TLS connection each (coredns#3620); the server answering
+// REFUSED keeps its mark and its connection.
+func TestDoTProbesReuseConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rigOver(t, 2, engine.DoT, func(c *engine.Config) { c.Probe = true })
+		r.net.Handle(rigServer(1), memnet.Respond(memnet.Rcode(dns.RcodeRefused)))
+		r.net.Handle(rigServer(2), memnet.Respond(dotAnswerA))
+		r.ask("x.example.")
+		time.Sleep(3 * time.Minute)
+		synctest.Wait()
+		probes := 0
+		for _, tx := range r.net.Transactions() {
+			if tx.Server == rigServer(1) && tx.Query != nil && tx.Query.Question[0].Name == "." {
+				probes++
+			}
+		}
+		if probes < 5 || !r.demotedOver(1, engine.DoT) {
+			t.Fatalf("%d probes in 3 minutes, demoted %v", probes, r.demotedOver(1, engine.DoT))
+		}
+		if n := r.net.TLSConnections(); n != 2 { // one per server
+			t.Fatalf("%d TLS connections for %d probes, want one per server", n, probes)
+		}
+		cs := r.e.Status().Scopes[0].Servers[0].Connections
+		if cs.Handshakes != 1 || cs.Reused != uint64(probes) {
+			t.Fatalf("server 1's connections %+v after %d probes", cs, probes)
+		}
+	})
+}
