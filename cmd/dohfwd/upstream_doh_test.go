@@ -235,8 +235,8 @@ func TestUpstreamDoHHTTPRefusals(t *testing.T) {
 // A server that closes idle connections (Go's, after 300 ms): the next
 // question opens a new connection, resuming the TLS session, and is
 // answered at its first attempt. A server stalling its handshake fails
-// its attempt by the 2 s deadline (class timeout) and the next server
-// answers within the question.
+// its attempt at the 2 s deadline (a timeout, demoting it) and the next
+// server answers within the question.
 func TestUpstreamDoHIdleCloseAndStall(t *testing.T) {
 	t.Parallel()
 	ca := upstreamtest.NewCA(t)
@@ -262,11 +262,10 @@ func TestUpstreamDoHIdleCloseAndStall(t *testing.T) {
 		t.Fatalf("stall scope: %s, want the second server's answer", dns.RcodeToString[r.Rcode])
 	}
 	evs = d.eventsAtLeast(2, func(ev map[string]any) bool { return ev["message"] == "attempt" && ev["scope"] == "stall" })
-	if evs[0]["outcome"] != "handshake_error" || evs[0]["class"] != "timeout" || evs[0]["demoted"] != true || evs[1]["outcome"] != "answer" {
-		t.Fatalf("stall: %v then %v: want a demoting handshake timeout, then the answer", evs[0], evs[1])
-	}
-	if ms := evs[0]["rtt_ms"].(float64); ms < 1900 || ms > 2500 {
-		t.Fatalf("stalled attempt took %v ms: want about its 2 s deadline", ms)
+	// A stall is a timeout, as over DoT (engine.TestDoTHandshakeStall);
+	// no connection was reached, so the event has no conn.
+	if evs[0]["outcome"] != "timeout" || evs[0]["class"] != "timeout" || evs[0]["conn"] != nil || evs[0]["demoted"] != true || evs[1]["outcome"] != "answer" {
+		t.Fatalf("stall: %v then %v: want a demoting timeout, then the answer", evs[0], evs[1])
 	}
 }
 
