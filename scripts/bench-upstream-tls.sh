@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cache misses over a DNS-over-TLS upstream, side by side in one run:
-#   dohfwd-dot   dohfwd, server tls://127.0.0.1:T#localhost (issue 39)
+#   dohfwd-dot   dohfwd, server tls://127.0.0.1:T#localhost
 #   dnsdist-dot  dnsdist 1.7, newServer({tls="openssl", subjectName=...})
 #   dohfwd-udp   dohfwd, server 127.0.0.1:P (its own UDP path)
 # all three in front of the same unbound (local data for bench.test and
