@@ -16,6 +16,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
 
+	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/wiretap"
 )
 
@@ -64,26 +65,123 @@ type h3conn struct {
 // h3job is one request stream for a kept goroutine.
 type h3job struct {
 	c  *h3conn
-	st *quic.Stream
+	st *h3stream
 }
 
-func runH3Job(j h3job) { j.c.serveStream(j.st) }
+func runH3Job(j h3job) {
+	j.c.advance(j.st, false)
+	j.c.endStream(j.st)
+}
+
+// h3Next is where a request stream goes on after advance.
+type h3Next uint8
+
+const (
+	h3Done   h3Next = iota // it ended
+	h3Worker               // a worker goes on
+	h3Loop                 // the engine's upstream loop has its question (StartMiss)
+)
+
+// ResolveHere implements engine.MissContinuation: the question finished
+// on the upstream loop, its response written there when it is small
+// (quic-go copies it; nothing waits).
+func (st *h3stream) ResolveHere() engine.Flusher {
+	st.conn.goOn(st, st.conn.advance(st, true))
+	return nil
+}
+
+// ResolveElsewhere implements engine.MissContinuation: a worker goes on.
+func (st *h3stream) ResolveElsewhere() { st.conn.goOn(st, h3Worker) }
+
+// goOn takes st where advance said.
+func (c *h3conn) goOn(st *h3stream, next h3Next) {
+	switch next {
+	case h3Done:
+		c.endStream(st)
+	case h3Worker:
+		c.srv.pool.Run(h3job{c, st})
+	}
+}
 
 // h3stream is a request stream's state, pooled.
 type h3stream struct {
 	call
 	h3Reading
-	br   *bufio.Reader
-	resp *h3Response
+	conn  *h3conn
+	str   *quic.Stream
+	src   h3Source
+	br    *bufio.Reader
+	resp  *h3Response
+	stage h3Stage
 }
 
+// h3Stage is how far a request stream got.
+type h3Stage uint8
+
+const (
+	stageRead    h3Stage = iota // the request is to be read
+	stageAnswer                 // checked and, if it can be, answered at once
+	stageResolve                // waits on the resolver
+	stageWrite                  // the response is ready
+)
+
 var h3streams = sync.Pool{New: func() any {
-	return &h3stream{
+	st := &h3stream{
 		call: call{in: make([]byte, 0, pooledBufferSize), out: make([]byte, 0, pooledBufferSize)},
-		br:   bufio.NewReaderSize(nil, 2048),
 		resp: newH3Response(),
 	}
+	st.src.buf = make([]byte, 0, h3FirstRead)
+	st.br = bufio.NewReaderSize(&st.src, 2048)
+	return st
 }}
+
+// h3FirstRead is how much of a request the accept loop takes: a DoH
+// GET's header block with room to spare.
+const h3FirstRead = 2048
+
+// h3Source is what a request stream's reader reads: first what had
+// arrived when the stream was accepted (took, without waiting), then,
+// once live, the stream itself. The accept loop reads the request from
+// what had arrived alone; if that is not all of it, a worker reads it
+// again from the start, live.
+type h3Source struct {
+	buf  []byte
+	pos  int
+	err  error // what the stream said after buf (io.EOF: its end)
+	live bool
+	str  *quic.Stream
+}
+
+// errH3More: the request goes on past what had arrived.
+var errH3More = errors.New("http3: more of the request to come")
+
+// took reads what has arrived on str: one Read, which does not wait for
+// data already there, and waits at most a millisecond for data that is
+// not (a stream opened by a later stream's frame, before its own).
+func (s *h3Source) took(str *quic.Stream, now time.Time) {
+	s.str, s.live, s.pos = str, false, 0
+	str.SetReadDeadline(now.Add(time.Millisecond))
+	n, err := str.Read(s.buf[:cap(s.buf)])
+	s.buf, s.err = s.buf[:n], err
+	if err != nil && err != io.EOF {
+		s.err = nil // the live reads will see it again, or the timeout was this one's
+	}
+}
+
+func (s *h3Source) Read(p []byte) (int, error) {
+	if s.pos < len(s.buf) {
+		n := copy(p, s.buf[s.pos:])
+		s.pos += n
+		return n, nil
+	}
+	switch {
+	case s.err != nil:
+		return 0, s.err
+	case !s.live:
+		return 0, errH3More
+	}
+	return s.str.Read(p)
+}
 
 func newH3Conn(s *H3Server, qc *quic.Conn) *h3conn {
 	c := &h3conn{srv: s, h: s.handler, qc: qc, maxList: s.maxList}
@@ -144,7 +242,7 @@ func (c *h3conn) serve() {
 		}
 		c.streams.Add(1)
 		c.mu.Unlock()
-		c.srv.pool.Run(h3job{c, str})
+		c.start(str)
 	}
 	c.streams.Wait()
 }
@@ -193,9 +291,11 @@ func (c *h3conn) stopIdle() {
 	}
 }
 
-// endStream counts a request stream done: the last one starts the idle
-// timeout.
-func (c *h3conn) endStream() {
+// endStream counts a request stream done, and frees its state: the
+// last one starts the idle timeout.
+func (c *h3conn) endStream(st *h3stream) {
+	st.free()
+	c.srv.active.Add(-1)
 	c.mu.Lock()
 	c.open--
 	if c.open == 0 && c.idle != nil {
@@ -205,37 +305,96 @@ func (c *h3conn) endStream() {
 	c.streams.Done()
 }
 
-// serveStream reads one request from str, answers it and ends the
-// stream.
-func (c *h3conn) serveStream(str *quic.Stream) {
-	defer c.endStream()
+// start serves a request stream just accepted: read from what arrived
+// with it and answered here when the core can at once (a cache hit, an
+// error), as the HTTP/2 server answers on its connection's goroutine;
+// else a kept goroutine goes on (a request not all there, a question
+// that must wait on the network, a long response).
+func (c *h3conn) start(str *quic.Stream) {
 	s := c.srv
 	s.active.Add(1)
-	defer s.active.Add(-1)
 	now := time.Now()
+	st := h3streams.Get().(*h3stream)
+	st.conn, st.str, st.stage, st.maxList = c, str, stageRead, c.maxList
+	st.src.took(str, now)
+	st.br.Reset(&st.src)
 	// The request must come whole within ReadTimeout and its answer
 	// leave within WriteTimeout, as over HTTP/2.
 	str.SetReadDeadline(now.Add(s.limits.ReadTimeout))
 	str.SetWriteDeadline(now.Add(s.limits.WriteTimeout))
+	st.req.Proto, st.req.Peer, st.req.Local = ProtoHTTP3, c.peer, c.local
+	c.goOn(st, c.advance(st, true))
+}
 
-	st := h3streams.Get().(*h3stream)
-	defer st.free()
-	st.br.Reset(str)
-	st.maxList = c.maxList
-	cl := &st.call
-	cl.req.Proto, cl.req.Peer, cl.req.Local = ProtoHTTP3, c.peer, c.local
-	if err := st.readRequest(st.br, cl); err != nil {
-		c.refuse(str, st, err)
-		return
+// h3InlineWrite is the largest response the accept loop writes itself:
+// quic-go copies a write this small and returns at once.
+const h3InlineWrite = 1000
+
+// advance takes st as far as it can go: to its end, or, inline (on the
+// accept loop or the upstream loop), up to where it would wait: then a
+// worker goes on from there, or, for a miss the engine began
+// (StartMiss: its query leaves at once, from here), the upstream loop.
+func (c *h3conn) advance(st *h3stream, inline bool) h3Next {
+	h, cl, str := c.h, &st.call, st.str
+	for {
+		switch st.stage {
+		case stageRead:
+			err := st.readRequest(st.br, cl)
+			if err == errH3More && inline {
+				return h3Worker
+			}
+			if err == errH3More {
+				// Read it again from the start, from the stream this time.
+				cl.reset()
+				st.req.Proto, st.req.Peer, st.req.Local = ProtoHTTP3, c.peer, c.local
+				st.src.pos, st.src.live = 0, true
+				st.br.Reset(&st.src)
+				continue
+			}
+			if err != nil {
+				c.refuse(str, st, err)
+				return h3Done
+			}
+			st.stage = stageAnswer
+		case stageAnswer:
+			if h.begin(cl) || h.answer(str.Context(), cl, false) {
+				st.stage = stageWrite
+				continue
+			}
+			st.stage = stageResolve
+			if !inline {
+				continue
+			}
+			if h.startMiss(str.Context(), cl, st) {
+				return h3Loop
+			}
+			return h3Worker
+		case stageResolve:
+			// str's context ends when the client stops reading or the
+			// connection ends. A question the resolver began is ended
+			// by it, its client gone or not.
+			ctx := str.Context()
+			if !(ctx.Err() == nil || cl.mustAnswer()) || !h.answer(ctx, cl, true) {
+				h.finish(cl) // the client went away: no one to answer
+				str.CancelRead(h3RequestCancelled)
+				str.CancelWrite(h3RequestCancelled)
+				return h3Done
+			}
+			st.stage = stageWrite
+		case stageWrite:
+			if inline && len(cl.resp.Body) > h3InlineWrite {
+				return h3Worker
+			}
+			c.respond(st)
+			return h3Done
+		}
 	}
-	h := c.h
-	ctx := str.Context() // ends when the client stops reading or the connection ends
-	if !h.begin(cl) && !h.answer(ctx, cl, false) && !h.answer(ctx, cl, true) {
-		h.finish(cl) // the client went away: no one to answer
-		str.CancelRead(h3RequestCancelled)
-		str.CancelWrite(h3RequestCancelled)
-		return
-	}
+}
+
+// respond writes st's response, HEADERS and DATA in one write, and ends
+// the stream.
+func (c *h3conn) respond(st *h3stream) {
+	cl, str := &st.call, st.str
 	body := cl.resp.Body
 	if cl.req.Method == http.MethodHead { // the headers of what a GET would get (RFC 9110 section 9.3.2)
 		body = nil
@@ -250,7 +409,7 @@ func (c *h3conn) serveStream(str *quic.Stream) {
 	// What the client still sends (a GET's end, a body past the limit)
 	// is not wanted; once the stream's end was read this does nothing.
 	str.CancelRead(h3NoError)
-	h.finish(cl)
+	c.h.finish(cl)
 }
 
 // refuse ends a stream whose request could not be read: 431 for headers
@@ -279,7 +438,8 @@ func (c *h3conn) refuse(str *quic.Stream, st *h3stream, err error) {
 // free returns a stream's state to the pool.
 func (st *h3stream) free() {
 	st.call.reset()
-	st.br.Reset(nil)
+	st.conn, st.str, st.src.str, st.src.err = nil, nil, nil, nil
+	st.src.buf = st.src.buf[:0]
 	if cap(st.in) <= pooledBufferSize*4 && cap(st.out) <= pooledBufferSize*4 && cap(st.req.Body) <= pooledBufferSize*4 &&
 		cap(st.block) <= pooledBufferSize*4 && cap(st.resp.out) <= pooledBufferSize*4 {
 		h3streams.Put(st)

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/quic-go/qpack"
 	"github.com/quic-go/quic-go/quicvarint"
 	"golang.org/x/net/http/httpguts"
 )
@@ -85,6 +84,8 @@ var errH3HeadersTooLarge = errors.New("http3: request header fields too large")
 type h3Reading struct {
 	block   []byte
 	maxList int // the header section's size limit, in RFC 9114's count
+	qd      qpackDecoder
+	host    string // the last :authority, kept for the next request
 }
 
 // readFrameHeader reads a frame's type and length.
@@ -182,7 +183,7 @@ func (rd *h3Reading) readHeaders(r *bufio.Reader, n int, c *call) error {
 	if _, err := io.ReadFull(r, rd.block); err != nil {
 		return noEOF(err)
 	}
-	return decodeH3Request(rd.block, rd.maxList, &c.req)
+	return rd.decodeRequest(rd.block, &c.req)
 }
 
 // readBody reads DATA frames to the end of the stream into c.req.Body,
@@ -233,7 +234,7 @@ func (rd *h3Reading) readBody(r *bufio.Reader, c *call) error {
 			if _, err := io.ReadFull(r, rd.block); err != nil {
 				return noEOF(err)
 			}
-			if err := checkH3Trailers(rd.block, rd.maxList); err != nil {
+			if err := rd.checkTrailers(rd.block); err != nil {
 				return err
 			}
 		case unknownFrame(typ):
@@ -246,73 +247,71 @@ func (rd *h3Reading) readBody(r *bufio.Reader, c *call) error {
 	}
 }
 
-var qpackDecoder = qpack.NewDecoder() // stateless: no dynamic table is allowed (SETTINGS)
-
 // decodeH3Request decodes a request's QPACK field section into req, with
 // RFC 9114 section 4.3's rules (the HTTP/2 server's, RFC 9113 section
 // 8.3): pseudo-header fields first, once each, :method, :scheme and :path
 // present (and :path not empty), names in lower case, no
 // connection-specific fields, one Content-Length. A section over maxList
 // (names, values and 32 bytes a field) is errH3HeadersTooLarge.
-func decodeH3Request(block []byte, maxList int, req *Request) error {
-	next := qpackDecoder.Decode(block)
+func (rd *h3Reading) decodeRequest(block []byte, req *Request) error {
 	size := 0
 	var pseudo uint8
 	regular := false
 	req.ContentLength = -1
-	for {
-		f, err := next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return streamError(h3QPACKDecompressionFailed, "QPACK: "+err.Error())
-		}
-		if size += len(f.Name) + len(f.Value) + 32; size > maxList {
+	err := rd.qd.decode(block, func(name, value string) error {
+		if size += len(name) + len(value) + 32; size > rd.maxList {
 			return errH3HeadersTooLarge
 		}
-		if len(f.Name) > 0 && f.Name[0] == ':' {
+		if len(name) > 0 && name[0] == ':' {
 			if regular {
 				return streamError(h3MessageError, "pseudo-header field after regular fields")
 			}
 			var bit uint8
-			switch f.Name {
+			switch name {
 			case ":method":
-				bit, req.Method = pseudoMethod, internMethod(f.Value)
+				bit, req.Method = pseudoMethod, internMethod(value)
 			case ":scheme":
 				bit = pseudoScheme
 			case ":path":
 				bit = pseudoPath
-				if f.Value == "" {
+				if value == "" {
 					return streamError(h3MessageError, "empty :path")
 				}
-				req.Path, req.RawQuery, _ = cutQuery(f.Value)
+				req.Path, req.RawQuery, _ = cutQuery(value)
 			case ":authority":
-				bit, req.Host = pseudoAuthority, f.Value
+				bit = pseudoAuthority
+				if value != rd.host { // a client names the same host on every request
+					rd.host = value
+				}
+				req.Host = rd.host
 			default:
-				return streamError(h3MessageError, "unknown pseudo-header field "+f.Name)
+				return streamError(h3MessageError, "unknown pseudo-header field "+name)
 			}
 			if pseudo&bit != 0 {
-				return streamError(h3MessageError, "duplicate "+f.Name)
+				return streamError(h3MessageError, "duplicate "+name)
 			}
 			pseudo |= bit
-			continue
+			return nil
 		}
 		regular = true
-		if err := checkRegularField(f.Name, f.Value); err != "" {
+		if err := checkRegularField(name, value); err != "" {
 			return streamError(h3MessageError, err)
 		}
-		if f.Name == "content-length" {
-			n, err := strconv.ParseUint(f.Value, 10, 63)
+		if name == "content-length" {
+			n, err := strconv.ParseUint(value, 10, 63)
 			if err != nil || req.ContentLength >= 0 && int64(n) != req.ContentLength {
 				return streamError(h3MessageError, "bad content-length")
 			}
 			req.ContentLength = int64(n)
 		}
-		if f.Name == "host" && req.Host == "" {
-			req.Host = f.Value
+		if name == "host" && req.Host == "" {
+			req.Host = value
 		}
-		req.Header = append(req.Header, HeaderField{f.Name, f.Value})
+		req.Header = append(req.Header, HeaderField{name, value})
+		return nil
+	})
+	if err != nil {
+		return qpackFailed(err)
 	}
 	if pseudo&(pseudoMethod|pseudoScheme|pseudoPath) != pseudoMethod|pseudoScheme|pseudoPath {
 		return streamError(h3MessageError, "missing pseudo-header field")
@@ -320,28 +319,30 @@ func decodeH3Request(block []byte, maxList int, req *Request) error {
 	return nil
 }
 
-// checkH3Trailers checks a trailer section, whose fields are dropped.
-func checkH3Trailers(block []byte, maxList int) error {
-	next := qpackDecoder.Decode(block)
+// qpackFailed is the error for a field section that did not decode:
+// the rules' own, or QPACK_DECOMPRESSION_FAILED.
+func qpackFailed(err error) error {
+	if _, ok := err.(*h3Error); ok || err == nil || err == errH3HeadersTooLarge {
+		return err
+	}
+	return streamError(h3QPACKDecompressionFailed, err.Error())
+}
+
+// checkTrailers checks a trailer section, whose fields are dropped.
+func (rd *h3Reading) checkTrailers(block []byte) error {
 	size := 0
-	for {
-		f, err := next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return streamError(h3QPACKDecompressionFailed, "QPACK: "+err.Error())
-		}
-		if size += len(f.Name) + len(f.Value) + 32; size > maxList {
+	return qpackFailed(rd.qd.decode(block, func(name, value string) error {
+		if size += len(name) + len(value) + 32; size > rd.maxList {
 			return errH3HeadersTooLarge
 		}
-		if strings.HasPrefix(f.Name, ":") {
+		if strings.HasPrefix(name, ":") {
 			return streamError(h3MessageError, "pseudo-header field in trailers")
 		}
-		if err := checkRegularField(f.Name, f.Value); err != "" {
+		if err := checkRegularField(name, value); err != "" {
 			return streamError(h3MessageError, err)
 		}
-	}
+		return nil
+	}))
 }
 
 // checkRegularField is the rule for a regular field of a request (RFC
@@ -399,41 +400,27 @@ func appendH3GoAway(b []byte, id uint64) []byte {
 	return appendH3Frame(b, h3FrameGoAway, quicvarint.Append(nil, id))
 }
 
-// appendBuf is an io.Writer that appends: qpack.Encoder writes each
-// field to it.
-type appendBuf struct{ b []byte }
-
-func (a *appendBuf) Write(p []byte) (int, error) {
-	a.b = append(a.b, p...)
-	return len(p), nil
-}
-
-// h3Response encodes responses: a HEADERS frame (QPACK, static table
-// only) and a DATA frame, one buffer for both.
+// h3Response encodes responses: a HEADERS frame and a DATA frame, in
+// one buffer.
 type h3Response struct {
-	fields appendBuf
-	enc    *qpack.Encoder
+	fields []byte
 	out    []byte
 }
 
-func newH3Response() *h3Response {
-	r := &h3Response{}
-	r.enc = qpack.NewEncoder(&r.fields)
-	return r
-}
+func newH3Response() *h3Response { return &h3Response{} }
 
 // encode returns the frames of a response with status, the date, header
 // fields hdr and body (no DATA frame when body is empty). The result is
 // r's until the next encode.
 func (r *h3Response) encode(status int, date string, hdr Header, body []byte) []byte {
-	r.fields.b = r.fields.b[:0]
-	r.enc.WriteField(qpack.HeaderField{Name: ":status", Value: itoa(status)})
-	r.enc.WriteField(qpack.HeaderField{Name: "date", Value: date})
-	for _, f := range hdr {
-		r.enc.WriteField(qpack.HeaderField{Name: f.Name, Value: f.Value})
+	f := appendQPACKPrefix(r.fields[:0])
+	f = appendQPACKStatus(f, status)
+	f = appendQPACKField(f, "date", date)
+	for _, h := range hdr {
+		f = appendQPACKField(f, h.Name, h.Value)
 	}
-	r.enc.Close()
-	b := appendH3Frame(r.out[:0], h3FrameHeaders, r.fields.b)
+	r.fields = f
+	b := appendH3Frame(r.out[:0], h3FrameHeaders, f)
 	if len(body) > 0 {
 		b = quicvarint.Append(b, h3FrameData)
 		b = quicvarint.Append(b, uint64(len(body)))

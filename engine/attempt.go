@@ -193,7 +193,7 @@ func (qn *question) attempted(name string, tx *transaction, pick int, o Outcome,
 	qn.e.observer.Attempt(AttemptEvent{
 		Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
 		Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport, Conn: tx.conn,
-		Outcome: o, Rcode: rcode, RTT: rtt, End: start.Add(rtt), Demoted: demoted, Trace: qn.trace,
+		Outcome: o, Class: class, Rcode: rcode, RTT: rtt, End: start.Add(rtt), Demoted: demoted, Trace: qn.trace,
 		Proto: qn.proto,
 	})
 	tx.conn = ConnNone

@@ -56,6 +56,10 @@ type AttemptEvent struct {
 	// resumed or reused (ConnNone for UDP and TCP).
 	Conn    Conn
 	Outcome Outcome
+	// Class is a socket failure's class ("tls" for a refused
+	// certificate, "http" for a DoH status or content type that is not
+	// DNS, "refused", ...); 0 when the attempt got a reply.
+	Class   ErrorClass
 	Rcode   int // -1 when no reply was used
 	RTT     time.Duration
 	End     time.Time // when the attempt ended: its start's reading plus RTT

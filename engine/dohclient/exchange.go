@@ -69,10 +69,23 @@ func waitOpened(ctx context.Context, pc *pconn, deadline time.Time, opener bool)
 	}
 }
 
-// post is one POST on pc.
+// post is one POST on pc. Its context is its own (the deadline), ended
+// early when the client's ctx is: not a child of ctx, which the engine
+// pools (a QuestionContext is reused once its question ends, and a child
+// context's watch of a foreign parent is a goroutine that may look at it
+// later), but watched the engine's way (engine.CancelWatcherOf) where ctx
+// offers it.
 func (p *pool) post(ctx context.Context, pc *pconn, query, buf []byte, deadline time.Time) (int, error) {
-	rctx, cancel := context.WithDeadline(ctx, deadline)
+	rctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	if w := engine.CancelWatcherOf(ctx); w != nil {
+		c := &cancelCloser{cancel}
+		w.CloseOnCancel(c)
+		defer w.StopClosing(c)
+	} else if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+	}
 	// The body is a copy: x/net may still be writing it when the
 	// response (an early error status) has come, and the engine reuses
 	// its query buffer for its next attempt.
@@ -89,7 +102,9 @@ func (p *pool) post(ctx context.Context, pc *pconn, query, buf []byte, deadline 
 	}).WithContext(rctx)
 	resp, err := pc.cc.RoundTrip(req)
 	if err != nil {
-		return 0, p.failure(ctx, rctx, pc, "send", err)
+		// RoundTrip sends and waits for the response headers: its
+		// failure is the reply's that never came (recv_error).
+		return 0, p.failure(ctx, rctx, pc, "receive", err)
 	}
 	defer resp.Body.Close()
 	if err := checkResponse(resp.StatusCode, resp.Header.Get("Content-Type"), resp.ContentLength, len(buf)); err != nil {
@@ -105,6 +120,12 @@ func (p *pool) post(ctx context.Context, pc *pconn, query, buf []byte, deadline 
 	}
 	return n, nil
 }
+
+// cancelCloser is a context's cancel as the io.Closer a CancelWatcher
+// closes (a pointer: watchers compare what they watch).
+type cancelCloser struct{ cancel context.CancelFunc }
+
+func (c *cancelCloser) Close() error { c.cancel(); return nil }
 
 // failure classifies the error of a post on pc. The attempt's own
 // deadline is a timeout (and makes pc prove it is alive, retry.go); the

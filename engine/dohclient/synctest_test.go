@@ -168,3 +168,32 @@ func TestDeadConnectionClosedAfterTimeout(t *testing.T) {
 		}
 	})
 }
+
+// A client that goes away ends its exchange at once, whatever its
+// context: a context.Context, or the front ends' engine.CancelContext
+// (watched without a context of its own), with class closed, which the
+// engine counts as cancelled, not against the server.
+func TestClientGoneEndsExchange(t *testing.T) {
+	bubble(t, func(t *testing.T, pki *testPKI, pn *pipeNet, c *dohclient.Client) {
+		f := &h2Fake{t: t, cert: pki.Leaf, handle: func(s fakeStream) fakeAction { return fakeAction{silent: s.id > 1} }}
+		pn.serve = f.serve
+		ep := endpoint(t, pipeAddr, testName)
+		if _, _, err := exchange(t, c, ep, "a.example", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		std, cancel := context.WithCancel(context.Background())
+		cc := new(engine.CancelContext)
+		for _, tc := range []struct {
+			ctx    context.Context
+			cancel func()
+		}{{std, cancel}, {cc, cc.Cancel}} {
+			start := time.Now()
+			time.AfterFunc(100*time.Millisecond, tc.cancel)
+			_, _, err := c.ExchangeHTTPS(tc.ctx, ep, netip.Addr{}, query(t, "b.example"), make([]byte, 65535), start.Add(2*time.Second))
+			wantClass(t, err, "receive", engine.ErrClosed)
+			if d := time.Since(start); d != 100*time.Millisecond {
+				t.Fatalf("%T: ended after %v, want at the cancel (100ms)", tc.ctx, d)
+			}
+		}
+	})
+}

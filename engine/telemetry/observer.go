@@ -66,7 +66,7 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 		return
 	}
 	f := o.attempts.get(attemptFields{scope: ev.Scope, proto: ev.Proto, server: ev.Server, transport: ev.Transport, conn: ev.Conn,
-		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, rcode: ev.Rcode, demoted: ev.Demoted})
+		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, class: ev.Class, rcode: ev.Rcode, demoted: ev.Demoted})
 	if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
 		dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName)
 		dst = appendMillisValue(append(dst, `,"rtt_ms":`...), ev.RTT)
@@ -144,6 +144,7 @@ type attemptFields struct {
 	qtype     uint16
 	attempt   int
 	outcome   engine.Outcome
+	class     engine.ErrorClass // a socket failure's class (tls, http, refused, ...)
 	rcode     int
 	demoted   bool
 }
@@ -159,7 +160,7 @@ func (f attemptFields) hash() uint64 {
 	return mix(hashString(f.scope)^hashString(f.proto)*0x9fb21c651e98df25,
 		binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15^
 			binary.LittleEndian.Uint64(a[8:])*0xc2b2ae3d27d4eb4f^
-			(uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40|uint64(f.conn)<<48)*0x165667b19e3779f9^
+			(uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40|uint64(f.conn)<<48|uint64(f.class)<<56)*0x165667b19e3779f9^
 			(uint64(f.attempt)<<1|uint64(f.rcode)<<8|d)*0x27d4eb2f165667c5)
 }
 
@@ -178,6 +179,9 @@ func (f attemptFields) render(c zerolog.Context) zerolog.Context {
 	c = typeField(c, f.qtype).
 		Int("attempt", f.attempt).
 		Str("outcome", f.outcome.String())
+	if f.class != 0 {
+		c = c.Str("class", f.class.String())
+	}
 	return rcodeField(c, f.rcode).Bool("demoted", f.demoted)
 }
 
