@@ -58,7 +58,7 @@ setup:
 	scripts/setup.sh
 
 # `make bench`: dohfwd beside dnsdist in one run (scripts/bench-doh.sh),
-# ending with issue 37's goals as ratios, met or not. Figures only:
+# ending with the forwarding goals as ratios, met or not. Figures only:
 # nothing asserts a speed. Under BENCH_LOCK when that file exists (a
 # machine shared by several people); BENCH_ENV passes the script's
 # options, e.g. BENCH_ENV="ROUNDS=3 BASE_REV=main".

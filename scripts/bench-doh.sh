@@ -30,7 +30,7 @@
 #     under the cache-off distinct load, next to the one at LOG_LEVEL;
 #   - file descriptors each dohfwd holds at rest after the loads.
 #
-# Last, the goals of issue 37 (miss and hit req/s and CPU per request,
+# Last, the forwarding goals (miss and hit req/s and CPU per request,
 # the one-stream miss p50) as ratios to dnsdist with the goal beside
 # each, met or not: printed, never asserted (`make bench` runs this).
 #
@@ -629,7 +629,7 @@ if [ -n "$SYS_STATS" ] && [ -f "$work/sys.dohfwd-nocache" ] && [ -f "$work/sys.d
 	printf '  h2load cpu per response, dohfwd / dnsdist: %.2f\n' "$(echo "if ($c2 > 0) $c1 / $c2 else 0" | bc -l)"
 fi
 # --- goals ---------------------------------------------------------------------
-# The targets of issue 37 as ratios dohfwd / dnsdist from this run: the
+# The forwarding goals as ratios dohfwd / dnsdist from this run: the
 # one-shot table's, and with PEER_ROUNDS the mean of the interleaved
 # rounds' too (steadier). Printed, never asserted.
 # goal_line WHAT RATIO OP GOAL
@@ -655,7 +655,7 @@ peer_mean() {
 	[ "$n" -gt 0 ] && echo "$sum / $n" | bc -l
 }
 echo
-echo "goals (issue 37), dohfwd / dnsdist in this run:"
+echo "goals, dohfwd / dnsdist in this run:"
 for r in "${results[@]}"; do
 	read -r cache kind d_rps d_ok s_rps s_ok d_cpu s_cpu <<<"$r"
 	case "$cache-$kind" in
