@@ -21,6 +21,7 @@ type Config struct {
 	Engine          Engine              `yaml:"engine"`
 	Scopes          []Scope             `yaml:"scopes"`
 	FallbackServers []string            `yaml:"fallback_servers"`
+	UpstreamTLS     UpstreamTLS         `yaml:"upstream_tls"`
 	Hosts           map[string][]string `yaml:"hosts"`
 	Cache           Cache               `yaml:"cache"`
 	Limits          Limits              `yaml:"limits"`
@@ -209,6 +210,21 @@ type AppleProfile struct {
 	SignKey  string `yaml:"sign_key"`
 }
 
+// UpstreamTLS configures the encrypted upstreams: servers written
+// tls://IP[:PORT]#NAME (DNS over TLS) and https://IP[:PORT]/PATH#NAME
+// (DoH) in a scope's servers or fallback_servers.
+type UpstreamTLS struct {
+	// CAFile is a PEM file of CA certificates to verify encrypted
+	// upstreams against instead of the system's roots (a private
+	// resolver's CA); "" = the system's.
+	CAFile string `yaml:"ca_file"`
+	// MaxConnections bounds the connections kept open to each DoT or DoH
+	// server; queries are pipelined on them.
+	MaxConnections int `yaml:"max_connections"`
+	// IdleTimeout closes a DoT or DoH connection unused that long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
 // Dnstap sends every client and upstream message to a dnstap collector
 // (Frame Streams over a Unix or TCP socket); off while Address is "".
 type Dnstap struct {
@@ -303,10 +319,12 @@ func defaults() *Config {
 		Cache: Cache{MaxEntries: 100000, MaxTTL: 24 * time.Hour, NegativeMaxTTL: time.Hour,
 			StaleMax: 24 * time.Hour, StaleTTL: 30 * time.Second, StaleAnswerAfter: 1800 * time.Millisecond,
 			PrefetchMinHits: 2},
-		Limits:         Limits{PrefixV4: 24, PrefixV6: 56, StreamsPerConnection: 250},
-		Log:            Log{Level: "info", Format: "auto"},
-		DDR:            DDR{Names: []string{}, Addresses: []string{}},
-		Dnstap:         Dnstap{Queue: 10000},
+		Limits: Limits{PrefixV4: 24, PrefixV6: 56, StreamsPerConnection: 250},
+		Log:    Log{Level: "info", Format: "auto"},
+		DDR:    DDR{Names: []string{}, Addresses: []string{}},
+		Dnstap: Dnstap{Queue: 10000},
+		UpstreamTLS: UpstreamTLS{MaxConnections: 4,
+			IdleTimeout: 30 * time.Second},
 		Policies:       map[string]Policy{},
 		PoliciesReload: time.Minute,
 	}
