@@ -39,7 +39,7 @@ TEST_EXTRA :=
 FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./doh:FuzzJSONFromWire \
 	./doh:FuzzReqDecoder ./doh:FuzzHuffDecode ./doh/config:FuzzParse \
 	./engine:FuzzUpstreamReply ./engine/dnswire:FuzzParserAsMiekg \
-	./engine/dnswire:FuzzRdataText ./engine/dnswire:FuzzUnpackName
+	./engine/dnswire:FuzzRdataText ./engine/dnswire:FuzzUnpackName ./doh/odoh:FuzzOpen
 FUZZTIME_SHORT ?= 15000x
 FUZZTIME ?= 2m
 TEST_EXTRA += fuzz-short
