@@ -253,4 +253,3 @@ func (q *PendingQuery) OpenResponse(b []byte) ([]byte, error) {
 // next multiple of 128 (RFC 8467's block for responses), so an answer's
 // size says little of its name.
 func PaddingFor(n int) int { return (128 - (n+4)%128) % 128 }
-
