@@ -213,7 +213,9 @@ func TestRelayForwards(t *testing.T) {
 	cfg := fetchConfig(t, direct, targetBase)
 	q := pack(t, query(t, "relayed.example.", dns.TypeA, 7))
 	msg, pq, _ := odoh.SealQuery(cfg, q, 0)
-	url := func(host string) string { return base + RelayPath + "?targethost=" + host + "&targetpath=" + DefaultPath }
+	url := func(host string) string {
+		return base + RelayPath + "?targethost=" + host + "&targetpath=" + DefaultPath
+	}
 	resp, body := postODoH(t, c, url(targetHost), msg)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != odoh.MediaTypeMessage {
 		t.Fatalf("relayed: %d %v %q", resp.StatusCode, resp.Header, body)
