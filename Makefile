@@ -37,6 +37,7 @@ TEST_EXTRA :=
 # exceeded" and no input (go.dev/issue/75804, fixed in Go 1.27); a count
 # has no deadline to race (a few seconds per target here).
 FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./doh:FuzzJSONFromWire \
+	./doh:FuzzH3Request ./doh:FuzzH3Fields \
 	./doh:FuzzReqDecoder ./doh:FuzzHuffDecode ./doh/config:FuzzParse \
 	./engine:FuzzUpstreamReply ./engine/dnswire:FuzzParserAsMiekg \
 	./engine/dnswire:FuzzRdataText ./engine/dnswire:FuzzUnpackName
