@@ -37,6 +37,7 @@ TEST_EXTRA :=
 # exceeded" and no input (go.dev/issue/75804, fixed in Go 1.27); a count
 # has no deadline to race (a few seconds per target here).
 FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./doh:FuzzJSONFromWire \
+	./doh:FuzzH3Request ./doh:FuzzH3Fields \
 	./doh:FuzzReqDecoder ./doh:FuzzHuffDecode ./doh/config:FuzzParse \
 	./engine:FuzzUpstreamReply ./engine/dnswire:FuzzParserAsMiekg \
 	./engine/dnswire:FuzzRdataText ./engine/dnswire:FuzzUnpackName ./doh/odoh:FuzzOpen
@@ -44,7 +45,7 @@ FUZZTIME_SHORT ?= 15000x
 FUZZTIME ?= 2m
 TEST_EXTRA += fuzz-short
 
-.PHONY: all build run test setup lint vet fmt-check unit tagcheck clean fuzz fuzz-short
+.PHONY: all build run test setup lint vet fmt-check unit tagcheck clean fuzz fuzz-short bench
 
 all: build
 
@@ -56,6 +57,16 @@ run: build
 
 setup:
 	scripts/setup.sh
+
+# `make bench`: dohfwd beside dnsdist in one run (scripts/bench-doh.sh),
+# ending with the forwarding goals as ratios, met or not. Figures only:
+# nothing asserts a speed. Under BENCH_LOCK when that file exists (a
+# machine shared by several people); BENCH_ENV passes the script's
+# options, e.g. BENCH_ENV="ROUNDS=3 BASE_REV=main".
+BENCH_LOCK ?= /work/notes/bench.lock
+BENCH_ENV ?= PEER_ROUNDS=1 ROUNDS=3 LOADS="cache-same nocache-distinct"
+bench:
+	env $(BENCH_ENV) $(if $(wildcard $(BENCH_LOCK)),flock $(BENCH_LOCK)) scripts/bench-doh.sh
 
 vet:
 	$(GO) vet ./...

@@ -223,10 +223,14 @@ func (c *h2conn) serve() {
 		default:
 			err = c.process(f)
 		}
-		var se http2.StreamError
-		if errors.As(err, &se) {
-			c.resetStream(se.StreamID, se.Code)
-			err = nil
+		if err != nil {
+			// Only here: errors.As makes se escape, an allocation a
+			// frame were it declared for every one.
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetStream(se.StreamID, se.Code)
+				err = nil
+			}
 		}
 		if err == nil && c.resetRunning > int(c.limits.MaxConcurrentStreams) {
 			// More streams reset than may be open, their questions not

@@ -129,19 +129,10 @@ func (c *h2conn) onField(f reqField) {
 		return
 	}
 	st.regular = true
-	if !validFieldName(f.name) || !httpguts.ValidHeaderFieldValue(f.value) {
-		st.bad = "invalid header field"
+	if st.bad = checkRegularField(f.name, f.value); st.bad != "" {
 		return
 	}
 	switch f.name {
-	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-		st.bad = "connection-specific header field " + f.name
-		return
-	case "te":
-		if f.value != "trailers" {
-			st.bad = "te other than trailers"
-			return
-		}
 	case "content-length":
 		n, err := strconv.ParseUint(f.value, 10, 63)
 		if err != nil || st.clen >= 0 && int64(n) != st.clen {

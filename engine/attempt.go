@@ -74,7 +74,8 @@ func (qn *question) ask(name string, res *exchangeResult, r *found, en **entry) 
 				return // no time left: nothing is sent
 			}
 			pick = c.next(now.Sub(e.epoch), tcpTo)
-			tx.server, tx.transport = c.servers[pick], e.first
+			tx.server = c.servers[pick]
+			tx.transport = tx.server.transportFor(e.first)
 			if tcpTo != nil {
 				tx.transport = TCP
 			}
@@ -191,10 +192,11 @@ func (qn *question) putUnlessHeld(bufs *askBuffers) {
 func (qn *question) attempted(name string, tx *transaction, pick int, o Outcome, rcode int, class ErrorClass, start time.Time, rtt time.Duration, demoted bool) {
 	qn.e.observer.Attempt(AttemptEvent{
 		Question: qn.id, QName: name, QType: qn.client.qtype, Scope: qn.scope.name,
-		Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport,
-		Outcome: o, Rcode: rcode, RTT: rtt, End: start.Add(rtt), Demoted: demoted, Trace: qn.trace,
+		Attempt: qn.spent, Server: tx.server.addr, Transport: tx.transport, Conn: tx.conn,
+		Outcome: o, Class: class, Rcode: rcode, RTT: rtt, End: start.Add(rtt), Demoted: demoted, Trace: qn.trace,
 		Proto: qn.proto,
 	})
+	tx.conn = ConnNone
 	qn.upstream += rtt
 	// The list is made at the first attempt after which the question
 	// may still end unavailable: an answer ends it, and so does an

@@ -43,6 +43,12 @@ type Config struct {
 	// and reason stay.
 	EDEHideServers bool
 
+	// EncryptedConnections bounds the connections kept open to each DoT
+	// server (0: DefaultEncryptedConnections); EncryptedIdle is how long
+	// an unused one stays open (0: DefaultEncryptedIdle).
+	EncryptedConnections int
+	EncryptedIdle        time.Duration
+
 	Scopes          []ScopeConfig
 	FallbackServers []string
 	Hosts           map[string][]string
@@ -143,6 +149,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InFlightCeiling <= 0 {
 		c.InFlightCeiling = DefaultInFlightCeiling
+	}
+	if c.EncryptedConnections <= 0 {
+		c.EncryptedConnections = DefaultEncryptedConnections
+	}
+	if c.EncryptedIdle <= 0 {
+		c.EncryptedIdle = DefaultEncryptedIdle
 	}
 	if c.Cache.MaxTTL <= 0 {
 		c.Cache.MaxTTL = DefaultCacheMaxTTL

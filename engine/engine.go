@@ -36,9 +36,9 @@ type Engine struct {
 	publish     func(record []byte)
 	generations uint32 // the last routes' generation; under mu
 
-	mu        sync.Mutex // guards upstreams and prober during Reconfigure
-	upstreams map[netip.AddrPort]*upstream
-	prober    *prober // running while Config.Probe is on
+	mu        sync.Mutex           // guards upstreams and prober during Reconfigure
+	upstreams map[string]*upstream // by Endpoint.String()
+	prober    *prober              // running while Config.Probe is on
 
 	up upLoopHolder // the upstream loop (uploop_linux.go)
 }
@@ -72,7 +72,7 @@ func New(cfg Config, opts Options) (*Engine, error) {
 		clients:   opts.ClientLimit,
 		wiretap:   opts.Wiretap,
 		epoch:     time.Now(),
-		upstreams: map[netip.AddrPort]*upstream{},
+		upstreams: map[string]*upstream{},
 	}
 	if e.observer == nil {
 		e.observer = nopObserver{}
@@ -99,16 +99,17 @@ func (e *Engine) Reconfigure(cfg Config) error {
 	cfg = cfg.withDefaults()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	next := map[netip.AddrPort]*upstream{}
-	known := func(ap netip.AddrPort) *upstream {
-		if u := next[ap]; u != nil {
+	next := map[string]*upstream{}
+	known := func(ep Endpoint) *upstream {
+		k := ep.String()
+		if u := next[k]; u != nil {
 			return u
 		}
-		u := e.upstreams[ap]
+		u := e.upstreams[k]
 		if u == nil {
-			u = newUpstream(ap)
+			u = newUpstream(ep)
 		}
-		next[ap] = u
+		next[k] = u
 		return u
 	}
 	r, err := buildRoutes(cfg, known)
@@ -124,6 +125,7 @@ func (e *Engine) Reconfigure(cfg Config) error {
 		if next[ap] == nil {
 			u.pools.close()
 			u.loopPools.close()
+			u.closeEncrypted(true)
 		}
 	}
 	e.upstreams = next

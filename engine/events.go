@@ -9,21 +9,22 @@ import (
 type Outcome uint8
 
 const (
-	OutcomeAnswer       Outcome = iota // NOERROR reply used (NODATA included)
-	OutcomeNXDomain                    // NXDOMAIN reply used
-	OutcomeTruncated                   // UDP reply with TC: TCP retry follows
-	OutcomeTimeout                     // no matching reply in the transaction's own time
-	OutcomeRcode                       // a matching reply with a failure rcode
-	OutcomeSendError                   // open, bind or send failed
-	OutcomeRecvError                   // receive failed, or TCP closed before a whole reply
-	OutcomeConnectError                // TCP connection failed
-	OutcomeLocalError                  // local resource or permission error: no demotion
-	OutcomeCancelled                   // ended by the client's or the question's budget
+	OutcomeAnswer         Outcome = iota // NOERROR reply used (NODATA included)
+	OutcomeNXDomain                      // NXDOMAIN reply used
+	OutcomeTruncated                     // UDP reply with TC: TCP retry follows
+	OutcomeTimeout                       // no matching reply in the transaction's own time
+	OutcomeRcode                         // a matching reply with a failure rcode
+	OutcomeSendError                     // open, bind or send failed
+	OutcomeRecvError                     // receive failed, or TCP closed before a whole reply
+	OutcomeConnectError                  // TCP connection failed
+	OutcomeLocalError                    // local resource or permission error: no demotion
+	OutcomeCancelled                     // ended by the client's or the question's budget
+	OutcomeHandshakeError                // TLS handshake failed (certificate, name, pin, alert, stall): an encrypted transport's connect
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{"answer", "nxdomain", "truncated", "timeout", "rcode",
-	"send_error", "recv_error", "connect_error", "local_error", "cancelled"}
+	"send_error", "recv_error", "connect_error", "local_error", "cancelled", "handshake_error"}
 
 func (o Outcome) String() string {
 	if o < numOutcomes {
@@ -36,7 +37,7 @@ func (o Outcome) String() string {
 // upstream_failed and demotes.
 func (o Outcome) failure() bool {
 	switch o {
-	case OutcomeTimeout, OutcomeRcode, OutcomeSendError, OutcomeRecvError, OutcomeConnectError:
+	case OutcomeTimeout, OutcomeRcode, OutcomeSendError, OutcomeRecvError, OutcomeConnectError, OutcomeHandshakeError:
 		return true
 	}
 	return false
@@ -51,13 +52,20 @@ type AttemptEvent struct {
 	Attempt   int // 1-based, across the whole question
 	Server    netip.AddrPort
 	Transport Transport
-	Outcome   Outcome
-	Rcode     int // -1 when no reply was used
-	RTT       time.Duration
-	End       time.Time // when the attempt ended: its start's reading plus RTT
-	Demoted   bool      // the attempt demoted the server
-	Trace     *Trace    // the question's trace, nil without one
-	Proto     string    // the client's protocol (QuestionContext.SetProto), "" when not said
+	// Conn says whether an encrypted attempt's connection was new,
+	// resumed or reused (ConnNone for UDP and TCP).
+	Conn    Conn
+	Outcome Outcome
+	// Class is a socket failure's class ("tls" for a refused
+	// certificate, "http" for a DoH status or content type that is not
+	// DNS, "refused", ...); 0 when the attempt got a reply.
+	Class   ErrorClass
+	Rcode   int // -1 when no reply was used
+	RTT     time.Duration
+	End     time.Time // when the attempt ended: its start's reading plus RTT
+	Demoted bool      // the attempt demoted the server
+	Trace   *Trace    // the question's trace, nil without one
+	Proto   string    // the client's protocol (QuestionContext.SetProto), "" when not said
 }
 
 // QuestionEvent describes one question at its end.

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +83,7 @@ func NewHotEntries(cfg Config, observer Observer) (*HotEntries, error) {
 	if observer == nil {
 		observer = nopObserver{}
 	}
-	m := &HotEntries{e: &Engine{observer: observer, epoch: time.Now(), upstreams: map[netip.AddrPort]*upstream{}}}
+	m := &HotEntries{e: &Engine{observer: observer, epoch: time.Now(), upstreams: map[string]*upstream{}}}
 	m.e.questionIDs.Store(mirrorQuestionIDs)
 	if err := m.Reconfigure(cfg); err != nil {
 		return nil, err

@@ -71,7 +71,7 @@ func (e *Engine) setProbing(on bool) {
 }
 
 // Close stops the engine's background work (probes) and closes its idle
-// pooled sockets. Questions may still be asked; they are answered as
+// pooled sockets and its DoT connections. Questions may still be asked; they are answered as
 // usual, each on a fresh socket.
 func (e *Engine) Close() error {
 	e.mu.Lock()
@@ -80,6 +80,7 @@ func (e *Engine) Close() error {
 	for _, u := range e.upstreams {
 		u.pools.close()
 		u.loopPools.close()
+		u.closeEncrypted(false)
 	}
 	e.closeUpLoop()
 	return nil
@@ -123,7 +124,7 @@ func (e *Engine) probe(s *scope, u *upstream, cfg *Config) {
 	bufs := askBuffersPool.Get().(*askBuffers)
 	defer askBuffersPool.Put(bufs)
 	bufs.query = append(bufs.query[:0], probeQuery...)
-	tx := transaction{server: u, transport: e.first, source: s.source(u.addr), query: bufs.query, bufs: bufs,
+	tx := transaction{server: u, transport: u.transportFor(e.first), source: s.source(u.addr), query: bufs.query, bufs: bufs,
 		deadline: time.Now().Add(cfg.TransactionTimeout), cookies: s.cookies}
 	sent := time.Now()
 	var res exchangeResult

@@ -187,7 +187,7 @@ func isASCII(s string) bool {
 // buildRoutes turns configuration into routes, reusing the upstream of
 // every address already known so marks survive a reload. cfg has its
 // defaults.
-func buildRoutes(cfg Config, known func(netip.AddrPort) *upstream) (*routes, error) {
+func buildRoutes(cfg Config, known func(Endpoint) *upstream) (*routes, error) {
 	r := &routes{cfg: &cfg}
 	seen := map[string]bool{}
 	for i, sc := range cfg.Scopes {
@@ -294,14 +294,14 @@ func sameRouting(a, b *Config) bool {
 	return true
 }
 
-func upstreams(list []string, known func(netip.AddrPort) *upstream) ([]*upstream, error) {
+func upstreams(list []string, known func(Endpoint) *upstream) ([]*upstream, error) {
 	var out []*upstream
 	for _, s := range list {
-		ap, err := ParseServer(s)
+		ep, err := ParseEndpoint(s)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, known(ap))
+		out = append(out, known(ep))
 	}
 	return out, nil
 }

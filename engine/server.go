@@ -11,7 +11,13 @@ import (
 // the address.
 type upstream struct {
 	addr netip.AddrPort
-	key  string // addr.String(), made once for logs and status
+	key  string // ep.String(), made once for logs and status
+	// ep is the server as configured: its transport, TLS name, path and
+	// pins (endpoint.go). A plain server's is its address only.
+	ep Endpoint
+	// enc is the state of an encrypted server's connections and its
+	// counters (dot.go); nil for a plain server.
+	enc *encryptedState
 	// until is the end of the demotion mark as nanoseconds on the engine's
 	// clock; 0 means no mark.
 	until atomic.Int64
@@ -57,10 +63,22 @@ func (u *upstream) recentList() []string {
 	return out
 }
 
-func newUpstream(addr netip.AddrPort) *upstream {
-	u := &upstream{addr: addr, key: addr.String()}
+func newUpstream(ep Endpoint) *upstream {
+	u := &upstream{addr: ep.Addr, key: ep.String(), ep: ep}
+	if ep.Encrypted() {
+		u.enc = &encryptedState{}
+	}
 	newUpstreamCookie(&u.cookie)
 	return u
+}
+
+// transportFor is the first transport of an attempt to u: its own for an
+// encrypted server, else first (UDP, or TCP under Options.TCPOnly).
+func (u *upstream) transportFor(first Transport) Transport {
+	if u.enc != nil {
+		return u.ep.Transport
+	}
+	return first
 }
 
 // demote marks the server until period from now; a later failure moves the

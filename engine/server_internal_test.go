@@ -10,7 +10,7 @@ import (
 // concurrent transactions may be recorded out of order; a mark only ever
 // moves forward, and a good reply still clears it.
 func TestDemotionMarksAddressFor30SecondsOnlyForward(t *testing.T) {
-	u := newUpstream(netip.MustParseAddrPort("127.0.0.1:53"))
+	u := newUpstream(Endpoint{Addr: netip.MustParseAddrPort("127.0.0.1:53")})
 	u.demote(10*time.Second, 30*time.Second)
 	u.demote(5*time.Second, 30*time.Second) // an earlier failure, recorded late
 	if got := u.markUntil(); got != 40*time.Second {
@@ -43,18 +43,22 @@ func TestChargeForEachOutcome(t *testing.T) {
 		OutcomeConnectError: {demote: true, failed: true},
 		OutcomeLocalError:   {failed: true},
 		OutcomeCancelled:    {},
+		// An encrypted server's failed handshake is a failed attempt
+		// like a timeout.
+		OutcomeHandshakeError: {demote: true, failed: true},
 	}
 	probe := map[Outcome]charge{
-		OutcomeAnswer:       {clearMark: true},
-		OutcomeNXDomain:     {clearMark: true},
-		OutcomeTruncated:    {clearMark: true},
-		OutcomeTimeout:      {demote: true},
-		OutcomeRcode:        {demote: true},
-		OutcomeSendError:    {demote: true},
-		OutcomeRecvError:    {demote: true},
-		OutcomeConnectError: {demote: true},
-		OutcomeLocalError:   {},
-		OutcomeCancelled:    {},
+		OutcomeAnswer:         {clearMark: true},
+		OutcomeNXDomain:       {clearMark: true},
+		OutcomeTruncated:      {clearMark: true},
+		OutcomeTimeout:        {demote: true},
+		OutcomeRcode:          {demote: true},
+		OutcomeSendError:      {demote: true},
+		OutcomeRecvError:      {demote: true},
+		OutcomeConnectError:   {demote: true},
+		OutcomeLocalError:     {},
+		OutcomeCancelled:      {},
+		OutcomeHandshakeError: {demote: true},
 	}
 	for o := Outcome(0); o < numOutcomes; o++ {
 		if got := chargeFor(o, questionAttempt); got != question[o] {

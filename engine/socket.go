@@ -13,11 +13,15 @@ type Transport uint8
 const (
 	UDP Transport = iota
 	TCP
+	DoT // DNS over TLS (RFC 7858), through a TLSOpener
+	DoH // DNS over HTTPS (RFC 8484), through an HTTPSExchanger
 )
 
+var transportNames = [...]string{"udp", "tcp", "dot", "doh"}
+
 func (t Transport) String() string {
-	if t == TCP {
-		return "tcp"
+	if int(t) < len(transportNames) {
+		return transportNames[t]
 	}
 	return "udp"
 }
@@ -85,9 +89,11 @@ const (
 	ErrReset       ErrorClass = 5 // reset or broken pipe
 	ErrClosed      ErrorClass = 6 // the peer closed (EOF), or the socket was closed locally
 	ErrLocal       ErrorClass = 7 // local resources or permission: EMFILE, ENFILE, ENOMEM, ENOBUFS, EADDRNOTAVAIL, EADDRINUSE, EACCES, EPERM
+	ErrTLS         ErrorClass = 8 // the TLS handshake failed: a wrong or untrusted certificate, a pin that does not match, a protocol alert
+	ErrHTTP        ErrorClass = 9 // a DoH reply the HTTP exchange refused: a status other than 200, another content type, a body that does not fit
 )
 
-var errorClassNames = [...]string{"", "other", "timeout", "refused", "unreachable", "reset", "closed", "local"}
+var errorClassNames = [...]string{"", "other", "timeout", "refused", "unreachable", "reset", "closed", "local", "tls", "http"}
 
 func (c ErrorClass) String() string {
 	if int(c) < len(errorClassNames) && c != 0 {
@@ -98,7 +104,7 @@ func (c ErrorClass) String() string {
 
 // SocketError is the error every Network and Socket returns.
 type SocketError struct {
-	Op    string // "open", "bind", "connect", "send", "receive"
+	Op    string // "open", "bind", "connect", "handshake", "send", "receive"
 	Class ErrorClass
 	Err   error // the underlying error, if any
 }

@@ -20,6 +20,12 @@ import (
 type NativeNetwork struct {
 	// FreshSockets turns socket reuse off: one socket per transaction.
 	FreshSockets bool
+	// TLS is the TLS of DoT upstreams (roots, session cache); nil takes
+	// DefaultUpstreamTLS (dot_net.go).
+	TLS *UpstreamTLS
+	// DoH exchanges queries with https:// upstreams; nil fails them
+	// (attempts end in connect_error).
+	DoH HTTPSExchanger
 }
 
 // ReusesUDPSockets implements SocketReuser.

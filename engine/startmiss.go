@@ -147,6 +147,12 @@ func (e *Engine) startAttempt(ctx context.Context, rt *routes, cq *clientQuery, 
 	c := &bufs.cand
 	c.reset(sc.servers, bufs.until[:0], bufs.order[:0], bufs.asked[:0])
 	pick := c.next(now.Sub(e.epoch), nil)
+	if c.servers[pick].enc != nil {
+		// An encrypted server's attempt waits for its connection:
+		// the question's ask makes it, on a goroutine that may wait.
+		askBuffersPool.Put(bufs)
+		return false
+	}
 	tx.server, tx.transport = c.servers[pick], e.first
 	tx.source = sc.source(tx.server.addr)
 	tx.cookies, tx.mixCase = sc.cookies, sc.mixCase

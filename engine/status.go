@@ -37,6 +37,64 @@ type ServerStatus struct {
 	// the question's case and is asked in lower case (0x20 off for it).
 	Cookie      bool `json:"cookie"`
 	CaseNotKept bool `json:"case_not_kept,omitempty"`
+	// Transport is how it is asked: "udp" (UDP, then TCP after a
+	// truncated reply), "dot" or "doh".
+	Transport string `json:"transport"`
+	// Connections are an encrypted server's connections; nil for a
+	// plain one.
+	Connections *ConnStatus `json:"connections,omitempty"`
+}
+
+// ConnStatus is an encrypted server's connections: how many are open now,
+// and since the start how many were opened (each a handshake), how many
+// of those resumed a TLS session, how many queries went on a connection
+// already open, and how many connects or handshakes failed.
+type ConnStatus struct {
+	Open       int    `json:"open"`
+	Handshakes uint64 `json:"handshakes"`
+	Resumed    uint64 `json:"resumed"`
+	Reused     uint64 `json:"reused"`
+	Failed     uint64 `json:"failed"`
+}
+
+// add sums b into c.
+func (c *ConnStatus) add(b *ConnStatus) {
+	c.Open += b.Open
+	c.Handshakes += b.Handshakes
+	c.Resumed += b.Resumed
+	c.Reused += b.Reused
+	c.Failed += b.Failed
+}
+
+// connStatus is u's connections, nil for a plain server.
+func (e *Engine) connStatus(u *upstream) *ConnStatus {
+	st := u.enc
+	if st == nil {
+		return nil
+	}
+	cs := &ConnStatus{Handshakes: st.handshakes.Load(), Resumed: st.resumed.Load(),
+		Reused: st.reused.Load(), Failed: st.failures.Load()}
+	if u.ep.Transport == DoT {
+		cs.Open = st.openConns()
+	} else if s, ok := e.network.(ConnStatser); ok {
+		cs.Open = s.OpenConnections(&u.ep)
+	}
+	return cs
+}
+
+// ServerConnections is the connections of every encrypted server the
+// configuration lists, by its name (Endpoint.String()), for /metrics.
+func (e *Engine) ServerConnections() map[string]ConnStatus {
+	r := e.routes.Load()
+	out := map[string]ConnStatus{}
+	for _, s := range append(append([]*scope(nil), r.scopes...), r.fallback) {
+		for _, u := range s.servers {
+			if cs := e.connStatus(u); cs != nil {
+				out[u.key] = *cs
+			}
+		}
+	}
+	return out
 }
 
 // Status reports the scopes with their servers' demotion at this moment;
@@ -54,7 +112,8 @@ func (e *Engine) Status() Status {
 		ss := ScopeStatus{Name: s.name, Domains: s.domains, Servers: []ServerStatus{}}
 		for _, u := range s.servers {
 			sv := ServerStatus{Address: u.key, Recent: u.recentList(), PooledSockets: u.idleSockets(),
-				Cookie: u.cookie.known(), CaseNotKept: u.caseless.Load()}
+				Cookie: u.cookie.known(), CaseNotKept: u.caseless.Load(),
+				Transport: u.transportFor(e.first).String(), Connections: e.connStatus(u)}
 			if until := u.markUntil(); demotedAt(until, now) {
 				t := e.epoch.Add(until)
 				sv.Demoted, sv.DemotedUntil = true, &t
@@ -106,7 +165,17 @@ func MergeStatuses(all []Status) Status {
 				if t := theirs[vi]; t.Demoted && (!mine[vi].Demoted || t.DemotedUntil.After(*mine[vi].DemotedUntil)) {
 					mine[vi] = t
 				}
+				var conns *ConnStatus
+				if mine[vi].Connections != nil || theirs[vi].Connections != nil {
+					conns = &ConnStatus{}
+					for _, c := range []*ConnStatus{mine[vi].Connections, theirs[vi].Connections} {
+						if c != nil {
+							conns.add(c)
+						}
+					}
+				}
 				mine[vi].PooledSockets, mine[vi].Cookie, mine[vi].CaseNotKept = pooled, cookie, caseless
+				mine[vi].Connections = conns
 			}
 		}
 	}

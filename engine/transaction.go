@@ -52,6 +52,9 @@ type transaction struct {
 	// with the client's (checkCookie).
 	gotServerCookie bool
 	baseLen         int
+	// conn is how an encrypted transaction's connection came to be
+	// (dot.go), for its attempt event; ConnNone otherwise.
+	conn Conn
 }
 
 // begin readies tx's query for its first send (prepare).
@@ -237,6 +240,10 @@ type idBuffer struct {
 // it only when the transaction ended cleanly; any failure closes it. The
 // result is written into r, which must be zero.
 func (e *Engine) exchange(ctx context.Context, tx *transaction, r *exchangeResult) {
+	if tx.transport >= DoT {
+		e.exchangeEncrypted(ctx, tx, r)
+		return
+	}
 	var x exchanging
 	if !e.openExchange(ctx, tx, &x, r) {
 		return

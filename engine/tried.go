@@ -49,6 +49,8 @@ func (a *triedAttempt) what() string {
 			return s
 		}
 		return "rcode " + strconv.Itoa(int(a.rcode))
+	case OutcomeHandshakeError:
+		return "tls handshake " + a.class.String()
 	case OutcomeSendError, OutcomeRecvError, OutcomeConnectError:
 		switch a.class {
 		case ErrRefused, ErrUnreachable, ErrReset, ErrClosed:

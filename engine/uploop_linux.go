@@ -31,6 +31,10 @@ import (
 // earliest; the timer and cancels wake the loop through an eventfd.
 // Mismatched and stray datagrams are counted and ignored as in
 // receiveUDP, and make the socket unfit to reuse.
+//
+// Its sockets are non-blocking, so its reads, writes and polls are made
+// raw (rawsys_linux.go): no entersyscall/exitsyscall around each, and no
+// wake of sysmon by them.
 
 // upLoopHolder is the engine's loop, made at its first use.
 type upLoopHolder struct {
@@ -171,10 +175,7 @@ func (l *upLoop) run() {
 // reply after a mismatched datagram, which readOne reads at once.
 func (l *upLoop) wake(uintptr) bool {
 	for {
-		n, err := syscall.EpollWait(l.epfd, l.events[:], 0)
-		if err == syscall.EINTR {
-			continue
-		}
+		n, err := rawEpollPoll(l.epfd, l.events[:])
 		if err != nil {
 			return true // closed
 		}
@@ -196,7 +197,7 @@ func (l *upLoop) round(evs []syscall.EpollEvent) {
 		ev := &evs[i]
 		if int(ev.Fd) == l.evfd {
 			var b [8]byte
-			syscall.Read(l.evfd, b[:])
+			rawRead(l.evfd, b[:])
 			l.poked = false
 			l.expire()
 			continue
@@ -241,10 +242,7 @@ func (l *upLoop) readOne(s *loopSock) {
 	if s.bufs != nil {
 		buf = s.bufs.recv[:]
 	}
-	n, err := syscall.Read(s.fd, buf)
-	for err == syscall.EINTR {
-		n, err = syscall.Read(s.fd, buf)
-	}
+	n, err := rawRead(s.fd, buf)
 	if err == syscall.EAGAIN {
 		return
 	}
@@ -264,7 +262,7 @@ func (l *upLoop) readOne(s *loopSock) {
 	}
 	if l.e.matched(tx, buf[:n], UDP, r) {
 		if tx.retryBadCookie(r) {
-			if _, err := syscall.Write(s.fd, tx.query[2:]); err != nil {
+			if _, err := rawWrite(s.fd, tx.query[2:]); err != nil {
 				l.e.socketFailure(s.ctx, tx, errnoError("send", err), OutcomeSendError, r)
 				l.end(s, false)
 				return
@@ -299,7 +297,7 @@ func (l *upLoop) poke() {
 	}
 	l.poked = true
 	one := [8]byte{1}
-	syscall.Write(l.evfd, one[:])
+	rawWrite(l.evfd, one[:])
 }
 
 func (l *upLoop) timerFired() {
@@ -561,10 +559,7 @@ func (e *Engine) loopStart(ctx context.Context, tx *transaction, s *started, the
 		return true
 	}
 	l.push(ls)
-	_, err := syscall.Write(ls.fd, tx.query[2:])
-	for err == syscall.EINTR {
-		_, err = syscall.Write(ls.fd, tx.query[2:])
-	}
+	_, err := rawWrite(ls.fd, tx.query[2:])
 	if err != nil {
 		se := errnoError("send", err)
 		if err == syscall.EAGAIN {

@@ -30,6 +30,10 @@
 #     under the cache-off distinct load, next to the one at LOG_LEVEL;
 #   - file descriptors each dohfwd holds at rest after the loads.
 #
+# Last, the forwarding goals (miss and hit req/s and CPU per request,
+# the one-stream miss p50) as ratios to dnsdist with the goal beside
+# each, met or not: printed, never asserted (`make bench` runs this).
+#
 # Usage: scripts/bench-doh.sh
 # Env:   N (30000) requests per load; CACHE_ENTRIES (100000) cache size for
 #        the "cache on" loads; LOG_LEVEL (warn) dohfwd's log level (info
@@ -624,6 +628,49 @@ if [ -n "$SYS_STATS" ] && [ -f "$work/sys.dohfwd-nocache" ] && [ -f "$work/sys.d
 	read -r _ _ _ _ _ _ c2 _ <"$work/sys.dnsdist-nocache"
 	printf '  h2load cpu per response, dohfwd / dnsdist: %.2f\n' "$(echo "if ($c2 > 0) $c1 / $c2 else 0" | bc -l)"
 fi
+# --- goals ---------------------------------------------------------------------
+# The forwarding goals as ratios dohfwd / dnsdist from this run: the
+# one-shot table's, and with PEER_ROUNDS the mean of the interleaved
+# rounds' too (steadier). Printed, never asserted.
+# goal_line WHAT RATIO OP GOAL
+goal_line() {
+	local met="not met"
+	[ "$(echo "$2 $3 $4" | bc -l)" = 1 ] && met=met
+	printf '  %-22s %6.2f   goal %s %s   %s\n' "$1" "$2" "$3" "$4" "$met"
+}
+# peer_mean CACHE KIND FIELD(rps|cpu): the mean ratio over the
+# interleaved dnsdist rounds, or nothing without them.
+peer_mean() {
+	local r other cache kind d_rps o_rps o_ok d_cpu o_cpu sum=0 n=0
+	for r in "${compared[@]}"; do
+		read -r other cache kind d_rps o_rps o_ok d_cpu o_cpu <<<"$r"
+		[ "$other $cache $kind" = "dnsdist $1 $2" ] || continue
+		if [ "$3" = rps ]; then
+			sum=$(echo "$sum + if ($o_rps > 0) $d_rps / $o_rps else 0" | bc -l)
+		else
+			sum=$(echo "$sum + if ($o_cpu > 0) $d_cpu / $o_cpu else 0" | bc -l)
+		fi
+		n=$((n + 1))
+	done
+	[ "$n" -gt 0 ] && echo "$sum / $n" | bc -l
+}
+echo
+echo "goals, dohfwd / dnsdist in this run:"
+for r in "${results[@]}"; do
+	read -r cache kind d_rps d_ok s_rps s_ok d_cpu s_cpu <<<"$r"
+	case "$cache-$kind" in
+	nocache-distinct) what=miss rps_op=">=" rps_goal=1.5 cpu_goal=0.6 ;;
+	cache-same) what=hit rps_op=">=" rps_goal=2.0 cpu_goal=0.3 ;;
+	*) continue ;;
+	esac
+	goal_line "cache-$what req/s" "$(echo "if ($s_rps > 0) $d_rps / $s_rps else 0" | bc -l)" "$rps_op" "$rps_goal"
+	goal_line "cpu per $what" "$(echo "if ($s_cpu > 0) $d_cpu / $s_cpu else 0" | bc -l)" "<=" "$cpu_goal"
+	if m=$(peer_mean "$cache" "$kind" rps); then
+		goal_line "  interleaved req/s" "$m" "$rps_op" "$rps_goal"
+		goal_line "  interleaved cpu" "$(peer_mean "$cache" "$kind" cpu)" "<=" "$cpu_goal"
+	fi
+done
+goal_line "one-stream miss p50" "$(echo "if ($lat_miss_s > 0) $lat_miss_d / $lat_miss_s else 0" | bc -l)" "<=" 0.8
 echo
 echo "file descriptors at rest after the runs:"
 for name in "${dohfwds[@]}"; do

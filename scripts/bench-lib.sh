@@ -102,16 +102,16 @@ CONF
 	waitport "$1"
 }
 
-# write_distinct_paths N prints N DoH GET paths, one a line, for distinct
-# names nI.bench.test A (the zone's wildcard answers them); with an OPT
-# record when CLIENT_EDNS=1.
+# write_distinct_paths N [ZONE] prints N DoH GET paths, one a line, for
+# distinct names nI.ZONE A (ZONE bench.test by default, whose wildcard
+# answers them); with an OPT record when CLIENT_EDNS=1.
 write_distinct_paths() {
-	python3 - "$1" "${CLIENT_EDNS:-}" <<'PY'
+	python3 - "$1" "${CLIENT_EDNS:-}" "${2:-bench.test}" <<'PY'
 import base64, struct, sys
 edns = sys.argv[2] == "1"
 for i in range(int(sys.argv[1])):
     q = struct.pack(">6H", 0, 0x0100, 1, 0, 0, 1 if edns else 0)
-    for label in f"n{i}.bench.test".split("."):
+    for label in f"n{i}.{sys.argv[3]}".split("."):
         q += bytes([len(label)]) + label.encode()
     q += b"\0" + struct.pack(">2H", 1, 1)
     if edns:
@@ -122,3 +122,10 @@ PY
 
 # rps_of reads h2load's summary on stdin and prints its req/s.
 rps_of() { sed -n 's/.*finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p'; }
+
+# cpu_ns PID...: CPU time of the processes' threads so far, in
+# nanoseconds (schedstat: finer than /proc/PID/stat's clock ticks).
+cpu_ns() {
+	local p
+	for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done | awk '{s += $1} END {printf "%.0f\n", s}'
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh/config"
 	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine"
+	"github.com/dohfwd/dohfwd/engine/dohclient"
 )
 
 func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
@@ -38,9 +39,21 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) int {
 // serve assembles dohfwd natively (its own sockets, Prometheus) and runs
 // its listeners.
 func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
+	upTLS, err := upstreamTLS(cfg)
+	if err != nil {
+		return err
+	}
+	// https:// servers: the DoH client shares upTLS (roots, pins, TLS
+	// sessions) with the DoT connections, and their limits.
+	dohc := dohclient.New(dohclient.Config{
+		TLS:         upTLS,
+		MaxConns:    cfg.UpstreamTLS.MaxConnections,
+		IdleTimeout: cfg.UpstreamTLS.IdleTimeout,
+	})
+	defer dohc.Close()
 	d, err := assembly.New(cfg, assembly.Options{
 		LogTo:    logTo,
-		Network:  engine.NativeNetwork{},
+		Network:  engine.NativeNetwork{TLS: upTLS, DoH: dohc},
 		Metrics:  metrics.NewMetrics(),
 		BatchLog: true,
 		Version:  versionString(),
@@ -50,6 +63,19 @@ func serve(ctx context.Context, cfg *config.Config, logTo io.Writer) error {
 	}
 	defer d.Close() // after the drain: pooled sockets, then the last log batch
 	return d.Serve(ctx, assembly.Serving{Version: versionString()})
+}
+
+// upstreamTLS is the TLS of the encrypted upstreams: upstream_tls.ca_file's
+// roots, or the system's.
+func upstreamTLS(cfg *config.Config) (*engine.UpstreamTLS, error) {
+	if cfg.UpstreamTLS.CAFile == "" {
+		return engine.NewUpstreamTLS(nil), nil
+	}
+	roots, err := engine.LoadCAFile(cfg.UpstreamTLS.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("upstream_tls.ca_file: %w", err)
+	}
+	return engine.NewUpstreamTLS(roots), nil
 }
 
 func checkConfigCommand(args []string, stdout, stderr io.Writer) int {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dohfwd/dohfwd/doh/admin"
+	"github.com/dohfwd/dohfwd/engine"
 )
 
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -27,6 +28,24 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return 0
 }
 
+// transportOf is a server's transport as the table shows it ("udp" for
+// a status from a server that does not say).
+func transportOf(sv engine.ServerStatus) string {
+	if sv.Transport == "" {
+		return "udp"
+	}
+	return sv.Transport
+}
+
+// connections is an encrypted server's connections in one cell: "open 2,
+// handshakes 3 (1 resumed), reused 40, failed 0"; "-" for a plain one.
+func connections(cs *engine.ConnStatus) string {
+	if cs == nil {
+		return "-"
+	}
+	return fmt.Sprintf("open %d, handshakes %d (%d resumed), reused %d, failed %d", cs.Open, cs.Handshakes, cs.Resumed, cs.Reused, cs.Failed)
+}
+
 func fetchStatus(ctx context.Context, addr string) (*admin.Status, error) {
 	st := new(admin.Status)
 	if err := adminGet(ctx, addr, "/status", st); err != nil {
@@ -40,10 +59,10 @@ func fetchStatus(ctx context.Context, addr string) (*admin.Status, error) {
 func writeStatus(w io.Writer, st *admin.Status, now time.Time) {
 	fmt.Fprintf(w, "dohfwd %s  config %s  up %s\n\n", st.Version, st.Config, now.Sub(st.Started).Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tSERVER\tSTATE\tDEMOTED UNTIL")
+	fmt.Fprintln(tw, "SCOPE\tSERVER\tSTATE\tDEMOTED UNTIL\tTRANSPORT\tCONNECTIONS")
 	for _, sc := range st.Scopes {
 		if len(sc.Servers) == 0 {
-			fmt.Fprintf(tw, "%s\t-\tno servers\t-\n", sc.Name)
+			fmt.Fprintf(tw, "%s\t-\tno servers\t-\t-\t-\n", sc.Name)
 		}
 		for _, sv := range sc.Servers {
 			state, until := "ok", "-"
@@ -52,11 +71,11 @@ func writeStatus(w io.Writer, st *admin.Status, now time.Time) {
 				until = fmt.Sprintf("%s (in %s)", sv.DemotedUntil.Local().Format(time.TimeOnly),
 					sv.DemotedUntil.Sub(now).Round(time.Second))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sc.Name, sv.Address, state, until)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sc.Name, sv.Address, state, until, transportOf(sv), connections(sv.Connections))
 		}
 	}
 	for _, a := range st.FallbackServers {
-		fmt.Fprintf(tw, "fallback\t%s\t-\t-\n", a)
+		fmt.Fprintf(tw, "fallback\t%s\t-\t-\t-\t-\n", a)
 	}
 	tw.Flush()
 

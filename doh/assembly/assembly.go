@@ -336,8 +336,8 @@ func (d *Dohfwd) Reconfigured(ec engine.Config) {
 	keep := map[netip.AddrPort]bool{}
 	add := func(servers []string) {
 		for _, s := range servers {
-			if ap, err := engine.ParseServer(s); err == nil {
-				keep[ap] = true
+			if ep, err := engine.ParseEndpoint(s); err == nil {
+				keep[ep.Addr] = true
 			}
 		}
 	}

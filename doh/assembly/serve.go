@@ -84,6 +84,7 @@ func (d *Dohfwd) Serve(ctx context.Context, s Serving) error {
 	met, _ := d.metrics.(*metrics.Metrics)
 	if met != nil {
 		met.CollectEngine(s.Backend)
+		met.CollectUpstreamConnections(s.Backend.Status)
 		if d.Limits != nil {
 			met.CollectLimits(d.Limits)
 		}

@@ -21,6 +21,7 @@ type Config struct {
 	Engine          Engine              `yaml:"engine"`
 	Scopes          []Scope             `yaml:"scopes"`
 	FallbackServers []string            `yaml:"fallback_servers"`
+	UpstreamTLS     UpstreamTLS         `yaml:"upstream_tls"`
 	Hosts           map[string][]string `yaml:"hosts"`
 	Cache           Cache               `yaml:"cache"`
 	Limits          Limits              `yaml:"limits"`
@@ -28,7 +29,15 @@ type Config struct {
 	DDR             DDR                 `yaml:"ddr"`
 	AppleProfile    AppleProfile        `yaml:"apple_profile"`
 	Dnstap          Dnstap              `yaml:"dnstap"`
-	ODoH            ODoH                `yaml:"odoh"`
+	// Policies are the block policies by name (package
+	// engine/blocklist): lists of names to block, names to let through,
+	// and how to answer a blocked question.
+	Policies map[string]Policy `yaml:"policies"`
+	// PoliciesReload is how often the policies' list files are checked
+	// for changes (size, modification time, then contents) and reloaded
+	// without a restart; 0 turns the check off (SIGHUP still reloads).
+	PoliciesReload time.Duration `yaml:"policies_reload"`
+	ODoH           ODoH          `yaml:"odoh"`
 
 	// Source is the file the configuration came from, or DefaultSource.
 	Source string `yaml:"-"`
@@ -202,6 +211,21 @@ type AppleProfile struct {
 	SignKey  string `yaml:"sign_key"`
 }
 
+// UpstreamTLS configures the encrypted upstreams: servers written
+// tls://IP[:PORT]#NAME (DNS over TLS) and https://IP[:PORT]/PATH#NAME
+// (DoH) in a scope's servers or fallback_servers.
+type UpstreamTLS struct {
+	// CAFile is a PEM file of CA certificates to verify encrypted
+	// upstreams against instead of the system's roots (a private
+	// resolver's CA); "" = the system's.
+	CAFile string `yaml:"ca_file"`
+	// MaxConnections bounds the connections kept open to each DoT or DoH
+	// server; queries are pipelined on them.
+	MaxConnections int `yaml:"max_connections"`
+	// IdleTimeout closes a DoT or DoH connection unused that long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
 // Dnstap sends every client and upstream message to a dnstap collector
 // (Frame Streams over a Unix or TCP socket); off while Address is "".
 type Dnstap struct {
@@ -326,7 +350,11 @@ func defaults() *Config {
 		Log:    Log{Level: "info", Format: "auto"},
 		DDR:    DDR{Names: []string{}, Addresses: []string{}},
 		Dnstap: Dnstap{Queue: 10000},
-		ODoH:   ODoH{Targets: []string{}},
+		UpstreamTLS: UpstreamTLS{MaxConnections: 4,
+			IdleTimeout: 30 * time.Second},
+		Policies:       map[string]Policy{},
+		PoliciesReload: time.Minute,
+		ODoH:           ODoH{Targets: []string{}},
 	}
 }
 

@@ -22,7 +22,10 @@ func (c *Config) EngineConfig() engine.Config {
 		UpstreamCookies:    upstreamCookies,
 		Upstream0x20:       true,
 		FallbackServers:    slices.Clone(c.FallbackServers),
-		Hosts:              asciiHosts(c.Hosts),
+
+		EncryptedConnections: c.UpstreamTLS.MaxConnections,
+		EncryptedIdle:        c.UpstreamTLS.IdleTimeout,
+		Hosts:                asciiHosts(c.Hosts),
 		Cache: engine.CacheConfig{
 			MaxEntries:     c.Cache.MaxEntries,
 			MinTTL:         c.Cache.MinTTL,

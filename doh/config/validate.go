@@ -1,11 +1,13 @@
 package config
 
 import (
+	"encoding/pem"
 	"fmt"
 	"math"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -133,6 +135,7 @@ func (c *Config) validate(x *keyIndex) error {
 		}
 	}
 	checkServers("fallback_servers", c.FallbackServers, bad)
+	checkUpstreamTLS(c.UpstreamTLS, bad)
 	for name, addrs := range c.Hosts {
 		key := "hosts." + name
 		if _, err := engine.ParseHostName(name); err != nil {
@@ -228,6 +231,7 @@ func (c *Config) validate(x *keyIndex) error {
 	default:
 		bad("log.format", "%q: want auto, json or console", c.Log.Format)
 	}
+	c.checkPolicies(bad)
 	// The engine's own check, last: the checks above name the key and
 	// line of everything it refuses, so this adds nothing unless they
 	// have fallen behind it (a test keeps them level).
@@ -391,8 +395,45 @@ func checkNames(key string, names []string, parse func(string) (string, error), 
 
 func checkServers(key string, servers []string, bad func(string, string, ...any)) {
 	for i, s := range servers {
-		if _, err := engine.ParseServer(s); err != nil {
+		if _, err := engine.ParseEndpoint(s); err != nil {
 			bad(fmt.Sprintf("%s[%d]", key, i), "%v", err)
+		}
+	}
+}
+
+// checkUpstreamTLS checks upstream_tls: a CA file that reads and holds a
+// PEM certificate, positive bounds.
+func checkUpstreamTLS(u UpstreamTLS, bad func(string, string, ...any)) {
+	if u.CAFile != "" {
+		if err := checkCAFile(u.CAFile); err != nil {
+			bad("upstream_tls.ca_file", "%v", err)
+		}
+	}
+	if u.MaxConnections < 1 {
+		bad("upstream_tls.max_connections", "%d: must be at least 1", u.MaxConnections)
+	}
+	if u.IdleTimeout <= 0 {
+		bad("upstream_tls.idle_timeout", "%v: must be more than 0", u.IdleTimeout)
+	}
+}
+
+// checkCAFile reports whether path reads and holds at least one PEM
+// CERTIFICATE block. (The certificates themselves are parsed by the
+// native build when it loads them: x509 is not linked into the edge
+// module, which links this package.)
+func checkCAFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return fmt.Errorf("%s: no PEM CERTIFICATE in it", path)
+		}
+		if blk.Type == "CERTIFICATE" {
+			return nil
 		}
 	}
 }

@@ -92,6 +92,9 @@ func Parse(name string, data []byte) (*Config, error) {
 	if err := c.validate(idx); err != nil {
 		return nil, err
 	}
+	if err := c.checkPolicyFiles(idx); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

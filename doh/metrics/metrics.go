@@ -334,3 +334,48 @@ func (c dnstapCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDnstap, prometheus.CounterValue, float64(sent), "sent")
 	ch <- prometheus.MustNewConstMetric(descDnstap, prometheus.CounterValue, float64(dropped), "dropped")
 }
+
+// CollectUpstreamConnections exports each encrypted server's connections
+// (engine.ServerStatus.Connections), read from status at scrape time: the
+// open ones, and the handshakes, resumed sessions, queries on reused
+// connections and failed connects since the start, by server and
+// transport. A server listed by several scopes is exported once.
+func (m *Metrics) CollectUpstreamConnections(status func() engine.Status) {
+	m.Registry.MustRegister(connCollector{status})
+}
+
+type connCollector struct{ status func() engine.Status }
+
+var (
+	descConnOpen       = prometheus.NewDesc("dohfwd_upstream_connections", "Connections open to an encrypted upstream (DoT, DoH).", []string{"server", "transport"}, nil)
+	descConnHandshakes = prometheus.NewDesc("dohfwd_upstream_handshakes_total", "TLS handshakes made with an encrypted upstream: each a connection opened.", []string{"server", "transport"}, nil)
+	descConnResumed    = prometheus.NewDesc("dohfwd_upstream_resumed_total", "Of the handshakes, those that resumed a TLS session.", []string{"server", "transport"}, nil)
+	descConnReused     = prometheus.NewDesc("dohfwd_upstream_reused_total", "Queries sent to an encrypted upstream on a connection already open.", []string{"server", "transport"}, nil)
+	descConnFailed     = prometheus.NewDesc("dohfwd_upstream_connect_failures_total", "Connects or TLS handshakes to an encrypted upstream that failed.", []string{"server", "transport"}, nil)
+)
+
+func (connCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descConnOpen, descConnHandshakes, descConnResumed, descConnReused, descConnFailed} {
+		ch <- d
+	}
+}
+
+func (c connCollector) Collect(ch chan<- prometheus.Metric) {
+	seen := map[string]bool{}
+	for _, sc := range c.status().Scopes {
+		for _, sv := range sc.Servers {
+			cs := sv.Connections
+			if cs == nil || seen[sv.Address] {
+				continue
+			}
+			seen[sv.Address] = true
+			ch <- prometheus.MustNewConstMetric(descConnOpen, prometheus.GaugeValue, float64(cs.Open), sv.Address, sv.Transport)
+			for _, x := range []struct {
+				d *prometheus.Desc
+				v uint64
+			}{{descConnHandshakes, cs.Handshakes}, {descConnResumed, cs.Resumed}, {descConnReused, cs.Reused}, {descConnFailed, cs.Failed}} {
+				ch <- prometheus.MustNewConstMetric(x.d, prometheus.CounterValue, float64(x.v), sv.Address, sv.Transport)
+			}
+		}
+	}
+}

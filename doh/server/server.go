@@ -35,6 +35,7 @@ import (
 	"github.com/dohfwd/dohfwd/doh/internal/dnsserver"
 	"github.com/dohfwd/dohfwd/doh/internal/proxied"
 	"github.com/dohfwd/dohfwd/doh/internal/quicconf"
+	"github.com/dohfwd/dohfwd/doh/internal/rawtcp"
 	"github.com/dohfwd/dohfwd/doh/metrics"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/telemetry"
@@ -315,13 +316,14 @@ func listen(ctx context.Context, o Options, current *atomic.Pointer[config.Confi
 // place listeners for client traffic are made: with listen.proxy_protocol
 // set, their connections from those balancers must carry a PROXY header,
 // and the client address in it is the connection's RemoteAddr, which the
-// connection limits (o.WrapClientListener) then count.
+// connection limits (o.WrapClientListener) then count. Its connections
+// read and write with raw system calls (rawtcp).
 func listenDoH(o Options, key, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
 	}
-	return o.wrapClients(proxied.Listen(ln, ProxyOptions(o.Config, o.Log))), nil
+	return o.wrapClients(proxied.Listen(rawtcp.Listen(ln), ProxyOptions(o.Config, o.Log))), nil
 }
 
 // listenHTTP3 binds the HTTPS listener's UDP twin (tcp's address and

@@ -82,6 +82,9 @@ type Network struct {
 	seen     map[netip.AddrPort]int
 	log      []*Transaction
 	open     int
+	// tlsOpened counts the DoT connections opened (dot.go); each after
+	// the first resumes a session.
+	tlsOpened int
 }
 
 // New returns an empty network: every server is silent until handled.

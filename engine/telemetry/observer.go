@@ -65,8 +65,8 @@ func (o *Observer) Attempt(ev engine.AttemptEvent) {
 	if !o.infoEnabled() {
 		return
 	}
-	f := o.attempts.get(attemptFields{scope: ev.Scope, proto: ev.Proto, server: ev.Server, transport: ev.Transport,
-		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, rcode: ev.Rcode, demoted: ev.Demoted})
+	f := o.attempts.get(attemptFields{scope: ev.Scope, proto: ev.Proto, server: ev.Server, transport: ev.Transport, conn: ev.Conn,
+		qtype: ev.QType, attempt: ev.Attempt, outcome: ev.Outcome, class: ev.Class, rcode: ev.Rcode, demoted: ev.Demoted})
 	if dst, ok := o.batchBegin(f.prefix, ev.QName); ok {
 		dst = appendQuestion(append(dst, f.prefix...), ev.Question, ev.QName)
 		dst = appendMillisValue(append(dst, `,"rtt_ms":`...), ev.RTT)
@@ -140,9 +140,11 @@ type attemptFields struct {
 	proto     string
 	server    netip.AddrPort
 	transport engine.Transport
+	conn      engine.Conn // an encrypted attempt's connection: new, resumed, reused
 	qtype     uint16
 	attempt   int
 	outcome   engine.Outcome
+	class     engine.ErrorClass // a socket failure's class (tls, http, refused, ...)
 	rcode     int
 	demoted   bool
 }
@@ -158,7 +160,7 @@ func (f attemptFields) hash() uint64 {
 	return mix(hashString(f.scope)^hashString(f.proto)*0x9fb21c651e98df25,
 		binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15^
 			binary.LittleEndian.Uint64(a[8:])*0xc2b2ae3d27d4eb4f^
-			(uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40)*0x165667b19e3779f9^
+			(uint64(f.server.Port())|uint64(f.qtype)<<16|uint64(f.transport)<<32|uint64(f.outcome)<<40|uint64(f.conn)<<48|uint64(f.class)<<56)*0x165667b19e3779f9^
 			(uint64(f.attempt)<<1|uint64(f.rcode)<<8|d)*0x27d4eb2f165667c5)
 }
 
@@ -168,12 +170,18 @@ func (f attemptFields) render(c zerolog.Context) zerolog.Context {
 		Str("scope", f.scope).
 		Bytes("server", f.server.AppendTo(server[:0])).
 		Str("transport", f.transport.String())
+	if f.conn != engine.ConnNone {
+		c = c.Str("conn", f.conn.String())
+	}
 	if f.proto != "" {
 		c = c.Str("proto", f.proto)
 	}
 	c = typeField(c, f.qtype).
 		Int("attempt", f.attempt).
 		Str("outcome", f.outcome.String())
+	if f.class != 0 {
+		c = c.Str("class", f.class.String())
+	}
 	return rcodeField(c, f.rcode).Bool("demoted", f.demoted)
 }
 

@@ -35,7 +35,7 @@ func (ln *listener) Accept() (net.Conn, error) {
 			continue
 		}
 		lc := &conn{Conn: c, l: ln.l}
-		if _, direct := c.(*net.TCPConn); direct {
+		if direct(c) {
 			if !lc.admit() {
 				lc.Close()
 				continue
@@ -120,4 +120,16 @@ func (l *Limiter) HoldConn(client netip.Addr) (release func(), ok bool) {
 			l.closeConn()
 		})
 	}, true
+}
+
+// direct reports whether c is a TCP connection as accepted, no PROXY
+// header to read first: its client is known at once.
+func direct(c net.Conn) bool {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return true
+	case interface{ TCP() *net.TCPConn }: // rawtcp.Conn
+		return c.TCP() != nil
+	}
+	return false
 }

@@ -4,8 +4,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/dohfwd/dohfwd/doh/internal/rawtcp"
 )
 
 // dialFrom opens a loopback connection from src to ln.
@@ -113,5 +116,43 @@ func TestHoldConnCountsLikeAConnection(t *testing.T) {
 	}
 	if r := l.Refused(); r[LimitClientConnections] != 1 || r[LimitConnections] != 1 {
 		t.Errorf("refusals %v", r)
+	}
+}
+
+// A connection the client listeners accept comes as a rawtcp.Conn: it
+// is still a direct one, refused at Accept (never handed on) when its
+// client is over the limit, as a *net.TCPConn is; only connections
+// behind a PROXY header wait for their first read.
+func TestRawTCPConnRefusedAtAccept(t *testing.T) {
+	l := New(Config{ClientConnections: 1, PrefixV4: 32}, Options{})
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := l.Listen(rawtcp.Listen(raw))
+	defer ln.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dialFrom(t, "127.0.0.1", raw)
+	first := <-accepted
+	if _, ok := first.(*conn).Conn.(*rawtcp.Conn); !ok && runtime.GOOS == "linux" {
+		t.Fatalf("accepted %T underneath, want a rawtcp.Conn", first.(*conn).Conn)
+	}
+	over := dialFrom(t, "127.0.0.1", raw)
+	if !closedByServer(over) {
+		t.Fatal("second connection of one client kept open")
+	}
+	select {
+	case c := <-accepted:
+		t.Fatalf("a refused connection was handed on (%T): refused at its first read, not at Accept", c)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

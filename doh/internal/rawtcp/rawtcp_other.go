@@ -1,0 +1,5 @@
+//go:build !linux
+
+package rawtcp
+
+const supported = false
