@@ -37,9 +37,10 @@ TEST_EXTRA :=
 # exceeded" and no input (go.dev/issue/75804, fixed in Go 1.27); a count
 # has no deadline to race (a few seconds per target here).
 FUZZ_TARGETS := ./doh:FuzzDoHRequest ./doh:FuzzCheckQuery ./doh:FuzzJSONFromWire \
+	./doh:FuzzH3Request ./doh:FuzzH3Fields \
 	./doh:FuzzReqDecoder ./doh:FuzzHuffDecode ./doh/config:FuzzParse \
 	./engine:FuzzUpstreamReply ./engine/dnswire:FuzzParserAsMiekg \
-	./engine/dnswire:FuzzRdataText ./engine/dnswire:FuzzUnpackName \
+	./engine/dnswire:FuzzRdataText ./engine/dnswire:FuzzUnpackName ./doh/odoh:FuzzOpen \
 	./engine/blocklist:FuzzParseList
 FUZZTIME_SHORT ?= 15000x
 FUZZTIME ?= 2m

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dohfwd/dohfwd/doh/odoh"
 	"github.com/dohfwd/dohfwd/engine"
 	"github.com/dohfwd/dohfwd/engine/dnswire"
 	"github.com/dohfwd/dohfwd/engine/wiretap"
@@ -116,6 +117,12 @@ type call struct {
 	// qctx is the question's context when it names the client or
 	// carries the trace: filled in place, not allocated per question.
 	qctx engine.QuestionContext
+
+	// oblivious: an ODoH query, opened into opened; its answer is sealed.
+	oblivious bool
+	opened    odoh.Opened
+	// relayHost and relayPath are the target of a request to the relay.
+	relayHost, relayPath string
 }
 
 var calls = sync.Pool{New: func() any {
@@ -144,6 +151,7 @@ func (c *call) reset() {
 	c.received = time.Time{}
 	c.miss = engine.Miss{}
 	c.qctx = engine.QuestionContext{}
+	c.oblivious, c.opened, c.relayHost, c.relayPath = false, odoh.Opened{}, "", ""
 	c.in, c.out = c.in[:0], c.out[:0]
 }
 
@@ -198,7 +206,9 @@ type Handler struct {
 
 	serverTiming bool
 	traceContext bool
-	tap          wiretap.Tap // nil: off
+	tap          wiretap.Tap     // nil: off
+	oblivious    ObliviousTarget // nil: not an ODoH target
+	relay        ObliviousRelay  // nil: no ODoH relay
 
 	// altSvc, when set, says what Alt-Svc every response carries
 	// (SetAltSvc).
@@ -213,7 +223,8 @@ type Handler struct {
 // proxies, observer, setup pages and operator headers.
 func NewHandler(r Resolver, o Options) *Handler {
 	h := &Handler{resolver: r, path: o.Path, trusted: o.TrustedProxies, observe: o.Observe, setup: o.Setup,
-		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext, tap: o.Wiretap}
+		admit: o.Admit, serverTiming: o.ServerTiming, traceContext: o.TraceContext, tap: o.Wiretap,
+		oblivious: o.Oblivious, relay: o.Relay}
 	h.immediate, _ = r.(ImmediateResolver)
 	if h.immediate != nil {
 		h.starter, _ = r.(MissStarter)
@@ -326,12 +337,24 @@ func (h *Handler) begin(c *call) (done bool) {
 	switch r.Path {
 	case h.path:
 		c.onDoHPath = true
+		if h.isObliviousPost(r) {
+			return h.beginOblivious(c)
+		}
 		if r.Method == methodGet && acceptsJSON(r.Header) && !hasQueryParam(r.RawQuery, "dns") {
 			return h.beginJSON(c)
 		}
 		return h.beginWire(c)
 	case JSONPath:
 		return h.beginJSON(c)
+	case odoh.ConfigsPath:
+		if h.oblivious != nil {
+			h.serveConfigs(c)
+			return true
+		}
+	case RelayPath:
+		if h.relay != nil {
+			return h.beginRelay(c)
+		}
 	case "/", SetupProfilePath:
 		if h.setup != nil && (r.Path != "/" || acceptsHTML(r.Header)) {
 			h.serveSetup(c)
@@ -389,6 +412,12 @@ func (h *Handler) beginWire(c *call) bool {
 		h.fail(c, statusMethodNotAllowed, "method not allowed: use GET or POST")
 		return true
 	}
+	return h.checkWire(c, raw)
+}
+
+// checkWire checks raw, a query in the DNS wire form (the RFC 8484
+// request's, or the one an ODoH message held).
+func (h *Handler) checkWire(c *call, raw []byte) bool {
 	// An ordinary query is read from the bytes alone, its name made only
 	// when wanted; anything else is read through (checkQuery).
 	if qtype, ok := plainQueryType(raw); ok {
@@ -466,7 +495,10 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 		}
 		c.admitted = true
 	}
-	byWire := c.raw != nil && c.x.Format == FormatWire
+	if c.relayHost != "" {
+		return wait && h.forward(ctx, c)
+	}
+	byWire := c.raw != nil && (c.x.Format == FormatWire || c.oblivious)
 	var r engine.Response
 	if !wait {
 		if h.immediate == nil || !byWire {
@@ -518,12 +550,15 @@ func (h *Handler) answer(ctx context.Context, c *call, wait bool) bool {
 // trace (when TraceContext is on).
 func (h *Handler) questionContext(ctx context.Context, c *call) context.Context {
 	var tr *engine.Trace
-	client := c.x.ClientIP
 	if h.traceContext {
 		tr = &c.x.Trace
 	}
-	qctx := c.qctx.Set(ctx, client, tr)
-	c.qctx.SetProto(ProtoALPN(c.req.Proto))
+	qctx := c.qctx.Set(ctx, c.questionClient(), tr)
+	if c.oblivious {
+		c.qctx.SetProto(ProtoODoH)
+	} else {
+		c.qctx.SetProto(ProtoALPN(c.req.Proto))
+	}
 	return qctx
 }
 
@@ -654,6 +689,12 @@ func (h *Handler) writeErrorReply(c *call, rcode int) {
 // c.out), whose rcode is rcode.
 func (h *Handler) writeWireBytes(c *call, wire []byte, rcode int, cacheControl string) {
 	c.out = wire
+	if c.oblivious {
+		if h.sealOblivious(c, wire) {
+			c.x.Status, c.x.Rcode = statusOK, rcode
+		}
+		return
+	}
 	c.resp.Status, c.resp.Body = statusOK, wire
 	c.resp.Header = append(c.resp.Header,
 		HeaderField{"content-type", MediaTypeDNS},

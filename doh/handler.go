@@ -72,6 +72,14 @@ type Options struct {
 	// Wiretap, if set, is handed each question's query and answer
 	// (dnstap's CLIENT_QUERY and CLIENT_RESPONSE); nil: none.
 	Wiretap wiretap.Tap
+	// Oblivious, if set, makes the handler an ODoH target (RFC 9230):
+	// application/oblivious-dns-message POSTed to Path is opened with
+	// its keys, resolved as any DoH question is (for no client: the
+	// peer is a relay) and answered sealed; its keys are served at
+	// odoh.ConfigsPath.
+	Oblivious ObliviousTarget
+	// Relay, if set, serves the ODoH relay at RelayPath.
+	Relay ObliviousRelay
 }
 
 // Format is the form of a request.
@@ -83,8 +91,11 @@ const (
 )
 
 func (f Format) String() string {
-	if f == FormatJSON {
+	switch f {
+	case FormatJSON:
 		return "json"
+	case FormatOblivious:
+		return "odoh"
 	}
 	return "wire"
 }
@@ -119,4 +130,10 @@ type Exchange struct {
 	Duration time.Duration
 	// Trace is the request's trace, with Options.TraceContext.
 	Trace engine.Trace
+	// Relayed says an ODoH request came to the relay (Format is then
+	// FormatOblivious, and ClientIP must not be logged beside anything
+	// of the message); ODoHFailure is why an ODoH request failed (the
+	// ODoH* reasons), "" when it did not.
+	Relayed     bool
+	ODoHFailure string
 }

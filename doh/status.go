@@ -6,6 +6,8 @@ package doh
 const (
 	statusOK                    = 200
 	statusBadRequest            = 400
+	statusUnauthorized          = 401
+	statusForbidden             = 403
 	statusNotFound              = 404
 	statusMethodNotAllowed      = 405
 	statusRequestEntityTooLarge = 413
@@ -13,6 +15,7 @@ const (
 	statusUnsupportedMediaType  = 415
 	statusTooManyRequests       = 429
 	statusInternalServerError   = 500
+	statusBadGateway            = 502
 
 	methodGet  = "GET"
 	methodPost = "POST"

@@ -96,6 +96,10 @@ type Dohfwd struct {
 	// nil when off, and in the module.
 	dnstap dnstapWriter
 	setup  setupPages // natively: the device setup pages; nil in the module
+	// oblivious and relay are the ODoH roles the odoh section turns on
+	// (natively only); nil when off.
+	oblivious doh.ObliviousTarget
+	relay     doh.ObliviousRelay
 }
 
 // setupPages serves the device setup page and the Apple profile (package
@@ -134,6 +138,10 @@ func New(cfg *config.Config, o Options) (*Dohfwd, error) {
 		return d, nil
 	}
 	if d.dnstap, err = newDnstap(cfg, log, o.Version); err != nil {
+		return nil, err
+	}
+	if d.oblivious, d.relay, err = newOblivious(cfg, log); err != nil {
+		d.Close()
 		return nil, err
 	}
 	if o.Network == nil {
@@ -183,6 +191,8 @@ func (d *Dohfwd) handlerOptions() doh.Options {
 		Observe:        d.Observe,
 		Admit:          d.Limits.Admit,
 		Wiretap:        d.Wiretap(),
+		Oblivious:      d.oblivious,
+		Relay:          d.relay,
 	}
 	if d.setup != nil { // a nil *setup.Handler in the interface would not be nil
 		hopts.Setup = d.setup
@@ -236,6 +246,14 @@ func (d *Dohfwd) DnstapCounters() (sent, dropped uint64) {
 func (d *Dohfwd) Observe(x doh.Exchange) {
 	if d.metrics != nil {
 		d.metrics.ObserveRequest(doh.ProtoALPN(x.Proto), x.Status, x.Rcode)
+		if om, ok := d.metrics.(obliviousMetrics); ok && x.Format == doh.FormatOblivious {
+			om.ObserveOblivious(x.Relayed, x.ODoHFailure)
+		}
+	}
+	if x.Relayed {
+		// The relay logs nothing that ties a client to a target message:
+		// not even why a request of it was refused.
+		return
 	}
 	// A client over its limits is summed up by limitSummary, not logged
 	// once per refused query.
@@ -243,6 +261,12 @@ func (d *Dohfwd) Observe(x doh.Exchange) {
 		d.Log.Debug().Int("status", x.Status).Int("rcode", x.Rcode).Str("problem", x.Problem).
 			Str("client", x.ClientIP.String()).Str("method", x.Method).Msg("bad request")
 	}
+}
+
+// obliviousMetrics counts ODoH requests (package metrics): those of the
+// target and of the relay, and failures by reason ("" for none).
+type obliviousMetrics interface {
+	ObserveOblivious(relayed bool, failure string)
 }
 
 // statusTooManyRequests is net/http's StatusTooManyRequests, which the

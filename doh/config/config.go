@@ -37,6 +37,7 @@ type Config struct {
 	// for changes (size, modification time, then contents) and reloaded
 	// without a restart; 0 turns the check off (SIGHUP still reloads).
 	PoliciesReload time.Duration `yaml:"policies_reload"`
+	ODoH           ODoH          `yaml:"odoh"`
 
 	// Source is the file the configuration came from, or DefaultSource.
 	Source string `yaml:"-"`
@@ -239,6 +240,32 @@ type Dnstap struct {
 	Identity string `yaml:"identity"`
 }
 
+// ODoH turns on the Oblivious DoH (RFC 9230) roles, each off by default:
+// the target (this server decrypts and answers ODoH queries at
+// listen.path and serves its keys at /.well-known/odohconfigs) and the
+// relay (it forwards clients' ODoH messages at /proxy to the targets on
+// its list).
+type ODoH struct {
+	Target bool `yaml:"target"`
+	// KeyFile holds the secret seed the target's keys are derived from;
+	// made (0600) when missing. Replicas behind one name share it, as
+	// they share certificates. "" keeps a fresh seed in memory: new keys
+	// at each start.
+	KeyFile string `yaml:"key_file"`
+	// Rotate is how often the target's key changes (0: never); the
+	// previous key is still accepted for one more period, and the next
+	// one is listed ahead of its period.
+	Rotate time.Duration `yaml:"rotate"`
+
+	Relay bool `yaml:"relay"`
+	// Targets are the targets the relay forwards to, host or host:port
+	// as clients name them in targethost; any other gets 403.
+	Targets []string `yaml:"targets"`
+	// CARoot is a PEM file of roots to trust for the targets'
+	// certificates ("" = the system's).
+	CARoot string `yaml:"ca_root"`
+}
+
 // DnstapAddress reads a dnstap.address: its network ("unix" or "tcp")
 // and address.
 func DnstapAddress(s string) (network, address string, err error) {
@@ -327,6 +354,7 @@ func defaults() *Config {
 			IdleTimeout: 30 * time.Second},
 		Policies:       map[string]Policy{},
 		PoliciesReload: time.Minute,
+		ODoH:           ODoH{Targets: []string{}},
 	}
 }
 

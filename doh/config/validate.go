@@ -219,6 +219,8 @@ func (c *Config) validate(x *keyIndex) error {
 		bad("dnstap.queue", "%d: want 1 to 1000000", q)
 	}
 
+	checkODoH(c.ODoH, bad)
+
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -239,6 +241,69 @@ func (c *Config) validate(x *keyIndex) error {
 		}
 	}
 	return es.join()
+}
+
+// minRotate is the shortest odoh.rotate: clients keep the configurations
+// for a while (the target says an hour), and a key lives two periods.
+const minRotate = time.Hour
+
+// checkODoH checks the odoh section: the keys' settings need the target,
+// the targets the relay, and each target is host or host:port.
+func checkODoH(o ODoH, bad func(string, string, ...any)) {
+	if !o.Target {
+		if o.KeyFile != "" {
+			bad("odoh.key_file", "needs odoh.target: true")
+		}
+		if o.Rotate != 0 {
+			bad("odoh.rotate", "needs odoh.target: true")
+		}
+	}
+	if o.Rotate < 0 || (o.Rotate > 0 && o.Rotate < minRotate) {
+		bad("odoh.rotate", "%v: want 0 (never) or at least %v", o.Rotate, minRotate)
+	}
+	if !o.Relay {
+		if len(o.Targets) > 0 {
+			bad("odoh.targets", "needs odoh.relay: true")
+		}
+		if o.CARoot != "" {
+			bad("odoh.ca_root", "needs odoh.relay: true")
+		}
+		return
+	}
+	if len(o.Targets) == 0 {
+		bad("odoh.relay", "needs odoh.targets: the relay forwards only to targets on that list")
+	}
+	for i, t := range o.Targets {
+		if err := checkTargetHost(t); err != nil {
+			bad(fmt.Sprintf("odoh.targets[%d]", i), "%v", err)
+		}
+	}
+}
+
+// checkTargetHost accepts a host name or IP address, with or without a
+// port, as a client writes targethost.
+func checkTargetHost(t string) error {
+	host := t
+	if strings.ContainsAny(t, "/?#@ ") {
+		return fmt.Errorf("%q: want host or host:port", t)
+	}
+	if h, port, err := net.SplitHostPort(t); err == nil {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("%q: port %q is not a number from 1 to 65535", t, port)
+		}
+		host = h
+	} else if strings.Contains(t, ":") {
+		if _, err := netip.ParseAddr(t); err != nil {
+			return fmt.Errorf("%q: want host or host:port ([IPv6]:port)", t)
+		}
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if _, err := engine.ParseHostName(host); err != nil {
+		return fmt.Errorf("%q: want host or host:port", t)
+	}
+	return nil
 }
 
 // maxStreamsPerConnection bounds limits.streams_per_connection: each open

@@ -30,6 +30,8 @@ type Metrics struct {
 	requests       *prometheus.CounterVec   // DoH requests by HTTP status and DNS rcode
 	attemptLatency *prometheus.HistogramVec // upstream attempt RTT by server
 	perServer      sync.Map                 // netip.AddrPort -> prometheus.Observer
+	odohRequests   *prometheus.CounterVec   // ODoH requests by role
+	odohFailures   *prometheus.CounterVec   // ODoH failures by role and reason
 
 	// answered holds the series of status 200 by protocol (protoIndex)
 	// and rcode (0–15), where nearly every request is counted, once
@@ -53,8 +55,16 @@ func NewMetrics() *Metrics {
 			Help:    "Round-trip time of upstream attempts, by server, whatever their outcome.",
 			Buckets: telemetry.LatencyBuckets,
 		}, []string{"server"}),
+		odohRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dohfwd_odoh_requests_total",
+			Help: "Oblivious DoH requests, by role (target: queries this server opened; relay: messages it was asked to forward).",
+		}, []string{"role"}),
+		odohFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dohfwd_odoh_failures_total",
+			Help: "Oblivious DoH requests that failed, by role and reason (malformed, message_type, unknown_key, decrypt, padding, seal; relay_forbidden, relay_bad_gateway).",
+		}, []string{"role", "reason"}),
 	}
-	m.Registry.MustRegister(m.requests, m.attemptLatency,
+	m.Registry.MustRegister(m.requests, m.attemptLatency, m.odohRequests, m.odohFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -98,6 +108,19 @@ func (m *Metrics) ObserveRequest(proto string, status, rcode int) {
 		m.answered[p][rcode].Store(c)
 	}
 	c.Inc()
+}
+
+// ObserveOblivious counts one ODoH request of the target or (relayed)
+// the relay, and its failure's reason unless failure is "".
+func (m *Metrics) ObserveOblivious(relayed bool, failure string) {
+	role := "target"
+	if relayed {
+		role = "relay"
+	}
+	m.odohRequests.WithLabelValues(role).Inc()
+	if failure != "" {
+		m.odohFailures.WithLabelValues(role, failure).Inc()
+	}
 }
 
 // protoIndex is proto's row of Metrics.answered; 0 (not kept) for
