@@ -3,6 +3,7 @@ package blocklist_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dohfwd/dohfwd/engine/blocklist"
 	"github.com/dohfwd/dohfwd/engine/blocklist/rpz"
@@ -199,6 +200,29 @@ func TestRPZSyntaxErrorSkipsOneLine(t *testing.T) {
 		t.Fatalf("bad: %q", bad)
 	}
 	want(t, s, map[string]string{"a.example.": "z:3", "c.example.": "z:5", "b.example.": ""})
+}
+
+// A $TTL or $ORIGIN the parser refuses is reported once, and the lines
+// after it are read without it (it once made the parse start over on the
+// same error forever).
+func TestRPZBadDirectiveEndsParse(t *testing.T) {
+	zone := "$TTL 1@\na.example CNAME .\nb.example CNAMX .\nc.example CNAME .\n"
+	done := make(chan struct{})
+	var s *blocklist.Set
+	var bad []string
+	go func() {
+		defer close(done)
+		s, bad = compile(t, blocklist.Spec{Name: "p", Block: []string{"z"}}, map[string]string{"z": zone})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the zone parse did not end")
+	}
+	if len(bad) == 0 || !strings.HasPrefix(bad[0], "z:1: ") {
+		t.Fatalf("bad: %q", bad)
+	}
+	want(t, s, map[string]string{"c.example.": "z:4"})
 }
 
 // Match costs no allocation, blocked or passed.

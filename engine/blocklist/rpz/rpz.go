@@ -52,6 +52,17 @@ func Parse(file string, data []byte, rule func(blocklist.ZoneRule), bad func(lin
 			return
 		}
 		line := r.errorLine(err)
+		if line <= r.base {
+			if r.preLines > 0 {
+				// The error is in the directives resume put first: a
+				// $ORIGIN or $TTL whose value the parser refuses. Its own
+				// line was reported already; parse on without it, or the
+				// same error would come back forever.
+				r.origin, r.ttl = "", ""
+				continue
+			}
+			line = r.base + 1 // always move on by a line at least
+		}
 		bad(line, zoneProblem(err))
 		if !r.skipTo(line) {
 			return
