@@ -8,6 +8,7 @@
 //	dohfwd explain NAME [TYPE]    print what a running server would do with a question
 //	dohfwd healthcheck            exit 0 when the admin /healthz answers (container HEALTHCHECK)
 //	dohfwd profile apple          print the Apple configuration profile (.mobileconfig)
+//	dohfwd odoh-query NAME [TYPE] ask one question through an Oblivious DoH relay and target
 //	dohfwd version                print the version
 //
 // The WebAssembly edge host is the separate binary dohfwd-edge
@@ -42,6 +43,9 @@ const usage = `usage:
   dohfwd healthcheck [--config FILE | --admin ADDR]  exit 0 when the admin /healthz answers 200
   dohfwd profile apple [--config FILE] [-o FILE]
                                  write the Apple configuration profile (.mobileconfig)
+  dohfwd odoh-query --target URL [--relay URL] [--ca FILE] [--configs URL] [--http3] [--full] NAME [TYPE]
+                                 ask one question through an Oblivious DoH (RFC 9230) relay and target;
+                                 print the answer as dig +short does (--full: the whole message)
   dohfwd version                 print the version
 The WebAssembly edge host is the dohfwd-edge binary (cmd/dohfwd-edge).
 `
@@ -65,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return healthcheckCommand(ctx, args, stderr)
 	case "profile":
 		return profileCommand(args, stdout, stderr)
+	case "odoh-query":
+		return odohQueryCommand(ctx, args, stdout, stderr)
 	case "edge":
 		// The wazero host is a binary of its own, so that this one does
 		// not link wazero.
