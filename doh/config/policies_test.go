@@ -36,3 +36,35 @@ func TestPoliciesKeys(t *testing.T) {
 		}
 	}
 }
+
+// YAML reads an unquoted null as no value; in a policy's action it is
+// the null action all the same, as written, and not the default.
+func TestUnquotedNullActionIsTheNullAction(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "ads.txt")
+	if err := os.WriteFile(list, []byte("ads.example\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for doc, want := range map[string]string{
+		"action: null":     "null",
+		"action: Null":     "null",
+		"action: \"null\"": "null",
+		"action: ~":        "nxdomain",
+		"action:":          "nxdomain",
+		"action: refused":  "refused",
+	} {
+		c, err := Parse("p.yaml", []byte("policies:\n  kids:\n    block: ["+list+"]\n    "+doc+"\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if got := c.PolicySpecs()[0].Action.String(); got != want {
+			t.Errorf("%q: action %s, want %s", doc, got, want)
+		}
+	}
+	// The policy's other keys still decode, and their type errors still
+	// name their line and key.
+	_, err := Parse("p.yaml", []byte("policies:\n  kids:\n    block: "+list+"\n    action: null\n"))
+	if err == nil || !strings.Contains(err.Error(), "p.yaml:3: policies.kids.block: wrong type") {
+		t.Errorf("a block that is not a list: %v", err)
+	}
+}
